@@ -1,0 +1,55 @@
+"""``runner validate``: schema validation, then cross-reference checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from runner.config.project import find_root, load_project
+from runner.errors import EXIT_CONFIG, EXIT_OK
+
+
+@click.command()
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), help="Project root (default: found from PATHS or the current directory).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.pass_context
+def validate(ctx: click.Context, paths: tuple[Path, ...], root: Path | None, fmt: str) -> None:
+    """Validate PATHS (files or directories; default: the project's agents.d, tasks.d, tools.d).
+
+    Files are checked in the context of the whole project, so references to agents and
+    tools defined elsewhere resolve. Exit 0 when valid, 2 when not.
+    """
+    root = (root or (find_root(paths[0]) if paths else Path.cwd())).resolve()
+    project, problems = load_project(root, list(paths))
+    if paths:
+        wanted = {_display(p, root) for p in _expand(paths)}
+        problems = [p for p in problems if p.file in wanted]
+    if fmt == "json":
+        click.echo(json.dumps({"valid": not problems, "problems": [p.as_dict() for p in problems]}, indent=2))
+    else:
+        for problem in problems:
+            click.echo(problem.render())
+        count = len(project.agents) + len(project.tasks) + len(project.tools)
+        summary = f"{len(problems)} problem(s)" if problems else f"ok: {count} document(s) valid"
+        click.echo(summary, err=True)
+    ctx.exit(EXIT_CONFIG if problems else EXIT_OK)
+
+
+def _expand(paths: tuple[Path, ...]) -> list[Path]:
+    out: list[Path] = []
+    for path in paths:
+        out.extend(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")) if path.is_dir() else out.append(path)
+    return out
+
+
+def _display(path: Path, root: Path) -> str:
+    resolved = path.resolve()
+    for base in (root, Path.cwd()):
+        try:
+            return str(resolved.relative_to(base))
+        except ValueError:
+            continue
+    return str(resolved)

@@ -1,0 +1,277 @@
+"""Cross-reference checks, run after schema validation, reported in the same shape.
+
+Unknown agents, tools, steps and models (with "did you mean"), dependency cycles,
+undefined template variables, invalid output schemas, input defaults of the wrong type,
+and money caps on models without a known price.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from runner.config.prices import find_price
+from runner.config.schema import check_schema
+from runner.config.specs import AgentSpec, StepSpec, TaskSpec, ToolRef
+from runner.config.templates import TemplateError, references
+from runner.config.yamlload import Document
+from runner.errors import Problem
+
+if TYPE_CHECKING:
+    from runner.config.project import Project
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f". Did you mean '{matches[0]}'?" if matches else ""
+
+
+def builtin_tool_names() -> list[str]:
+    from runner.tools.registry import default_registry
+
+    return default_registry().names()
+
+
+def check_references(project: Project) -> list[Problem]:
+    tools = set(builtin_tool_names()) | set(project.tools)
+    problems: list[Problem] = []
+    for agent in project.agents.values():
+        doc = project.document("Agent", agent.name)
+        problems += _check_tool_refs(doc, agent.tools, tools)
+        problems += _check_schema_field(doc, "/output_schema", agent.output_schema)
+        if agent.caps.max_cost_usd is not None:
+            problems += _check_price(project, doc, agent, "/caps/max_cost_usd")
+    for task in project.tasks.values():
+        problems += TaskChecker(project, task, tools).check()
+    return problems
+
+
+def _check_tool_refs(doc: Document, refs: Iterable[ToolRef], tools: set[str]) -> list[Problem]:
+    return [
+        doc.problem(ref.pointer, f"unknown tool '{ref.name}'{did_you_mean(ref.name, tools)}")
+        for ref in refs
+        if ref.name not in tools and "__" not in ref.name  # MCP tools are known only at run time
+    ]
+
+
+def _check_schema_field(doc: Document, pointer: str, value: dict[str, Any] | None) -> list[Problem]:
+    if value is None:
+        return []
+    reason = check_schema(value)
+    return [doc.problem(pointer, f"not a valid JSON Schema: {reason}")] if reason else []
+
+
+def _check_price(project: Project, doc: Document, agent: AgentSpec, pointer: str) -> list[Problem]:
+    if agent.model.provider == "local" or find_price(project.prices, agent.model.id):
+        return []
+    return [
+        doc.problem(
+            pointer,
+            f"money cap set but model '{agent.model.id}' (agent '{agent.name}') has no known price; "
+            f"add it to a `kind: Prices` document (USD per million tokens) or remove max_cost_usd",
+        )
+    ]
+
+
+class TaskChecker:
+    """Checks one task against the rest of the project."""
+
+    def __init__(self, project: Project, task: TaskSpec, tools: set[str]):
+        self.project, self.task, self.tools = project, task, tools
+        self.doc = project.document("Task", task.name)
+        self.problems: list[Problem] = []
+
+    def check(self) -> list[Problem]:
+        task, data = self.task, self.doc.data
+        if task.agent is None and task.pipeline is None:
+            self._add("", "a task needs either 'agent' and 'goal', or 'pipeline'; add one")
+        if task.agent is not None and task.pipeline is not None:
+            self._add("/pipeline", "a task has either 'agent' and 'goal', or 'pipeline', not both; remove one", key=True)
+        self._check_inputs()
+        if task.agent is not None:
+            self._agent_ref("/agent", task.agent)
+            self._template("/goal", task.goal or "", steps_visible=set())
+        if task.pipeline is not None:
+            self._check_pipeline()
+        for pointer, schema in (("/output_schema", task.output_schema),):
+            self.problems += _check_schema_field(self.doc, pointer, schema)
+        if task.caps.max_cost_usd is not None:
+            for name in self._agents_used():
+                if name in self.project.agents:
+                    self.problems += _check_price(self.project, self.doc, self.project.agents[name], "/caps/max_cost_usd")
+        if task.report.title:
+            self._template("/report/title", task.report.title, steps_visible=self._step_ids())
+        step_ids = self._step_ids()
+        for i, step_id in enumerate(task.report.tables):
+            if step_id not in step_ids:
+                self._add(f"/report/tables/{i}", f"unknown step '{step_id}'{did_you_mean(step_id, step_ids)}")
+        if task.report.narrative_step and task.report.narrative_step not in step_ids:
+            name = task.report.narrative_step
+            self._add("/report/narrative_step", f"unknown step '{name}'{did_you_mean(name, step_ids)}")
+        del data
+        return self.problems
+
+    def _add(self, pointer: str, message: str, *, key: bool = False) -> None:
+        self.problems.append(self.doc.problem(pointer, message, key=key))
+
+    def _step_ids(self) -> set[str]:
+        return {s.id for s in self.task.pipeline.steps} if self.task.pipeline else set()
+
+    def _agents_used(self) -> list[str]:
+        names = [self.task.agent] if self.task.agent else []
+        if self.task.pipeline:
+            names += [s.agent for s in self.task.pipeline.steps if s.agent]
+            if self.task.pipeline.planner:
+                names += [self.task.pipeline.planner.agent, *self.task.pipeline.planner.executors]
+            if self.task.pipeline.synthesis:
+                names.append(self.task.pipeline.synthesis.agent)
+        return list(dict.fromkeys(names))
+
+    def _agent_ref(self, pointer: str, name: str) -> None:
+        if name not in self.project.agents:
+            self._add(pointer, f"unknown agent '{name}'{did_you_mean(name, self.project.agents)}")
+
+    def _check_inputs(self) -> None:
+        for spec in self.task.inputs:
+            if not spec.has_default:
+                continue
+            pointer = f"/inputs/{spec.name}/default"
+            try:
+                coerce_default(spec.type, spec.default)
+            except ValueError as exc:
+                self._add(pointer, str(exc))
+                continue
+            if spec.enum is not None and spec.default not in spec.enum:
+                self._add(pointer, f"default {spec.default!r} is not one of the enum values {list(spec.enum)}")
+
+    def _check_pipeline(self) -> None:
+        pipeline = self.task.pipeline
+        assert pipeline is not None
+        if not pipeline.steps and pipeline.planner is None:
+            self._add("/pipeline", "a pipeline needs 'steps', a 'planner', or both")
+        ids: dict[str, int] = {}
+        for i, step in enumerate(pipeline.steps):
+            base = f"/pipeline/steps/{i}"
+            if step.id in ids:
+                self._add(f"{base}/id", f"duplicate step id '{step.id}' (also step {ids[step.id]})")
+            ids.setdefault(step.id, i)
+            self._check_step(base, step)
+        for i, step in enumerate(pipeline.steps):
+            for j, dep in enumerate(step.depends_on):
+                if dep not in ids:
+                    self._add(f"/pipeline/steps/{i}/depends_on/{j}", f"unknown step '{dep}'{did_you_mean(dep, ids)}")
+                elif dep == step.id:
+                    self._add(f"/pipeline/steps/{i}/depends_on/{j}", f"step '{step.id}' depends on itself")
+        cycle = find_cycle({s.id: [d for d in s.depends_on if d in ids] for s in pipeline.steps})
+        if cycle:
+            first = ids[cycle[0]]
+            self._add(f"/pipeline/steps/{first}/depends_on", f"dependency cycle: {' -> '.join(cycle)}")
+        ancestors = {s.id: _ancestors(s.id, pipeline.steps) for s in pipeline.steps} if not cycle else {}
+        for i, step in enumerate(pipeline.steps):
+            if step.goal:
+                self._template(f"/pipeline/steps/{i}/goal", step.goal, ancestors.get(step.id, set()))
+            for key, value in step.args.items():
+                if isinstance(value, str):
+                    self._template(f"/pipeline/steps/{i}/args/{key}", value, ancestors.get(step.id, set()))
+        if pipeline.planner:
+            self._agent_ref("/pipeline/planner/agent", pipeline.planner.agent)
+            for j, name in enumerate(pipeline.planner.executors):
+                self._agent_ref(f"/pipeline/planner/executors/{j}", name)
+            self._template("/pipeline/planner/goal", pipeline.planner.goal, set(ids))
+        if pipeline.synthesis:
+            self._agent_ref("/pipeline/synthesis/agent", pipeline.synthesis.agent)
+            self._template("/pipeline/synthesis/goal", pipeline.synthesis.goal, set(ids), any_step=pipeline.planner is not None)
+
+    def _check_step(self, base: str, step: StepSpec) -> None:
+        if step.agent is None and step.tool is None:
+            self._add(base, f"step '{step.id}' needs either 'agent' and 'goal', or 'tool' (with 'args')")
+        if step.agent is not None and step.tool is not None:
+            self._add(f"{base}/tool", f"step '{step.id}' has both 'agent' and 'tool'; keep one", key=True)
+        if step.agent is not None:
+            self._agent_ref(f"{base}/agent", step.agent)
+        if step.tool is not None and step.tool not in self.tools:
+            self._add(f"{base}/tool", f"unknown tool '{step.tool}'{did_you_mean(step.tool, self.tools)}")
+        if step.tools is not None:
+            self.problems += _check_tool_refs(self.doc, step.tools, self.tools)
+        self.problems += _check_schema_field(self.doc, f"{base}/output_schema", step.output_schema)
+
+    def _template(self, pointer: str, template: str, steps_visible: set[str], *, any_step: bool = False) -> None:
+        try:
+            refs = references(template)
+        except TemplateError as exc:
+            self._add(pointer, str(exc))
+            return
+        inputs = {i.name for i in self.task.inputs}
+        for ref in refs:
+            if ref.root == "inputs":
+                if ref.path and ref.path[0] not in inputs:
+                    name = ref.path[0]
+                    self._add(pointer, f"template uses undefined input 'inputs.{name}'{did_you_mean(name, inputs)}; declare it under inputs")
+            elif ref.root == "steps":
+                if ref.path and ref.path[0] not in steps_visible and not any_step:
+                    name = ref.path[0]
+                    hint = "; add it to depends_on" if name in self._step_ids() else did_you_mean(name, steps_visible)
+                    self._add(pointer, f"template uses 'steps.{name}', which is not a step this one depends on{hint}")
+                if len(ref.path) > 1 and ref.path[1] not in ("output", "data", "status", "artifacts"):
+                    self._add(pointer, f"'steps.{ref.path[0]}.{ref.path[1]}': a step has output, data, status and artifacts")
+            elif ref.root == "previous":
+                if not self.task.previous_run:
+                    self._add(pointer, "template uses 'previous' but the task does not set memory.previous_run: true")
+            elif ref.root not in ("today", "run_id", "loop", "range", "true", "false", "none"):
+                self._add(pointer, f"template uses undefined variable '{ref.root}'; available: inputs, steps, previous, today, run_id")
+
+
+def coerce_default(kind: str, value: Any) -> Any:
+    """Check (and normalise) an input default; raises ValueError naming the expected type."""
+    if kind == "date":
+        if value in ("today", "yesterday"):
+            return value
+        try:
+            return dt.date.fromisoformat(str(value)).isoformat()
+        except ValueError:
+            raise ValueError(f"default {value!r} is not a date; use YYYY-MM-DD, 'today' or 'yesterday'") from None
+    expected = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}[kind]
+    if isinstance(value, bool) and kind != "boolean" or not isinstance(value, expected):
+        raise ValueError(f"default {value!r} is not of type {kind}")
+    return value
+
+
+def find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
+    """A dependency cycle as a list of ids (first repeated at the end), or ``None``."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for dep in graph.get(node, []):
+            if state.get(dep) == 1:
+                return stack[stack.index(dep) :] + [dep]
+            if dep not in state:
+                found = visit(dep)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in graph:
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def _ancestors(step_id: str, steps: tuple[StepSpec, ...]) -> set[str]:
+    deps = {s.id: s.depends_on for s in steps}
+    seen: set[str] = set()
+    todo = list(deps.get(step_id, ()))
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(deps.get(node, ()))
+    return seen

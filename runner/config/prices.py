@@ -1,0 +1,37 @@
+"""Model prices: shipped defaults (``prices.yaml``) overridden by ``kind: Prices`` documents."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from runner.config.specs import Price, build_prices
+from runner.config.yamlload import load_text
+
+LOCAL_MODEL_ID = "smollm2-135m"
+
+
+def default_prices() -> dict[str, Price]:
+    """The prices shipped with the runner."""
+    text = resources.files("runner.config").joinpath("prices.yaml").read_text("utf-8")
+    (doc,) = load_text(text, "runner/config/prices.yaml", Path("prices.yaml"))
+    return build_prices(doc)
+
+
+def find_price(prices: dict[str, Price], model_id: str) -> Price | None:
+    """The price of ``model_id``: an exact match, else the longest known prefix
+    (``gpt-4o-mini-2024-07-18`` is priced as ``gpt-4o-mini``), else ``None``."""
+    if model_id in prices:
+        return prices[model_id]
+    bare = model_id.rsplit("/", 1)[-1]
+    candidates = [m for m in prices if bare == m or bare.startswith(m + "-")]
+    return prices[max(candidates, key=len)] if candidates else None
+
+
+def cost_usd(price: Price, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0) -> float:
+    """USD for one call. Cached input tokens are billed at the cached rate when known."""
+    cached_rate = price.cached_input_per_mtok if price.cached_input_per_mtok is not None else price.input_per_mtok
+    uncached = max(input_tokens - cached_input_tokens, 0)
+    return (
+        uncached * price.input_per_mtok + cached_input_tokens * cached_rate + output_tokens * price.output_per_mtok
+    ) / 1_000_000

@@ -1,0 +1,150 @@
+"""A project: every configuration document under a root, validated and cross-checked.
+
+Loading goes: YAML with positions -> JSON Schema -> typed specs -> cross-reference checks
+(agents, tools, steps, templates, prices). All problems are collected, then raised together
+as one :class:`~runner.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.config import specs
+from runner.config.prices import default_prices
+from runner.config.schema import validate_document
+from runner.config.specs import AgentSpec, Price, TaskSpec, ToolSpec
+from runner.config.yamlload import Document, YamlError, load_documents
+from runner.errors import ConfigError, Problem
+
+CONFIG_DIRS = ("agents.d", "tasks.d", "tools.d")
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass
+class Project:
+    """Everything the runner knows from configuration."""
+
+    root: Path
+    agents: dict[str, AgentSpec] = field(default_factory=dict)
+    tasks: dict[str, TaskSpec] = field(default_factory=dict)
+    tools: dict[str, ToolSpec] = field(default_factory=dict)
+    prices: dict[str, Price] = field(default_factory=default_prices)
+    documents: dict[tuple[str, str], Document] = field(default_factory=dict)
+    task_files: dict[Path, str] = field(default_factory=dict)
+
+    def document(self, kind: str, name: str) -> Document:
+        return self.documents[(kind, name)]
+
+    def task_for(self, ref: str) -> TaskSpec:
+        """A task by name or by YAML path."""
+        path = Path(ref)
+        if path.suffix in YAML_SUFFIXES:
+            resolved = path.resolve()
+            if resolved in self.task_files:
+                return self.tasks[self.task_files[resolved]]
+            raise ConfigError(f"{ref}: no Task document in this file (or it is outside {self.root})")
+        if ref in self.tasks:
+            return self.tasks[ref]
+        from runner.config.crossref import did_you_mean
+
+        raise ConfigError(f"unknown task '{ref}'{did_you_mean(ref, self.tasks)}; `runner list` shows the tasks")
+
+
+def find_root(start: Path) -> Path:
+    """The project root for a path: the parent of ``tasks.d``/``agents.d`` it lives in, else cwd."""
+    start = start.resolve()
+    for parent in (start, *start.parents):
+        if parent.name in CONFIG_DIRS:
+            return parent.parent
+        if any((parent / d).is_dir() for d in CONFIG_DIRS) and parent != Path("/"):
+            return parent
+    return Path.cwd()
+
+
+def config_files(root: Path, extra: list[Path] | None = None) -> list[Path]:
+    """Every YAML file in the root's config directories, plus ``extra`` files or directories."""
+    found: list[Path] = []
+    for directory in [root / d for d in CONFIG_DIRS] + list(extra or []):
+        if directory.is_dir():
+            found.extend(sorted(p for p in directory.rglob("*") if p.suffix in YAML_SUFFIXES and p.is_file()))
+        elif directory.is_file():
+            found.append(directory)
+    unique: dict[Path, None] = {}
+    for path in found:
+        unique.setdefault(path.resolve(), None)
+    return list(unique)
+
+
+def load_project(root: Path, extra: list[Path] | None = None) -> tuple[Project, list[Problem]]:
+    """Load and check the project at ``root``. Returns the project and every problem found."""
+    project = Project(root=root.resolve())
+    problems: list[Problem] = []
+    valid: list[Document] = []
+    for path in config_files(project.root, extra):
+        display = _display(path, project.root)
+        try:
+            documents = load_documents(path, display)
+        except YamlError as exc:
+            problems.append(exc.problem)
+            continue
+        except OSError as exc:
+            problems.append(Problem(display, 1, 1, "", f"cannot read file: {exc.strerror}"))
+            continue
+        if not documents:
+            problems.append(Problem(display, 1, 1, "", "empty file; expected a document with apiVersion and kind"))
+        for doc in documents:
+            found = validate_document(doc)
+            problems.extend(found)
+            if not found:
+                valid.append(doc)
+    problems.extend(_build(project, valid))
+    from runner.config.crossref import check_references
+
+    problems.extend(check_references(project))
+    return project, problems
+
+
+def load_project_or_raise(root: Path, extra: list[Path] | None = None) -> Project:
+    project, problems = load_project(root, extra)
+    if problems:
+        raise ConfigError(problems)
+    return project
+
+
+def _display(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        try:
+            return str(path.relative_to(Path.cwd()))
+        except ValueError:
+            return str(path)
+
+
+def _build(project: Project, documents: list[Document]) -> list[Problem]:
+    problems: list[Problem] = []
+    for doc in documents:
+        kind, name = doc.data["kind"], doc.data.get("name", "")
+        if kind == "Prices":
+            project.prices.update(specs.build_prices(doc))
+            continue
+        if (kind, name) in project.documents:
+            first = project.documents[(kind, name)]
+            where = f"{first.source.file}:{first.source.locate('/name').line}"
+            problems.append(doc.problem("/name", f"duplicate {kind.lower()} name '{name}' (also defined at {where})"))
+            continue
+        try:
+            if kind == "Agent":
+                project.agents[name] = specs.build_agent(doc)
+            elif kind == "Task":
+                project.tasks[name] = specs.build_task(doc, project.root)
+                project.task_files[doc.path.resolve()] = name
+            else:
+                project.tools[name] = specs.build_tool(doc)
+        except OSError as exc:
+            pointer = "/system_prompt" if "system_prompt" in doc.data else ""
+            problems.append(doc.problem(pointer, f"cannot read prompt file: {exc.filename}: {exc.strerror}"))
+            continue
+        project.documents[(kind, name)] = doc
+    return problems

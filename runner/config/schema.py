@@ -1,0 +1,136 @@
+"""The JSON Schemas of the configuration language, and validation against them.
+
+The schemas in ``runner/config/schemas/`` are the only definition of the language:
+nothing else lists the allowed keys. This module loads them (package data), validates a
+:class:`~runner.config.yamlload.Document` and turns each jsonschema error into a located
+:class:`~runner.errors.Problem`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError, best_match
+from referencing import Registry, Resource
+
+from runner.config.yamlload import Document, escape_pointer_token
+from runner.errors import Problem
+
+KINDS = {"Agent": "agent", "Task": "task", "Tool": "tool", "Prices": "prices"}
+SCHEMA_NAMES = ("common", "agent", "task", "tool", "prices", "plan")
+BASE_URI = "https://runner.dev/schemas/v1/"
+
+
+@cache
+def schema(name: str) -> dict[str, Any]:
+    """The schema ``name`` (e.g. ``"agent"``) as a dict."""
+    text = resources.files("runner.config.schemas").joinpath(f"{name}.schema.json").read_text("utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+@cache
+def _registry() -> Registry:
+    resources_ = [(BASE_URI + f"{n}.schema.json", Resource.from_contents(schema(n))) for n in SCHEMA_NAMES]
+    return Registry().with_resources(resources_)  # type: ignore[no-any-return]
+
+
+@cache
+def validator(name: str) -> Draft202012Validator:
+    """A validator for the schema ``name``, resolving references to sibling schemas."""
+    return Draft202012Validator(schema(name), registry=_registry())
+
+
+def validate_document(doc: Document) -> list[Problem]:
+    """Validate one document against the schema of its ``kind``; return located problems."""
+    data = doc.data
+    if not isinstance(data, dict):
+        return [doc.problem("", "a configuration document must be a mapping with apiVersion and kind")]
+    kind = data.get("kind")
+    if kind not in KINDS:
+        hint = _did_you_mean(str(kind), KINDS) if isinstance(kind, str) else ""
+        return [doc.problem("/kind" if "kind" in data else "", f"kind must be one of {', '.join(KINDS)}{hint}")]
+    errors = sorted(validator(KINDS[kind]).iter_errors(data), key=lambda e: list(e.absolute_path))
+    problems: list[Problem] = []
+    for error in errors:
+        problems.extend(_to_problems(doc, error, KINDS[kind]))
+    return _dedupe(problems)
+
+
+def validate_value(value: Any, json_schema: dict[str, Any]) -> list[str]:
+    """Validate an arbitrary value (e.g. a model's output) against a user's schema."""
+    checker = Draft202012Validator(json_schema)
+    return [f"{_pointer(e)}: {e.message}" for e in checker.iter_errors(value)]
+
+
+def check_schema(json_schema: Any) -> str | None:
+    """``None`` if ``json_schema`` is a valid Draft 2020-12 schema, else the reason."""
+    try:
+        Draft202012Validator.check_schema(json_schema)
+    except Exception as exc:  # jsonschema raises SchemaError; keep the message only
+        return str(getattr(exc, "message", exc))
+    return None
+
+
+def _pointer(error: ValidationError) -> str:
+    return "".join(f"/{escape_pointer_token(p)}" for p in error.absolute_path)
+
+
+def _to_problems(doc: Document, error: ValidationError, kind: str) -> list[Problem]:
+    if error.validator in ("oneOf", "anyOf") and error.context:
+        error = best_match(error.context)
+    pointer = _pointer(error)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = _allowed_keys(error.schema)
+        unknown = [k for k in error.instance if k not in allowed]
+        return [
+            doc.problem(
+                f"{pointer}/{escape_pointer_token(k)}",
+                f"unknown key '{k}'{_did_you_mean(k, allowed) or _allowed_hint(allowed)}",
+                key=True,
+            )
+            for k in unknown
+        ]
+    if error.validator == "required":
+        return [doc.problem(pointer, f"{error.message}; add it")]
+    if error.validator == "dependentRequired":
+        return [doc.problem(pointer, f"{error.message}; give both or neither")]
+    if error.validator == "const" and pointer == "/apiVersion":
+        return [doc.problem(pointer, f"apiVersion must be 'runner/v1' (got {error.instance!r})")]
+    if error.validator == "enum":
+        hint = _did_you_mean(str(error.instance), [str(v) for v in error.validator_value])
+        return [doc.problem(pointer, f"{error.instance!r} is not one of {error.validator_value}{hint}")]
+    if error.validator == "type" and isinstance(error.instance, bool) and error.validator_value in ("number", "integer"):
+        return [doc.problem(pointer, f"{error.instance!r} is a boolean; write a number")]
+    if error.validator == "type" and isinstance(error.instance, str) and error.validator_value in ("number", "integer"):
+        return [doc.problem(pointer, f"{error.instance!r} is a string; write the {error.validator_value} without quotes")]
+    return [doc.problem(pointer, error.message)]
+
+
+def _allowed_keys(subschema: dict[str, Any]) -> list[str]:
+    return list(subschema.get("properties", {}))
+
+
+def _allowed_hint(allowed: list[str]) -> str:
+    return f"; allowed keys: {', '.join(allowed)}" if allowed else ""
+
+
+def _did_you_mean(word: str, choices: Any) -> str:
+    matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f". Did you mean '{matches[0]}'?" if matches else ""
+
+
+def _dedupe(problems: list[Problem]) -> list[Problem]:
+    seen: set[tuple[int, int, str]] = set()
+    out = []
+    for p in problems:
+        key = (p.line, p.column, p.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out

@@ -1,0 +1,352 @@
+"""Typed, validated configuration: what the rest of the runner reads.
+
+Specs are built only from documents that passed schema validation, so builders read
+keys without re-checking them; defaults live here, allowed keys live in the schemas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from runner.config.yamlload import Document
+
+CAP_NAMES = (
+    "max_steps",
+    "max_tool_calls",
+    "max_input_tokens",
+    "max_output_tokens",
+    "max_tokens",
+    "max_cost_usd",
+    "max_wall_seconds",
+)
+
+
+@dataclass(frozen=True)
+class Caps:
+    """Limits on a run; ``None`` means no limit. See ``common.schema.json#/$defs/caps``."""
+
+    max_steps: int | None = None
+    max_tool_calls: int | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    max_wall_seconds: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Caps:
+        return cls(**(data or {}))
+
+    def tighten(self, other: Caps) -> Caps:
+        """The stricter of each limit of ``self`` and ``other``."""
+        values = {}
+        for name in CAP_NAMES:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            values[name] = theirs if mine is None else mine if theirs is None else min(mine, theirs)
+        return Caps(**values)
+
+    def as_dict(self) -> dict[str, float]:
+        return {n: getattr(self, n) for n in CAP_NAMES if getattr(self, n) is not None}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model to call and how to reach it."""
+
+    id: str
+    provider: str = "auto"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    temperature: float | None = None
+    max_tokens: int = 1024
+    timeout_seconds: float = 60.0
+    retries: int = 3
+    context_window: int = 32768
+
+
+@dataclass(frozen=True)
+class ToolRef:
+    """A tool named by an agent or step, with per-tool settings."""
+
+    name: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    pointer: str = ""
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Confinement of code and shell tools."""
+
+    mode: str = "bwrap"
+    cpu_seconds: int = 10
+    memory_mb: int = 512
+    wall_seconds: float = 30.0
+    max_processes: int = 64
+    max_file_mb: int = 64
+    max_output_bytes: int = 65536
+
+
+@dataclass(frozen=True)
+class ContextPolicy:
+    """How large tool outputs and history may grow before truncation or compaction."""
+
+    max_tool_output_chars: int = 8000
+    max_history_tokens: int | None = None
+    keep_last_messages: int = 12
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """An agent from ``agents.d/``."""
+
+    name: str
+    model: ModelSpec
+    description: str = ""
+    system_prompt: str = ""
+    next_step_prompt: str = ""
+    tools: tuple[ToolRef, ...] = ()
+    tool_choice: str = "auto"
+    sandbox: SandboxSpec = field(default_factory=SandboxSpec)
+    allow_hosts: tuple[str, ...] = ()
+    deny_hosts: tuple[str, ...] = ()
+    caps: Caps = field(default_factory=Caps)
+    context: ContextPolicy = field(default_factory=ContextPolicy)
+    max_repeats: int = 3
+    max_invalid_calls: int = 3
+    output_schema: dict[str, Any] | None = None
+    source: str = ""
+
+    def with_tools(self, tools: tuple[ToolRef, ...]) -> AgentSpec:
+        return replace(self, tools=tools)
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A typed task input."""
+
+    name: str
+    type: str
+    default: Any = None
+    has_default: bool = False
+    required: bool = True
+    enum: tuple[Any, ...] | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One declared pipeline step: an agent step (agent + goal) or a tool step (tool + args)."""
+
+    id: str
+    agent: str | None = None
+    goal: str | None = None
+    tool: str | None = None
+    args: dict[str, Any] = field(default_factory=dict)
+    depends_on: tuple[str, ...] = ()
+    tools: tuple[ToolRef, ...] | None = None
+    caps: Caps = field(default_factory=Caps)
+    output_schema: dict[str, Any] | None = None
+    description: str = ""
+
+    @property
+    def kind(self) -> str:
+        return "tool" if self.tool else "agent"
+
+
+@dataclass(frozen=True)
+class PlannerSpec:
+    """An LLM planner whose plan must validate against ``plan.schema.json``."""
+
+    agent: str
+    goal: str
+    executors: tuple[str, ...]
+    max_replans: int = 1
+    max_plan_steps: int = 8
+
+
+@dataclass(frozen=True)
+class SynthesisSpec:
+    agent: str
+    goal: str
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    steps: tuple[StepSpec, ...] = ()
+    planner: PlannerSpec | None = None
+    synthesis: SynthesisSpec | None = None
+    max_parallel: int = 4
+
+
+@dataclass(frozen=True)
+class ReportSpec:
+    title: str | None = None
+    formats: tuple[str, ...] = ("markdown", "html", "json")
+    narrative_step: str | None = None
+    tables: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task from ``tasks.d/``."""
+
+    name: str
+    description: str = ""
+    inputs: tuple[InputSpec, ...] = ()
+    agent: str | None = None
+    goal: str | None = None
+    pipeline: PipelineSpec | None = None
+    caps: Caps = field(default_factory=Caps)
+    output_schema: dict[str, Any] | None = None
+    workspace_files: tuple[str, ...] = ()
+    previous_run: bool = False
+    report: ReportSpec = field(default_factory=ReportSpec)
+    source: str = ""
+    root: Path = field(default_factory=Path)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A custom tool from ``tools.d/``, handed to the tools layer as its raw dict."""
+
+    name: str
+    type: str
+    data: dict[str, Any]
+    source: str
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million tokens."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+    cached_input_per_mtok: float | None = None
+
+
+# --- builders ---------------------------------------------------------------------
+
+
+def read_prompt(value: Any, doc: Document) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return (doc.path.parent / value["file"]).read_text("utf-8")
+
+
+def tool_refs(items: list[Any] | None, pointer: str) -> tuple[ToolRef, ...]:
+    refs = []
+    for i, item in enumerate(items or []):
+        if isinstance(item, str):
+            refs.append(ToolRef(item, {}, f"{pointer}/{i}"))
+        else:
+            refs.append(ToolRef(item["name"], dict(item.get("settings", {})), f"{pointer}/{i}/name"))
+    return tuple(refs)
+
+
+def build_agent(doc: Document) -> AgentSpec:
+    d = doc.data
+    stuck = d.get("stuck", {})
+    network = d.get("network", {})
+    return AgentSpec(
+        name=d["name"],
+        model=ModelSpec(**d["model"]),
+        description=d.get("description", ""),
+        system_prompt=read_prompt(d.get("system_prompt"), doc),
+        next_step_prompt=read_prompt(d.get("next_step_prompt"), doc),
+        tools=tool_refs(d.get("tools"), "/tools"),
+        tool_choice=d.get("tool_choice", "auto"),
+        sandbox=SandboxSpec(**d.get("sandbox", {})),
+        allow_hosts=tuple(network.get("allow_hosts", ())),
+        deny_hosts=tuple(network.get("deny_hosts", ())),
+        caps=Caps.from_dict(d.get("caps")),
+        context=ContextPolicy(**d.get("context", {})),
+        max_repeats=stuck.get("max_repeats", 3),
+        max_invalid_calls=stuck.get("max_invalid_calls", 3),
+        output_schema=d.get("output_schema"),
+        source=doc.source.file,
+    )
+
+
+def build_task(doc: Document, root: Path) -> TaskSpec:
+    d = doc.data
+    inputs = tuple(
+        InputSpec(
+            name=name,
+            type=spec["type"],
+            default=spec.get("default"),
+            has_default="default" in spec,
+            required=spec.get("required", "default" not in spec),
+            enum=tuple(spec["enum"]) if "enum" in spec else None,
+            description=spec.get("description", ""),
+        )
+        for name, spec in (d.get("inputs") or {}).items()
+    )
+    report = d.get("report", {})
+    return TaskSpec(
+        name=d["name"],
+        description=d.get("description", ""),
+        inputs=inputs,
+        agent=d.get("agent"),
+        goal=d.get("goal"),
+        pipeline=_build_pipeline(d["pipeline"]) if "pipeline" in d else None,
+        caps=Caps.from_dict(d.get("caps")),
+        output_schema=d.get("output_schema"),
+        workspace_files=tuple(d.get("workspace", {}).get("files", ())),
+        previous_run=bool(d.get("memory", {}).get("previous_run", False)),
+        report=ReportSpec(
+            title=report.get("title"),
+            formats=tuple(report.get("formats", ("markdown", "html", "json"))),
+            narrative_step=report.get("narrative_step"),
+            tables=tuple(report.get("tables", ())),
+        ),
+        source=doc.source.file,
+        root=root,
+    )
+
+
+def _build_pipeline(p: dict[str, Any]) -> PipelineSpec:
+    steps = tuple(
+        StepSpec(
+            id=s["id"],
+            agent=s.get("agent"),
+            goal=s.get("goal"),
+            tool=s.get("tool"),
+            args=dict(s.get("args", {})),
+            depends_on=tuple(s.get("depends_on", ())),
+            tools=tool_refs(s["tools"], f"/pipeline/steps/{i}/tools") if "tools" in s else None,
+            caps=Caps.from_dict(s.get("caps")),
+            output_schema=s.get("output_schema"),
+            description=s.get("description", ""),
+        )
+        for i, s in enumerate(p.get("steps", ()))
+    )
+    planner = p.get("planner")
+    synthesis = p.get("synthesis")
+    return PipelineSpec(
+        steps=steps,
+        planner=PlannerSpec(
+            agent=planner["agent"],
+            goal=planner["goal"],
+            executors=tuple(planner["executors"]),
+            max_replans=planner.get("max_replans", 1),
+            max_plan_steps=planner.get("max_plan_steps", 8),
+        )
+        if planner
+        else None,
+        synthesis=SynthesisSpec(synthesis["agent"], synthesis["goal"]) if synthesis else None,
+        max_parallel=p.get("max_parallel", 4),
+    )
+
+
+def build_tool(doc: Document) -> ToolSpec:
+    d = doc.data
+    line = doc.source.locate("").line
+    return ToolSpec(name=d["name"], type=d["type"], data=d, source=f"{doc.source.file}:{line}")
+
+
+def build_prices(doc: Document) -> dict[str, Price]:
+    return {model: Price(**p) for model, p in doc.data["models"].items()}

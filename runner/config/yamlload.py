@@ -1,0 +1,210 @@
+"""A strict YAML loader that keeps the source position of every node.
+
+Stricter than ``yaml.safe_load`` (see ``shared/SECURITY.md``):
+
+* the file size is capped before parsing;
+* anchors and aliases are rejected (alias bombs);
+* duplicate keys are an error naming both lines;
+* only the standard scalar tags are accepted; timestamps stay strings;
+* ``.nan`` / ``.inf`` are rejected anywhere.
+
+Positions are kept per JSON pointer: where the key is written and where the value is,
+1-based, so errors can point at the key for unknown keys and at the value for bad values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from runner.errors import Problem
+
+MAX_CONFIG_BYTES = 1024 * 1024
+
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_BOOL = "tag:yaml.org,2002:bool"
+_NULL = "tag:yaml.org,2002:null"
+_STR = "tag:yaml.org,2002:str"
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+
+
+@dataclass(frozen=True)
+class Position:
+    """1-based line and column."""
+
+    line: int
+    column: int
+
+
+@dataclass
+class SourceMap:
+    """Positions of values and keys in one document, by JSON pointer."""
+
+    file: str
+    values: dict[str, Position] = field(default_factory=dict)
+    keys: dict[str, Position] = field(default_factory=dict)
+
+    def locate(self, pointer: str, *, key: bool = False) -> Position:
+        """The position of ``pointer``; falls back to the nearest enclosing node."""
+        table = self.keys if key else self.values
+        probe = pointer
+        while True:
+            if probe in table:
+                return table[probe]
+            if probe in self.values:
+                return self.values[probe]
+            if not probe:
+                return Position(1, 1)
+            probe = probe.rsplit("/", 1)[0]
+
+
+@dataclass
+class Document:
+    """One parsed YAML document: its data and where each part was written."""
+
+    path: Path
+    data: Any
+    source: SourceMap
+
+    def problem(self, pointer: str, message: str, *, key: bool = False) -> Problem:
+        pos = self.source.locate(pointer, key=key)
+        return Problem(self.source.file, pos.line, pos.column, pointer, message)
+
+
+class YamlError(Exception):
+    """A YAML document could not be loaded. Carries a located ``Problem``."""
+
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        super().__init__(problem.render())
+
+
+def escape_pointer_token(token: str | int) -> str:
+    return str(token).replace("~", "~0").replace("/", "~1")
+
+
+def load_documents(path: Path, display: str | None = None) -> list[Document]:
+    """Load every YAML document in ``path`` (``---`` separated), strictly."""
+    name = display or str(path)
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise YamlError(
+            Problem(name, 1, 1, "", f"file is {size} bytes; configuration files are limited to {MAX_CONFIG_BYTES} bytes")
+        )
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise YamlError(Problem(name, line, 1, "", f"invalid UTF-8 at byte {exc.start}; save the file as UTF-8")) from None
+    return load_text(text, name, path)
+
+
+def load_text(text: str, name: str, path: Path | None = None) -> list[Document]:
+    """Parse YAML text into documents. ``name`` is used in error messages."""
+    loader = _StrictLoader(text)
+    documents = []
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                continue
+            source = SourceMap(name)
+            data = _convert(node, "", source)
+            documents.append(Document(path or Path(name), data, source))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        what = exc.problem or exc.context or "invalid YAML"
+        if "alias" in str(what) or "anchor" in str(what):
+            what = _NO_ANCHORS
+        raise YamlError(Problem(name, line, col, "", f"YAML syntax: {what}")) from None
+    except yaml.YAMLError as exc:
+        raise YamlError(Problem(name, 1, 1, "", f"YAML syntax: {exc}")) from None
+    finally:
+        loader.dispose()
+    return documents
+
+
+def _pos(node: Node) -> Position:
+    return Position(node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+def _fail(node: Node, pointer: str, source: SourceMap, message: str) -> YamlError:
+    pos = _pos(node)
+    return YamlError(Problem(source.file, pos.line, pos.column, pointer, message))
+
+
+def _convert(node: Node, pointer: str, source: SourceMap) -> Any:
+    source.values[pointer] = _pos(node)
+    if isinstance(node, MappingNode):
+        return _convert_mapping(node, pointer, source)
+    if isinstance(node, SequenceNode):
+        if node.tag != _SEQ:
+            raise _fail(node, pointer, source, f"tag {node.tag!r} is not allowed")
+        return [_convert(item, f"{pointer}/{i}", source) for i, item in enumerate(node.value)]
+    assert isinstance(node, ScalarNode)
+    return _convert_scalar(node, pointer, source)
+
+
+def _convert_mapping(node: MappingNode, pointer: str, source: SourceMap) -> dict[str, Any]:
+    if node.tag != _MAP:
+        raise _fail(node, pointer, source, f"tag {node.tag!r} is not allowed")
+    out: dict[str, Any] = {}
+    first_seen: dict[str, Position] = {}
+    for key_node, value_node in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            raise _fail(key_node, pointer, source, "merge keys (<<) are not allowed; write the keys out")
+        if not isinstance(key_node, ScalarNode):
+            raise _fail(key_node, pointer, source, "keys must be plain strings")
+        key = str(key_node.value)
+        child = f"{pointer}/{escape_pointer_token(key)}"
+        if key in first_seen:
+            raise _fail(
+                key_node, child, source,
+                f"duplicate key '{key}' (first defined on line {first_seen[key].line}); remove one of them",
+            )
+        first_seen[key] = _pos(key_node)
+        source.keys[child] = _pos(key_node)
+        out[key] = _convert(value_node, child, source)
+    return out
+
+
+def _convert_scalar(node: ScalarNode, pointer: str, source: SourceMap) -> Any:
+    tag, value = node.tag, node.value
+    if tag in (_STR, _TIMESTAMP):
+        return value
+    if tag == _NULL:
+        return None
+    if tag == _BOOL:
+        return value.lower() in ("true", "yes", "on", "y")
+    if tag == _INT:
+        return yaml.SafeLoader.construct_yaml_int(_CONSTRUCTOR, node)
+    if tag == _FLOAT:
+        number = float(yaml.SafeLoader.construct_yaml_float(_CONSTRUCTOR, node))
+        if math.isnan(number) or math.isinf(number):
+            raise _fail(node, pointer, source, f"{value} is not allowed; use a finite number")
+        return number
+    raise _fail(node, pointer, source, f"tag {tag!r} is not allowed; only plain YAML values are accepted")
+
+
+_CONSTRUCTOR = yaml.SafeLoader("")
+_NO_ANCHORS = "anchors and aliases (&name, *name) are not allowed in configuration; write the value out"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader whose composer refuses anchors and aliases as soon as it meets them."""
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:  # type: ignore[override]
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise yaml.MarkedYAMLError(problem=_NO_ANCHORS, problem_mark=event.start_mark)
+        return super().compose_node(parent, index)  # type: ignore[no-any-return]

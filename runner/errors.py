@@ -1,0 +1,137 @@
+"""Exception hierarchy. Every exception a user can cause carries its exit code.
+
+One place (``runner.cli.main``) turns these into process exits; nothing else calls
+``sys.exit``. Messages say what went wrong, where, and how to fix it.
+
+Exit codes (documented in the README):
+
+=====  =========================================================
+ 0     completed
+ 1     failed (model, tool or runtime failure; batch with failed rows)
+ 2     configuration or usage error (invalid YAML, bad flag, bad input)
+ 3     stopped by a cap (steps, tool calls, tokens, USD, wall time)
+ 4     stuck (the agent repeated itself without progress)
+ 130   interrupted (Ctrl-C)
+=====  =========================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_CONFIG = 2
+EXIT_CAPPED = 3
+EXIT_STUCK = 4
+EXIT_INTERRUPTED = 130
+
+
+class RunnerError(Exception):
+    """Base class: an error with a message for a person and a process exit code."""
+
+    exit_code: int = EXIT_FAILED
+
+
+class ConfigError(RunnerError):
+    """The configuration (YAML, schema, cross references) is invalid.
+
+    ``problems`` holds every problem found, so they can be reported all at once.
+    """
+
+    exit_code = EXIT_CONFIG
+
+    def __init__(self, problems: list[Problem] | str):
+        if isinstance(problems, str):
+            problems = [Problem(file="", line=0, column=0, pointer="", message=problems)]
+        self.problems = problems
+        super().__init__("\n".join(p.render() for p in problems))
+
+
+class UsageError(RunnerError):
+    """A command-line flag or input value is invalid."""
+
+    exit_code = EXIT_CONFIG
+
+
+class InputError(RunnerError):
+    """A task input (CLI ``--input`` or a batch row) is missing or of the wrong type."""
+
+    exit_code = EXIT_CONFIG
+
+
+class CapReached(RunnerError):
+    """A cap would be exceeded by the next model call; the run stops before making it."""
+
+    exit_code = EXIT_CAPPED
+
+    def __init__(self, cap: str, limit: float, observed: float, scope: str = "run"):
+        self.cap, self.limit, self.observed, self.scope = cap, limit, observed, scope
+        super().__init__(
+            f"{scope} cap {cap}={_fmt(limit)} reached ({cap.removeprefix('max_')}={_fmt(observed)})"
+        )
+
+
+class Stuck(RunnerError):
+    """The agent repeated the same action without progress."""
+
+    exit_code = EXIT_STUCK
+
+
+class ModelError(RunnerError):
+    """The model endpoint failed in a way retries could not fix.
+
+    ``kind`` classifies the failure: ``rate_limited``, ``server_error``, ``timeout``,
+    ``connection``, ``invalid_response``, ``auth``, ``bad_request``, ``not_found``.
+    """
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, kind: str, message: str):
+        self.kind = kind
+        super().__init__(f"model endpoint error ({kind}): {message}")
+
+
+class ToolFailure(RunnerError):
+    """A tool could not do what was asked. Inside the loop this becomes an observation."""
+
+    exit_code = EXIT_FAILED
+
+
+class SandboxUnavailable(RunnerError):
+    """No OS sandbox works on this host and the configuration did not opt out."""
+
+    exit_code = EXIT_CONFIG
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One configuration problem, located in a file."""
+
+    file: str
+    line: int
+    column: int
+    pointer: str
+    message: str
+    severity: str = "error"
+
+    def render(self) -> str:
+        where = f"{self.file}:{self.line}:{self.column}: " if self.file else ""
+        pointer = f"{self.pointer or '/'}: " if self.file else ""
+        return f"{where}{self.severity}: {pointer}{self.message}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "column": self.column,
+            "pointer": self.pointer,
+            "severity": self.severity,
+            "message": self.message,
+        }
+
+
+def _fmt(value: float) -> str:
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.6g}"
+    return str(int(value)) if isinstance(value, float) else str(value)

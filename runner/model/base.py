@@ -1,0 +1,96 @@
+"""The model interface: typed requests and responses, independent of any SDK.
+
+Every provider (the openai SDK adapter, the embedded local model, the scripted test
+model) implements :class:`ChatModel`. The agent loop only sees these types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens reported by the endpoint for one or more calls."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_input_tokens + other.cached_input_tokens,
+        )
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call requested by the model. ``arguments`` is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message in OpenAI Chat Completions shape."""
+
+    role: str  # system | user | assistant | tool
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def to_openai(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """Everything one model call needs. ``tools`` are OpenAI function-tool dicts."""
+
+    model: str
+    messages: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: str = "auto"  # auto | none | required
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    """The model's answer to one request."""
+
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    finish_reason: str | None = None
+    latency_seconds: float = 0.0
+
+
+class ChatModel(Protocol):
+    """A chat model: one async call per request. Implementations raise ``ModelError``."""
+
+    name: str
+    supports_tools: bool
+
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...
+
+    async def aclose(self) -> None: ...
