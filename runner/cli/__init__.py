@@ -65,7 +65,7 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> Any:
     """Entry point: run the CLI and map every error to its documented exit code."""
     try:
-        cli.main(args=argv, prog_name="runner", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="runner", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
@@ -82,4 +82,4 @@ def main(argv: list[str] | None = None) -> Any:
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(EXIT_FAILED)
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)

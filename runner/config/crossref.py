@@ -208,7 +208,8 @@ class TaskChecker:
             if ref.root == "inputs":
                 if ref.path and ref.path[0] not in inputs:
                     name = ref.path[0]
-                    self._add(pointer, f"template uses undefined input 'inputs.{name}'{did_you_mean(name, inputs)}; declare it under inputs")
+                    hint = did_you_mean(name, inputs) or ". Declare it under inputs"
+                    self._add(pointer, f"template uses undefined input 'inputs.{name}'{hint}")
             elif ref.root == "steps":
                 if ref.path and ref.path[0] not in steps_visible and not any_step:
                     name = ref.path[0]

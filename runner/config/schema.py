@@ -109,6 +109,12 @@ def _to_problems(doc: Document, error: ValidationError, kind: str) -> list[Probl
         return [doc.problem(pointer, f"{error.instance!r} is a boolean; write a number")]
     if error.validator == "type" and isinstance(error.instance, str) and error.validator_value in ("number", "integer"):
         return [doc.problem(pointer, f"{error.instance!r} is a string; write the {error.validator_value} without quotes")]
+    if error.validator == "pattern" and pointer.endswith("api_key_env"):
+        # never echo the value: a literal key pasted here must not reach logs
+        return [doc.problem(pointer, "not an environment variable name (value hidden in case it is a key); "
+                            "give the NAME of the variable that holds the key, e.g. OPENAI_API_KEY")]
+    if error.validator == "pattern" and error.schema.get("description"):
+        return [doc.problem(pointer, f"{error.instance!r} is not valid here: {error.schema['description']}")]
     return [doc.problem(pointer, error.message)]
 
 

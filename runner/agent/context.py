@@ -1,0 +1,66 @@
+"""Context policy: keep tool outputs and history within the agent's budget.
+
+Long tool outputs are truncated with a note that says how much was cut. Before the
+history would exceed ``max_history_tokens`` (default: most of the model's context window),
+the oldest tool results in the middle of the conversation are compacted to one-line
+notes; the system prompt, the goal and the latest messages are always kept whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from runner.config.specs import AgentSpec
+from runner.model.base import Message
+from runner.model.tokens import estimate_text_tokens
+
+COMPACTED_NOTE = "[compacted: an earlier tool result of {chars} characters was removed to fit the context window]"
+
+
+def truncate_output(text: str, max_chars: int) -> str:
+    """``text`` cut to ``max_chars`` with a note naming how much was dropped."""
+    if len(text) <= max_chars:
+        return text
+    head = text[: max_chars * 3 // 4]
+    tail = text[-(max_chars // 4) :]
+    dropped = len(text) - len(head) - len(tail)
+    return f"{head}\n[... {dropped} characters truncated ...]\n{tail}"
+
+
+def history_budget(agent: AgentSpec) -> int:
+    """Tokens the history may take: the configured limit, else 75% of the context window
+    minus the completion budget."""
+    if agent.context.max_history_tokens is not None:
+        return agent.context.max_history_tokens
+    return max(int(agent.model.context_window * 0.75) - agent.model.max_tokens, 512)
+
+
+def message_tokens(message: Message) -> int:
+    tokens = 4 + estimate_text_tokens(message.content)
+    for call in message.tool_calls:
+        tokens += estimate_text_tokens(call.name) + estimate_text_tokens(call.arguments) + 4
+    return tokens
+
+
+def compact(messages: list[Message], budget_tokens: int, keep_last: int) -> list[Message]:
+    """Replace the oldest middle tool results with short notes until the history fits.
+
+    Messages are never removed (tool-call / tool-result pairing must stay intact for the
+    API); only the content of old tool results shrinks.
+    """
+    total = sum(message_tokens(m) for m in messages)
+    if total <= budget_tokens:
+        return messages
+    out = list(messages)
+    protected_from = max(len(out) - keep_last, 2)
+    for i in range(2, protected_from):
+        message = out[i]
+        if message.role != "tool" or message.content is None or message.content.startswith("[compacted"):
+            continue
+        note = COMPACTED_NOTE.format(chars=len(message.content))
+        total -= message_tokens(message)
+        out[i] = replace(message, content=note)
+        total += message_tokens(out[i])
+        if total <= budget_tokens:
+            break
+    return out

@@ -1,0 +1,78 @@
+"""RunnerModelHook: an Airflow connection (type ``runner_model``) naming a model endpoint.
+
+The connection's **host** is the OpenAI-compatible base URL (``https://host/v1``; a bare host
+is completed from ``port``, ``schema`` as the path and ``extra.scheme``, default https) and
+its **password** is the API key. The key is registered with Airflow's secrets masker before
+it is returned, so it is redacted from task logs, and it is never put in XCom.
+
+Define one with an environment variable, e.g.::
+
+    AIRFLOW_CONN_RUNNER_MODEL_DEFAULT='{"conn_type": "runner_model",
+                                        "host": "https://api.openai.com/v1", "password": "sk-..."}'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseHook
+
+try:  # Airflow >= 3.1: masks in the task process *and* tells the supervisor
+    from airflow.sdk.log import mask_secret
+except ImportError:  # pragma: no cover - older task SDKs
+    from airflow.sdk.execution_time.secrets_masker import mask_secret  # type: ignore[no-redef]
+
+from runner.airflow.provider import CONN_TYPE, DEFAULT_CONN_ID
+
+
+def base_url_from_parts(host: str | None, port: int | None, schema: str | None, scheme: str | None = None) -> str | None:
+    """``host`` if it already is a URL, else ``scheme://host[:port][/schema]``; None without a host."""
+    if not host:
+        return None
+    host = host.strip()
+    if "://" in host:
+        return host.rstrip("/")
+    url = f"{scheme or 'https'}://{host}"
+    if port:
+        url += f":{int(port)}"
+    if schema:
+        url += "/" + schema.strip("/")
+    return url
+
+
+class RunnerModelHook(BaseHook):
+    """Reads a ``runner_model`` connection: ``(base_url, api_key)`` for :func:`runner.api.run_task`."""
+
+    conn_name_attr = "runner_model_conn_id"
+    default_conn_name = DEFAULT_CONN_ID
+    conn_type = CONN_TYPE
+    hook_name = "Runner model endpoint"
+
+    def __init__(self, runner_model_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.runner_model_conn_id = runner_model_conn_id
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": ["login", "schema", "port", "extra"],
+            "relabeling": {"host": "Base URL", "password": "API key"},
+            "placeholders": {"host": "https://api.openai.com/v1", "password": "sk-..."},
+        }
+
+    def get_conn(self) -> tuple[str | None, str | None]:
+        """``(base_url, api_key)``; either may be None (the runner then uses the agent's or env settings)."""
+        conn = self.get_connection(self.runner_model_conn_id)
+        api_key = conn.password or None
+        if api_key:
+            mask_secret(api_key)
+        scheme = None
+        if conn.extra:
+            scheme = conn.extra_dejson.get("scheme")
+        return base_url_from_parts(conn.host, conn.port, conn.schema, scheme), api_key
+
+    def test_connection(self) -> tuple[bool, str]:
+        base_url, api_key = self.get_conn()
+        if not base_url and not api_key:
+            return False, "the connection has neither a host (base URL) nor a password (API key)"
+        return True, f"base URL {base_url or '(default)'}; API key {'set' if api_key else 'not set'}"

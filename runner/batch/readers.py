@@ -1,0 +1,213 @@
+"""Raw records from CSV, JSONL and Parquet files, streamed, with per-record problems.
+
+Readers only split a file into records of raw values (column -> value); typing and ids
+happen in :mod:`runner.batch.inputs`. Memory stays flat: CSV is read in chunks, Parquet by
+record batches of the needed columns only, JSONL line by line.
+
+- CSV: every cell is read as text exactly as written (``NA``, ``null`` and ``NaN`` stay
+  text: a country code ``NA`` is not a missing value); an empty cell is empty. A UTF-8
+  BOM is skipped; invalid UTF-8 makes that record invalid, naming the column.
+- JSONL: one JSON object per line; blank lines are skipped. ``NaN``/``Infinity``,
+  duplicate keys, invalid UTF-8 and non-objects make that line invalid, naming it.
+- Parquet: values as Python objects (ints, floats, dates, ...); NaN counts as empty.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.errors import InputError, UsageError
+
+FORMATS = ("csv", "jsonl", "parquet")
+_SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    """One record as read: its 1-based position, values by column, or why it is unreadable."""
+
+    number: int
+    values: dict[str, Any] | None
+    error: str | None = None
+    line: int | None = None  # JSONL line number (1-based)
+
+    def where(self, file_name: str) -> str:
+        """``tickets.csv row 12`` or ``tickets.jsonl row 12 (line 14)``."""
+        line = f" (line {self.line})" if self.line is not None and self.line != self.number else ""
+        return f"{file_name} row {self.number}{line}"
+
+
+def detect_format(path: Path, explicit: str | None = None) -> str:
+    """``csv``, ``jsonl`` or ``parquet``: ``explicit`` if given, else from the file suffix."""
+    if explicit is not None:
+        if explicit not in FORMATS:
+            raise UsageError(f"unknown input format '{explicit}'; use one of: {', '.join(FORMATS)}")
+        return explicit
+    fmt = _SUFFIXES.get(path.suffix.lower())
+    if fmt is None:
+        raise UsageError(
+            f"{path}: cannot tell the format from the suffix '{path.suffix}'; "
+            f"name it .csv, .jsonl or .parquet, or pass --format {'|'.join(FORMATS)}"
+        )
+    return fmt
+
+
+def file_columns(path: Path, fmt: str) -> list[str] | None:
+    """The columns a CSV header or Parquet schema declares; ``None`` for JSONL (per line)."""
+    _check_readable(path)
+    if fmt == "csv":
+        with path.open(encoding="utf-8-sig", errors="surrogateescape", newline="") as handle:
+            header = next(csv.reader(handle), None)
+        if not header:
+            raise InputError(f"{path}: the CSV file is empty (no header row)")
+        _check_header(path, header)
+        return header
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return list(pq.ParquetFile(path).schema_arrow.names)
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise InputError(f"{path}: not a readable Parquet file: {exc}") from None
+    return None
+
+
+def read_records(path: Path, fmt: str, columns: Collection[str], *, chunk_rows: int = 2000) -> Iterator[RawRecord]:
+    """Stream the records of ``path``, keeping only ``columns`` of each."""
+    _check_readable(path)
+    readers = {"csv": _csv_records, "jsonl": _jsonl_records, "parquet": _parquet_records}
+    yield from readers[fmt](path, list(columns), chunk_rows)
+
+
+# --- CSV ----------------------------------------------------------------------------------
+
+
+def _csv_records(path: Path, columns: list[str], chunk_rows: int) -> Iterator[RawRecord]:
+    import pandas as pd
+
+    number = 0
+    reader = pd.read_csv(
+        path,
+        dtype=object,  # not str: pandas' arrow strings cannot hold the surrogates of bad bytes
+        keep_default_na=False,
+        na_filter=False,
+        usecols=lambda name: name in columns,
+        chunksize=chunk_rows,
+        encoding="utf-8-sig",
+        encoding_errors="surrogateescape",
+    )
+    try:
+        with reader:
+            for chunk in reader:
+                for values in chunk.to_dict("records"):
+                    number += 1
+                    yield _csv_record(number, values)
+    except pd.errors.ParserError as exc:
+        raise InputError(f"{path}: malformed CSV after row {number}: {exc}") from None
+
+
+def _csv_record(number: int, values: dict[str, Any]) -> RawRecord:
+    bad = [c for c, v in values.items() if isinstance(v, str) and _has_surrogates(v)]
+    if bad:
+        listed = ", ".join(f"'{c}'" for c in bad)
+        return RawRecord(number, None, f"invalid UTF-8 in column {listed}")
+    return RawRecord(number, values)
+
+
+def _check_header(path: Path, header: list[str]) -> None:
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            raise InputError(f"{path}: the CSV header names column '{name}' twice")
+        seen.add(name)
+
+
+# --- JSONL --------------------------------------------------------------------------------
+
+
+def _jsonl_records(path: Path, columns: list[str], chunk_rows: int) -> Iterator[RawRecord]:
+    wanted = set(columns)
+    number = 0
+    with path.open("rb") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if line_number == 1 and line.startswith(_BOM):
+                line = line[len(_BOM) :]
+            if not line.strip():
+                continue
+            number += 1
+            values, error = _parse_json_line(line)
+            kept = {k: v for k, v in values.items() if k in wanted} if values is not None else None
+            yield RawRecord(number, kept, error, line=line_number)
+
+
+def _parse_json_line(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"invalid UTF-8 at byte {exc.start} of the line"
+    try:
+        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_reject_duplicate_keys)
+    except _JsonProblem as exc:
+        return None, str(exc)
+    except json.JSONDecodeError as exc:
+        return None, f"invalid JSON: {exc.msg} at column {exc.colno}"
+    if not isinstance(value, dict):
+        return None, f"expected a JSON object, got {type(value).__name__}"
+    return value, None
+
+
+class _JsonProblem(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> Any:
+    raise _JsonProblem(f"{name} is not valid JSON (use null for a missing number)")
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _JsonProblem(f"duplicate key '{key}' in a JSON object")
+        out[key] = value
+    return out
+
+
+# --- Parquet ------------------------------------------------------------------------------
+
+
+def _parquet_records(path: Path, columns: list[str], chunk_rows: int) -> Iterator[RawRecord]:
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(path)
+    present = [c for c in columns if c in parquet.schema_arrow.names]
+    number = 0
+    # With no wanted column, read one anyway so the row count is right.
+    selected = present or parquet.schema_arrow.names[:1]
+    for batch in parquet.iter_batches(batch_size=chunk_rows, columns=selected):
+        for values in batch.to_pylist():
+            number += 1
+            yield RawRecord(number, {c: values[c] for c in present})
+
+
+# --- shared -------------------------------------------------------------------------------
+
+
+def _check_readable(path: Path) -> None:
+    if not path.is_file():
+        raise InputError(f"{path}: no such input file")
+
+
+def _has_surrogates(text: str) -> bool:
+    """Whether decoding with ``surrogateescape`` met invalid UTF-8 bytes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False

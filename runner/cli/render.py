@@ -1,0 +1,76 @@
+"""Rendering run events for a person (one line each, with cost so far) or as JSON Lines."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, TextIO
+
+
+class JsonLines:
+    """Each event as one JSON object per line on stdout (machine-readable)."""
+
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = stream or sys.stdout
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        self.stream.write(json.dumps(event, default=str, ensure_ascii=False) + "\n")
+        self.stream.flush()
+
+
+class HumanLog:
+    """A readable account of what the agent does and what it has cost so far (stderr)."""
+
+    def __init__(self, stream: TextIO | None = None, verbose: bool = False):
+        self.stream = stream or sys.stderr
+        self.verbose = verbose
+        self.cost = 0.0
+        self.tokens = 0
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        line = self._line(event)
+        if line:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def _line(self, e: dict[str, Any]) -> str | None:
+        kind = e["event"]
+        if kind == "notice":
+            return f"note: {e['message']}"
+        if kind == "run_started":
+            resumed = f", resuming (attempt {e['attempt']}; reusing {', '.join(e['resumed_steps'])})" if e.get("resumed_steps") else ""
+            return f"run {e['run_id']} started: task {e['task']}{resumed}"
+        if kind == "step_started":
+            who = e.get("agent") or e.get("tool")
+            return f"[{e['step']}] {e['kind']} step started ({who})"
+        if kind == "model_call":
+            self.cost += e["cost_usd"]
+            self.tokens += e["input_tokens"] + e["output_tokens"]
+            what = f"{e['tool_calls']} tool call(s)" if e["tool_calls"] else "answer"
+            if e["status"] != "ok":
+                what = f"error: {e['error']}"
+            return (
+                f"[{e['step_id']}] think #{e['seq']} {e['model']}: {what} "
+                f"({e['input_tokens']}+{e['output_tokens']} tok, {e['latency_seconds']:.2f}s) "
+                f"| spent ${self.cost:.4f}, {self.tokens} tok"
+            )
+        if kind == "tool_call":
+            args = e["arguments"] if len(e["arguments"]) <= 80 else e["arguments"][:77] + "..."
+            excerpt = e["output_excerpt"].replace("\n", " ")[:100]
+            return f"[{e['step_id']}]   act {e['name']}({args}) -> {e['status']}: {excerpt}"
+        if kind == "plan":
+            state = "valid" if e["valid"] else f"invalid: {'; '.join(e['problems'][:2])}"
+            steps = e["plan"].get("steps", []) if isinstance(e["plan"], dict) else []
+            return f"plan (attempt {e['attempt']}, {len(steps)} steps): {state}"
+        if kind == "step_finished":
+            error = f": {e['error']}" if e.get("error") else ""
+            return f"[{e['step']}] {e['status']} in {e['duration_seconds']}s, ${e['cost_usd']:.4f}{error}"
+        if kind == "step_reused":
+            return f"[{e['step']}] reused from an earlier attempt ({e['status']})"
+        if kind == "run_finished":
+            return (
+                f"run {e['run_id']} {e['status']} (exit {e['exit_code']}): {e['model_calls']} model call(s), "
+                f"{e['tool_calls']} tool call(s), {e['input_tokens'] + e['output_tokens']} tokens, ${e['cost_usd']:.6f}, "
+                f"{e['duration_seconds']}s" + (f"\n  reason: {e['error']}" if e.get("error") else "")
+            )
+        return None

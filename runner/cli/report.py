@@ -1,0 +1,36 @@
+"""``runner report RUN_ID``: re-render a run's report from the run store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from runner.cli.runs import open_store, resolve_run_id
+from runner.errors import UsageError
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), help="Run store (SQLite) path.")
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=".", help="Project root.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Output directory (default: the run's report directory).")
+@click.option("--format", "formats", multiple=True, type=click.Choice(["markdown", "html", "json"]), help="Formats (default: all).")
+def report(run_id: str, store_path: Path | None, root: Path, out_dir: Path | None, formats: tuple[str, ...]) -> None:
+    """Re-render the report of RUN_ID (Markdown, HTML, JSON) from the run store."""
+    from runner.reports.writer import write_report
+    from runner.runs.execute import RUN_DIR
+
+    store = open_store(store_path, root)
+    run_id = resolve_run_id(store, run_id)
+    run = store.run(run_id)
+    assert run is not None
+    if not run["record_json"]:
+        raise UsageError(f"run {run_id} has no record yet (status {run['status']}); it may still be running")
+    record = json.loads(run["record_json"])
+    target = out_dir or (Path(run["report_dir"]) if run["report_dir"] else root / "reports" / run["task"] / run_id)
+    workspace = root.resolve() / RUN_DIR / "workspaces" / run_id
+    written = write_report(record, target, workspace if workspace.is_dir() else None, formats=formats or ("markdown", "html", "json"))
+    for path in written.values():
+        click.echo(str(path))

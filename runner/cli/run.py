@@ -1,0 +1,54 @@
+"""``runner run TASK``: one headless run. Never reads stdin."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runner.cli.options import caps_options, caps_from_flags, parse_inputs
+from runner.config.project import find_root, load_project_or_raise
+from runner.runs.types import RunOptions
+
+
+@click.command()
+@click.argument("task")
+@click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=VALUE", help="A task input (repeatable).")
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), help="Project root (default: found from TASK or the current directory).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON Lines event stream on stdout instead of a readable log.")
+@click.option("--model", help="Use this model id for every agent in this run.")
+@click.option("--base-url", help="Send model calls to this OpenAI-compatible endpoint.")
+@click.option("--run-id", help="Run id; an existing id resumes that run without redoing completed steps.")
+@click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), help="Run store (SQLite) path.")
+@click.option("--reports-dir", type=click.Path(file_okay=False, path_type=Path), help="Where reports go (default: <root>/reports).")
+@click.option("--no-report", is_flag=True, help="Do not write a report.")
+@caps_options
+def run(
+    task: str, inputs: tuple[str, ...], root: Path | None, as_json: bool, model: str | None, base_url: str | None,
+    run_id: str | None, store_path: Path | None, reports_dir: Path | None, no_report: bool, **caps: Any,
+) -> None:
+    """Run TASK (a name, or a path like tasks.d/daily_report.yaml) once, headless.
+
+    Exit codes: 0 completed, 1 failed, 2 configuration or usage error, 3 stopped by a cap, 4 stuck.
+    """
+    from runner.cli.render import HumanLog, JsonLines
+    from runner.runs.execute import execute_task
+
+    root = (root or find_root(Path(task) if task.endswith((".yaml", ".yml")) else Path.cwd())).resolve()
+    project = load_project_or_raise(root)
+    spec = project.task_for(task)
+    sink = JsonLines() if as_json else HumanLog()
+    options = RunOptions(
+        run_id=run_id, caps=caps_from_flags(caps), store_path=store_path, reports_dir=reports_dir,
+        write_report=not no_report, model_override=model, base_url_override=base_url, events=sink,
+    )
+    result = asyncio.run(execute_task(project, spec, parse_inputs(inputs), options))
+    if not as_json:
+        if result.report_dir:
+            click.echo(f"report: {result.report_dir / 'report.md'}", err=True)
+        output = result.output
+        click.echo(output if isinstance(output, str) else json.dumps(output, indent=2, default=str))
+    raise click.exceptions.Exit(result.exit_code)

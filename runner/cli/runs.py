@@ -1,0 +1,88 @@
+"""``runner runs`` and ``runner runs show ID``: what the run store recorded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from runner.errors import UsageError
+from runner.store.runstore import RunStore
+
+
+def open_store(store_path: Path | None, root: Path) -> RunStore:
+    from runner.runs.execute import default_store_path
+
+    path = store_path or default_store_path(root.resolve())
+    if not path.exists():
+        raise UsageError(f"no run store at {path}; run a task first, or pass --store PATH")
+    return RunStore(path)
+
+
+def resolve_run_id(store: RunStore, run_id: str) -> str:
+    if store.run(run_id):
+        return run_id
+    matches = store.find_runs(run_id)
+    if len(matches) == 1:
+        return matches[0]
+    hint = f"; did you mean one of {', '.join(matches)}?" if matches else "; `runner runs` lists them"
+    raise UsageError(f"no run '{run_id}' in {store.path}{hint}")
+
+
+@click.group(invoke_without_command=True)
+@click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), help="Run store (SQLite) path.")
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=".", help="Project root.")
+@click.option("--task", help="Only runs of this task.")
+@click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@click.pass_context
+def runs(ctx: click.Context, store_path: Path | None, root: Path, task: str | None, limit: int, as_json: bool) -> None:
+    """List recorded runs, newest first."""
+    ctx.obj = {"store_path": store_path, "root": root}
+    if ctx.invoked_subcommand:
+        return
+    store = open_store(store_path, root)
+    rows = store.list_runs(task, limit)
+    if as_json:
+        keys = ("run_id", "task", "status", "started_at", "finished_at", "cost_usd", "input_tokens", "output_tokens", "model_calls", "tool_calls", "error")
+        click.echo(json.dumps([{k: r[k] for k in keys} for r in rows], indent=2))
+        return
+    click.echo(f"{'RUN ID':<46} {'STATUS':<10} {'USD':>10} {'TOKENS':>8} {'CALLS':>5}  STARTED")
+    for r in rows:
+        click.echo(
+            f"{r['run_id']:<46} {r['status']:<10} {r['cost_usd']:>10.6f} {r['input_tokens'] + r['output_tokens']:>8} "
+            f"{r['model_calls']:>5}  {r['started_at']}"
+        )
+
+
+@runs.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the full run record as JSON.")
+@click.pass_context
+def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Show one run: status, cost, steps, model and tool calls."""
+    store = open_store(ctx.obj["store_path"], ctx.obj["root"])
+    run_id = resolve_run_id(store, run_id)
+    run = store.run(run_id)
+    assert run is not None
+    if as_json:
+        click.echo(run["record_json"] or json.dumps(run, default=str))
+        return
+    click.echo(f"run {run_id}  task {run['task']}  status {run['status']}  attempts {run['attempts']}")
+    click.echo(f"  started {run['started_at']}  finished {run['finished_at']}")
+    click.echo(f"  cost ${run['cost_usd']:.6f}  tokens {run['input_tokens']}+{run['output_tokens']}  model calls {run['model_calls']}  tool calls {run['tool_calls']}")
+    if run["error"]:
+        click.echo(f"  reason: {run['error']}")
+    if run["report_dir"]:
+        click.echo(f"  report: {run['report_dir']}")
+    click.echo("steps:")
+    for step in store.steps(run_id):
+        who = step["agent"] or step["tool"] or ""
+        click.echo(f"  {step['step_id']:<20} {step['kind']:<9} {who:<16} {step['status']:<9} ${step['cost_usd']:.6f} {step['duration_seconds'] or 0:.2f}s")
+    click.echo("model calls:")
+    for call in store.model_calls(run_id):
+        click.echo(f"  #{call['seq']:<3} {call['step_id']:<16} {call['model']:<20} {call['status']:<6} {call['input_tokens']}+{call['output_tokens']} tok ${call['cost_usd']:.6f} {call['latency_seconds']:.2f}s")
+    click.echo("tool calls:")
+    for call in store.tool_calls(run_id):
+        click.echo(f"  {call['step_id']:<16} {call['name']:<16} {call['status']:<6} {call['output_excerpt'][:60]!r}")

@@ -1,0 +1,161 @@
+"""The openai SDK adapter: any OpenAI-compatible Chat Completions endpoint as a ChatModel.
+
+The SDK's own retries are switched off (``max_retries=0``) and :class:`RetryPolicy`
+applies ours, so that waits are bounded, observable (``on_retry``) and testable (an
+injectable ``sleep``), and so a long ``Retry-After`` fails fast as ``rate_limited``.
+Every failure leaves as a :class:`~runner.errors.ModelError` whose message is redacted
+and whose exception chain holds no SDK object (they carry the ``Authorization`` header).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import openai
+
+from runner.errors import ModelError
+from runner.model.base import ModelRequest, ModelResponse
+from runner.model.faults import Fault, RetryPolicy
+from runner.model.openai_faults import ENDPOINT_EXCEPTIONS, classify
+from runner.model.wire import InvalidResponse, StreamAccumulator, parse_completion, request_body
+
+Sleep = Callable[[float], Awaitable[None]]
+OnRetry = Callable[[str, int, float], None]
+"""``on_retry(kind, attempt, wait_seconds)``: called before each wait; ``attempt`` is 1-based."""
+
+_SECRET_HEADER = re.compile(r"(?i)auth|key|token|secret|cookie")
+
+
+class OpenAIChatModel:
+    """A :class:`~runner.model.base.ChatModel` over ``openai.AsyncOpenAI``.
+
+    ``api_key`` is the value the caller read from the environment variable named in the
+    YAML; when ``None`` the SDK falls back to ``OPENAI_API_KEY`` (and ``base_url`` to
+    ``OPENAI_BASE_URL``). ``timeout_seconds`` bounds each attempt. ``max_retries``
+    overrides ``retry_policy.max_retries``. With ``stream=True`` answers are streamed
+    and accumulated (usage via ``stream_options.include_usage``); the result is the same
+    :class:`ModelResponse`.
+    """
+
+    supports_tools = True
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout_seconds: float = 120.0,
+        max_retries: int | None = None,
+        retry_policy: RetryPolicy | None = None,
+        default_headers: Mapping[str, str] | None = None,
+        stream: bool = False,
+        max_tokens_field: str = "max_tokens",
+        sleep: Sleep = asyncio.sleep,
+        on_retry: OnRetry | None = None,
+        rng: random.Random | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.model = model
+        self.name = name or model
+        self.stream = stream
+        self.max_tokens_field = max_tokens_field
+        self.retry_policy = retry_policy or RetryPolicy()
+        if max_retries is not None:
+            self.retry_policy = dataclasses.replace(self.retry_policy, max_retries=max_retries)
+        self._sleep = sleep
+        self._on_retry = on_retry
+        self._rng = rng or random.Random()
+        headers = dict(default_headers or {})
+        self._client = _make_client(base_url, api_key, timeout_seconds, headers)
+        self._secrets = (self._client.api_key, *(v for k, v in headers.items() if _SECRET_HEADER.search(k)))
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Call the endpoint, retrying per the policy; ``latency_seconds`` is the successful attempt's."""
+        body = request_body(request, max_tokens_field=self.max_tokens_field)
+        body["model"] = request.model or self.model
+        for attempt in itertools.count(1):
+            started = time.monotonic()
+            outcome = await self._attempt(body)
+            if isinstance(outcome, ModelResponse):
+                return dataclasses.replace(outcome, latency_seconds=time.monotonic() - started)
+            decision = self.retry_policy.wait_before_retry(outcome, attempt, self._rng)
+            if isinstance(decision, ModelError):
+                raise decision
+            if self._on_retry is not None:
+                self._on_retry(outcome.kind, attempt, decision)
+            await self._sleep(decision)
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        """Close the HTTP connection pool."""
+        await self._client.close()
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel(model={self.model!r}, base_url={_safe_url(str(self._client.base_url))!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("OpenAIChatModel holds credentials and cannot be serialised")
+
+    async def _attempt(self, body: dict[str, Any]) -> ModelResponse | Fault:
+        """One HTTP call; endpoint failures come back classified, our own bugs propagate."""
+        try:
+            if self.stream:
+                return await self._streamed(body)
+            completion = await self._client.chat.completions.create(**body)
+            return parse_completion(_as_dict(completion))
+        except ENDPOINT_EXCEPTIONS as exc:
+            return classify(exc, self._secrets)
+
+    async def _streamed(self, body: dict[str, Any]) -> ModelResponse:
+        accumulator = StreamAccumulator()
+        stream = await self._client.chat.completions.create(**body, stream=True, stream_options={"include_usage": True})
+        async with stream:
+            async for chunk in stream:
+                accumulator.add(_as_dict(chunk))
+        return accumulator.result()
+
+
+def _make_client(
+    base_url: str | None, api_key: str | None, timeout_seconds: float, headers: dict[str, str]
+) -> openai.AsyncOpenAI:
+    try:
+        return openai.AsyncOpenAI(
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout_seconds,
+            max_retries=0,
+            default_headers=headers,
+        )
+    except openai.OpenAIError:
+        pass
+    # Raised outside the except block so no SDK exception is chained to ours.
+    raise ModelError(
+        "auth",
+        "no API key: set the environment variable named by the agent's model api_key_env, or OPENAI_API_KEY",
+    )
+
+
+def _as_dict(obj: object) -> dict[str, Any]:
+    # Without a JSON content type the SDK hands back the body as text.
+    if not hasattr(obj, "to_dict"):
+        raise InvalidResponse(f"expected a JSON chat completion, got {type(obj).__name__}")
+    data: dict[str, Any] = obj.to_dict(warnings=False)
+    return data
+
+
+def _safe_url(url: str) -> str:
+    """The URL without user info or query string, which may carry credentials."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

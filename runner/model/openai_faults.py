@@ -1,0 +1,74 @@
+"""Classify what the openai SDK raised into a :class:`~runner.model.faults.Fault`.
+
+Messages are built only from the status code, the ``Retry-After`` value and a short,
+redacted excerpt of the response body: never ``str(exc)`` (it repeats the body, which
+may echo the key) and never the request (its headers hold ``Bearer sk-…``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+import openai
+
+from runner.model.faults import Fault, kind_for_status, parse_retry_after
+from runner.model.redact import excerpt
+from runner.model.wire import InvalidResponse
+
+# What a call through the SDK may raise that is the endpoint's fault rather than ours.
+# json errors: a 200 whose body or stream event is not JSON is decoded outside the SDK's
+# error handling.
+ENDPOINT_EXCEPTIONS: tuple[type[Exception], ...] = (
+    openai.OpenAIError,
+    json.JSONDecodeError,
+    UnicodeDecodeError,
+    InvalidResponse,
+)
+
+
+def classify(exc: Exception, secrets: Iterable[str | None]) -> Fault:
+    """Classify one of :data:`ENDPOINT_EXCEPTIONS`; anything else is re-raised (our bug)."""
+    secrets = tuple(secrets)
+    if isinstance(exc, openai.APITimeoutError):
+        return Fault("timeout", "the request timed out")
+    if isinstance(exc, openai.APIConnectionError):
+        cause = type(exc.__cause__).__name__ if exc.__cause__ else "no detail"
+        return Fault("connection", f"could not connect or the connection dropped ({cause})")
+    if isinstance(exc, openai.APIStatusError):
+        return _status_fault(exc, secrets)
+    if isinstance(exc, openai.APIResponseValidationError):
+        return Fault("invalid_response", "the response does not match the chat completion schema")
+    if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)):
+        return Fault("invalid_response", f"the response body is not valid JSON ({type(exc).__name__})")
+    if isinstance(exc, InvalidResponse):
+        return Fault("invalid_response", excerpt(str(exc), secrets))
+    if isinstance(exc, openai.APIError):
+        # e.g. an "error" event in the middle of a stream
+        return Fault("server_error", f"the endpoint reported an error: {_body_text(exc.body, secrets)}")
+    if isinstance(exc, openai.OpenAIError):
+        return Fault("bad_request", f"the SDK refused the request ({type(exc).__name__})")
+    raise exc
+
+
+def _status_fault(exc: openai.APIStatusError, secrets: tuple[str | None, ...]) -> Fault:
+    status = exc.status_code
+    retry_after = parse_retry_after(exc.response.headers)
+    detail = _body_text(exc.body, secrets)
+    message = f"HTTP {status}" + (f": {detail}" if detail else "")
+    if retry_after is not None:
+        message += f" (Retry-After: {retry_after:g} s)"
+    return Fault(kind_for_status(status), message, retry_after_seconds=retry_after)
+
+
+def _body_text(body: object, secrets: tuple[str | None, ...]) -> str:
+    """The error message of an OpenAI-style error body, or a short excerpt of the body."""
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        message = error.get("message") if isinstance(error, dict) else error
+        text = message if isinstance(message, str) else json.dumps(body, default=str)
+    elif body is None:
+        return ""
+    else:
+        text = str(body)
+    return excerpt(text, secrets)

@@ -1,0 +1,278 @@
+"""A real loopback HTTP server speaking the OpenAI Chat Completions protocol, from a script.
+
+For tests and demos that must go through real HTTP and the real openai SDK::
+
+    with ScriptedServer(Script.load("script.yaml")) as srv:
+        model = OpenAIChatModel("scripted", base_url=srv.base_url, api_key="sk-test")
+        ...
+        assert srv.requests[0].auth_fingerprint == ScriptedServer.key_fingerprint("sk-test")
+
+or as a process (prints the base URL as its first line, serves until killed)::
+
+    python -m runner.model.server --script script.yaml [--port 8000] [--record requests.jsonl]
+
+Endpoints: ``POST /v1/chat/completions`` (JSON or, with ``"stream": true``, server-sent
+events, with a final usage chunk when ``stream_options.include_usage``) and
+``GET /v1/models``. Replies, faults, delays and hangs come from the rules described in
+:mod:`runner.model.script`. Each request is recorded with its JSON body and headers;
+credentials (``Authorization``, ``api-key``, cookies) are never stored, only whether
+one was sent and a short SHA-256 fingerprint of it.
+
+Requests are served on threads (one per connection, HTTP/1.0, so no idle keep-alive);
+closing the server wakes every pending delay or hang at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from runner.errors import ConfigError
+from runner.model.replies import INVALID_JSON_BODY, HttpFault, completion_chunks
+from runner.model.script import Match, NoRuleMatched, Script
+
+_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key", "cookie"})
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as received, without credentials."""
+
+    method: str
+    path: str
+    body: Any
+    headers: dict[str, str]
+    auth_present: bool
+    auth_fingerprint: str | None
+    rule: str
+
+
+class ScriptedServer:
+    """The scripted endpoint on ``127.0.0.1`` and an ephemeral port; a context manager."""
+
+    def __init__(
+        self,
+        script: Script | dict[str, Any] | list[Any] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        record_path: str | Path | None = None,
+    ) -> None:
+        self.script = script if isinstance(script, Script) else Script.from_obj(script or [])
+        self._address = (host, port)
+        self._record_path = Path(record_path) if record_path else None
+        self._requests: list[RecordedRequest] = []
+        self._lock = threading.Lock()
+        self.closing = threading.Event()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``, for ``OpenAI(base_url=...)``."""
+        if self._httpd is None:
+            raise RuntimeError("the server is not started")
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A snapshot of the requests received so far, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    @staticmethod
+    def key_fingerprint(key: str) -> str:
+        """The fingerprint recorded for a request sent with API key ``key``."""
+        return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+    def start(self) -> ScriptedServer:
+        """Bind and serve in a background thread."""
+        self._httpd = _HTTPServer(self._address, self)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-server", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving: wake pending delays and hangs, wait for handler threads to end."""
+        self.closing.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> ScriptedServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def record(self, handler: BaseHTTPRequestHandler, body: Any, rule: str) -> None:
+        """Store one request (credentials replaced by a fingerprint)."""
+        headers = {k.lower(): v for k, v in handler.headers.items()}
+        secret = headers.get("authorization") or headers.get("api-key") or headers.get("x-api-key")
+        token = secret.removeprefix("Bearer ").strip() if secret else None
+        entry = RecordedRequest(
+            method=handler.command,
+            path=handler.path,
+            body=body,
+            headers={k: v for k, v in headers.items() if k not in _SECRET_HEADERS},
+            auth_present=bool(token),
+            auth_fingerprint=self.key_fingerprint(token) if token else None,
+            rule=rule,
+        )
+        with self._lock:
+            self._requests.append(entry)
+            if self._record_path is not None:
+                with self._record_path.open("a", encoding="utf-8") as out:
+                    out.write(json.dumps(asdict(entry)) + "\n")
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = False  # joined on close; pending waits are woken by ``closing``
+    block_on_close = True
+    request_queue_size = 256  # batch runs open dozens of connections at once
+
+    def __init__(self, address: tuple[str, int], owner: ScriptedServer) -> None:
+        super().__init__(address, _Handler)
+        self.owner = owner
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gave up (timeout) before we answered is expected, not an error.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _HTTPServer
+    protocol_version = "HTTP/1.0"
+    timeout = 10  # a connection that never sends a request cannot hold shutdown forever
+
+    def do_GET(self) -> None:
+        owner = self.server.owner
+        if self._route() != "/v1/models":
+            return self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+        owner.record(self, None, "models")
+        models = [{"id": m, "object": "model", "created": 0, "owned_by": "runner"} for m in owner.script.models]
+        self._send_json(200, {"object": "list", "data": models})
+
+    def do_POST(self) -> None:
+        owner = self.server.owner
+        if self._route() not in ("/v1/chat/completions", "/chat/completions"):
+            return self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = _json_object(raw)
+        if body is None:
+            owner.record(self, raw.decode(errors="replace"), "invalid-request")
+            return self._send_json(400, {"error": {"message": "body is not a JSON object", "type": "bad_request"}})
+        try:
+            match = owner.script.next(body)
+        except NoRuleMatched as exc:
+            owner.record(self, body, "no-match")
+            return self._send_json(400, {"error": {"message": str(exc), "type": "bad_request"}})
+        owner.record(self, body, match.rule)
+        self._answer(body, match)
+
+    def _answer(self, body: dict[str, Any], match: Match) -> None:
+        reply, closing = match.reply, self.server.owner.closing
+        if reply.hang_seconds:
+            closing.wait(reply.hang_seconds)
+            self.close_connection = True  # send nothing at all
+            return
+        if reply.latency_seconds and closing.wait(reply.latency_seconds):
+            return
+        if reply.fault is not None:
+            return self._send_fault(reply.fault)
+        stream_options = body.get("stream_options") or {}
+        if body.get("stream"):
+            return self._send_stream(reply.completion(body, match.serial), reply.invalid_json, stream_options)
+        if reply.invalid_json:
+            return self._send(200, INVALID_JSON_BODY.encode(), "application/json")
+        self._send_json(200, reply.completion(body, match.serial))
+
+    def _send_fault(self, fault: HttpFault) -> None:
+        payload, content_type = fault.body_bytes()
+        headers = list(fault.headers)
+        if fault.retry_after is not None:
+            headers.append(("Retry-After", f"{fault.retry_after:g}"))
+        self._send(fault.status, payload, content_type, headers)
+
+    def _send_stream(self, completion: dict[str, Any], invalid_json: bool, stream_options: dict[str, Any]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        chunks = completion_chunks(completion, include_usage=bool(stream_options.get("include_usage")))
+        events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks]
+        if invalid_json:
+            events = [*events[:1], f"data: {INVALID_JSON_BODY}\n\n"]
+        for event in [*events, "data: [DONE]\n\n"]:
+            self.wfile.write(event.encode())
+            self.wfile.flush()
+
+    def _send_json(self, status: int, data: object) -> None:
+        self._send(status, json.dumps(data).encode(), "application/json")
+
+    def _send(self, status: int, payload: bytes, content_type: str, headers: Sequence[tuple[str, str]] = ()) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(payload)))
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _route(self) -> str:
+        return self.path.split("?", 1)[0].rstrip("/")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence per-request logging; requests are recorded instead."""
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve a script until SIGINT/SIGTERM; print the base URL first."""
+    parser = argparse.ArgumentParser(prog="python -m runner.model.server", description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--script", help="YAML or JSON script file (default: always answer 'OK')")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--record", help="append each request as a JSON line to this file")
+    args = parser.parse_args(argv)
+    try:
+        script = Script.load(args.script) if args.script else Script()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with ScriptedServer(script, host=args.host, port=args.port, record_path=args.record) as server:
+        print(server.base_url, flush=True)
+        try:
+            while not stop.wait(0.2):
+                pass
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""The Chat Completions wire format: request bodies out, completions and stream chunks in.
+
+Pure functions over plain dicts, shared by the openai SDK adapter (which converts SDK
+objects to dicts first), the scripted server and the scripted model, so every path
+parses answers the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.model.base import ModelRequest, ModelResponse, ToolCall, Usage
+
+
+class InvalidResponse(ValueError):
+    """A 200 answer that is not a usable chat completion (missing choices, bad tool call)."""
+
+
+def request_body(request: ModelRequest, *, max_tokens_field: str = "max_tokens") -> dict[str, Any]:
+    """Build the ``chat.completions.create`` arguments for ``request``.
+
+    Fields that are ``None`` are left out so the endpoint's defaults apply; ``tools`` and
+    ``tool_choice`` are sent only when tools are offered (some servers reject an empty
+    list). ``max_tokens_field`` may be ``"max_completion_tokens"`` for newer OpenAI models.
+    """
+    body: dict[str, Any] = {
+        "model": request.model,
+        "messages": [message.to_openai() for message in request.messages],
+    }
+    if request.tools:
+        body["tools"] = [dict(tool) for tool in request.tools]
+        body["tool_choice"] = request.tool_choice
+    if request.max_tokens is not None:
+        body[max_tokens_field] = request.max_tokens
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    return body
+
+
+def parse_completion(data: object) -> ModelResponse:
+    """Turn a decoded ``chat.completion`` object into a :class:`ModelResponse`.
+
+    Raises :class:`InvalidResponse` when the data has no usable first choice.
+    """
+    if not isinstance(data, Mapping):
+        raise InvalidResponse(f"expected a JSON object, got {type(data).__name__}")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        raise InvalidResponse("the response has no choices")
+    message = choices[0].get("message")
+    if not isinstance(message, Mapping):
+        raise InvalidResponse("the first choice has no message")
+    content = message.get("content")
+    return ModelResponse(
+        content=content if isinstance(content, str) else None,
+        tool_calls=tuple(_parse_tool_call(call) for call in message.get("tool_calls") or ()),
+        usage=parse_usage(data.get("usage")),
+        model=str(data.get("model") or ""),
+        finish_reason=choices[0].get("finish_reason"),
+    )
+
+
+def parse_usage(usage: object) -> Usage:
+    """Read ``prompt_tokens``, ``completion_tokens`` and cached prompt tokens (0 when absent)."""
+    if not isinstance(usage, Mapping):
+        return Usage()
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    return Usage(
+        input_tokens=_as_int(usage.get("prompt_tokens")),
+        output_tokens=_as_int(usage.get("completion_tokens")),
+        cached_input_tokens=_as_int(cached),
+    )
+
+
+@dataclass
+class _PartialToolCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StreamAccumulator:
+    """Collects ``chat.completion.chunk`` dicts into one :class:`ModelResponse`.
+
+    Content deltas are concatenated; tool-call deltas are merged by their ``index``
+    (the id and name arrive once, the arguments in pieces); the usage chunk sent with
+    ``stream_options.include_usage`` (empty ``choices``) fills in the usage.
+    """
+
+    chunks: int = 0
+    model: str = ""
+    finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    _content: list[str] = field(default_factory=list)
+    _calls: dict[int, _PartialToolCall] = field(default_factory=dict)
+
+    def add(self, chunk: Mapping[str, Any]) -> None:
+        """Merge one decoded chunk."""
+        self.chunks += 1
+        self.model = str(chunk.get("model") or self.model)
+        if chunk.get("usage"):
+            self.usage = parse_usage(chunk["usage"])
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                self._content.append(delta["content"])
+            for call in delta.get("tool_calls") or ():
+                self._merge_tool_call(call)
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+
+    def result(self) -> ModelResponse:
+        """The accumulated response; raises :class:`InvalidResponse` for an empty stream."""
+        if not self.chunks:
+            raise InvalidResponse("the stream ended without any chunk")
+        calls = tuple(
+            _parse_tool_call({"id": c.id, "function": {"name": c.name, "arguments": "".join(c.arguments)}})
+            for _, c in sorted(self._calls.items())
+        )
+        return ModelResponse(
+            content="".join(self._content) if self._content else None,
+            tool_calls=calls,
+            usage=self.usage,
+            model=self.model,
+            finish_reason=self.finish_reason,
+        )
+
+    def _merge_tool_call(self, call: Mapping[str, Any]) -> None:
+        partial = self._calls.setdefault(_as_int(call.get("index")), _PartialToolCall())
+        partial.id = partial.id or str(call.get("id") or "")
+        function = call.get("function") or {}
+        partial.name = partial.name or str(function.get("name") or "")
+        if function.get("arguments"):
+            partial.arguments.append(str(function["arguments"]))
+
+
+def _parse_tool_call(call: object) -> ToolCall:
+    function = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(call, Mapping) or not isinstance(function, Mapping) or not function.get("name"):
+        raise InvalidResponse("a tool call has no function name")
+    arguments = function.get("arguments")
+    if not isinstance(arguments, str):
+        # Some OpenAI-compatible servers send the arguments as an object.
+        arguments = json.dumps(arguments if arguments is not None else {})
+    return ToolCall(id=str(call.get("id") or ""), name=str(function["name"]), arguments=arguments)
+
+
+def _as_int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -1,0 +1,34 @@
+"""Files written whole or not at all: a temporary file in the same directory, then os.replace."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+FILE_MODE = 0o644
+
+
+def write_atomic(path: Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half.
+
+    Parent directories are created. Returns ``path``.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temporary, FILE_MODE)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    """:func:`write_atomic` for UTF-8 text."""
+    return write_atomic(path, text.encode("utf-8"))

@@ -1,0 +1,90 @@
+"""How numbers, money, durations and cells are written in every report format."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from typing import Any
+
+
+def usd(value: float | None) -> str:
+    """US dollars: 6 decimals below a cent, 4 otherwise (``$0.000420``, ``$1.2345``)."""
+    if value is None:
+        return "—"
+    decimals = 6 if 0 < abs(value) < 0.01 else 4
+    return f"${value:,.{decimals}f}"
+
+
+def count(value: float | None) -> str:
+    """An integer count with thousands separators."""
+    return "—" if value is None else f"{int(value):,}"
+
+
+def seconds(value: float | None) -> str:
+    """A duration for a person: ``0.42 s``, ``12.3 s``, ``4 m 05 s``, ``2 h 03 m``."""
+    if value is None:
+        return "—"
+    if value < 10:
+        return f"{value:.2f} s"
+    if value < 60:
+        return f"{value:.1f} s"
+    minutes, secs = divmod(round(value), 60)
+    if minutes < 60:
+        return f"{minutes} m {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} m"
+
+
+def timestamp(value: str | None) -> str:
+    """An ISO 8601 timestamp to the second, with its offset (``2026-11-30 06:00:12 +00:00``)."""
+    if not value:
+        return "—"
+    moment = datetime.fromisoformat(value)
+    offset = moment.strftime("%z")
+    offset = "UTC" if offset in ("+0000", "") else f"{offset[:3]}:{offset[3:]}"
+    return f"{moment:%Y-%m-%d %H:%M:%S} {offset}"
+
+
+def percent(part: float, whole: float) -> str:
+    """``part`` as a share of ``whole`` (``12.5%``); ``—`` when ``whole`` is 0."""
+    return "—" if not whole else f"{100 * part / whole:.1f}%"
+
+
+def is_number(value: Any) -> bool:
+    """True for ints and floats, not for booleans."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def cell(value: Any) -> str:
+    """A table cell: numbers with separators, JSON for nested values, '' for null."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if value.is_integer() and abs(value) < 1e15:
+            return f"{value:,.0f}"
+        return f"{value:,.2f}" if abs(value) >= 1 else f"{value:.4g}"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def excerpt(text: str | None, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    if not text:
+        return ""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n… ({len(text) - limit:,} more characters)"
+
+
+def humanize(identifier: str) -> str:
+    """``revenue_by_region`` -> ``Revenue by region``."""
+    words = identifier.replace("_", " ").replace("-", " ").strip()
+    return words[:1].upper() + words[1:]

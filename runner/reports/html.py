@@ -1,0 +1,84 @@
+"""report.html: one self-contained page (inline CSS, charts as data: URIs, no scripts).
+
+The page loads nothing: a Content-Security-Policy meta tag allows only inline styles and
+``data:`` images, as a second line of defence behind escaping. Jinja2 autoescape is on;
+the final output's Markdown goes through :mod:`runner.reports.narrative`, which escapes it.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+import runner
+from runner.reports import costs, narrative
+from runner.reports.record import SCHEMA_VERSION, fill_usage_rollups
+from runner.reports.view import Chart, ReportView, build_view
+
+TEMPLATE = "report.html.j2"
+
+
+def render_html(record: Mapping[str, Any], images: Mapping[str, bytes]) -> str:
+    """The HTML report of ``record``.
+
+    ``images`` maps an image artifact's record path to its bytes; charts without an entry
+    are shown as "not copied". The cost-by-step chart is drawn here unless ``images`` has
+    it under ``COST_CHART_KEY``.
+    """
+    record = fill_usage_rollups(record)
+    images = dict(images)
+    if costs.COST_CHART_KEY not in images:
+        chart = costs.cost_chart_png(record)
+        if chart is not None:
+            images[costs.COST_CHART_KEY] = chart
+    view = build_view(record, with_cost_chart=costs.COST_CHART_KEY in images)
+    return _environment().get_template(TEMPLATE).render(
+        v=view,
+        narrative_html=narrative.to_html(view.narrative.text) if view.narrative.text else None,
+        images=_data_uris(view, images),
+        toc=_toc(view),
+        version=runner.__version__,
+        schema_version=SCHEMA_VERSION,
+    )
+
+
+@cache
+def _environment() -> Environment:
+    return Environment(
+        loader=PackageLoader("runner.reports", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=False,
+        lstrip_blocks=False,
+        keep_trailing_newline=True,
+    )
+
+
+def _data_uris(view: ReportView, images: Mapping[str, bytes]) -> dict[str, str]:
+    charts: list[Chart] = [*view.charts, *([view.cost_chart] if view.cost_chart else [])]
+    return {
+        chart.key: f"data:{chart.media_type};base64,{base64.b64encode(images[chart.key]).decode('ascii')}"
+        for chart in charts
+        if chart.key in images
+    }
+
+
+def _toc(view: ReportView) -> list[tuple[str, str]]:
+    sections = [
+        ("summary", "Summary", True),
+        ("tables", "Key tables", bool(view.tables)),
+        ("charts", "Charts", bool(view.charts or view.files or view.artifact_problems)),
+        ("changes", "Changes", view.changes is not None),
+        ("plan", "Plan", bool(view.plans)),
+        ("steps", "Steps", True),
+        ("cost", "Cost", True),
+        ("caps", "Caps", True),
+        ("inputs", "Inputs", True),
+        ("timings", "Timings", True),
+        ("details", "Step details", True),
+    ]
+    return [(anchor, heading) for anchor, heading, shown in sections if shown]

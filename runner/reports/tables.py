@@ -1,0 +1,58 @@
+"""Tables as every report format shows them: formatted text cells plus alignment."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.reports import formatting
+
+MAX_ROWS = 50
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table ready to render: every cell is text; ``numeric`` columns are right-aligned.
+
+    ``status_column`` is the index of a column holding a run/step status, which HTML shows
+    as a colored badge.
+    """
+
+    columns: list[str]
+    rows: list[list[str]]
+    numeric: list[bool] = field(default_factory=list)
+    title: str = ""
+    caption: str = ""
+    note: str = ""
+    status_column: int | None = None
+
+    def is_numeric(self, index: int) -> bool:
+        """True when column ``index`` is right-aligned."""
+        return index < len(self.numeric) and self.numeric[index]
+
+
+def data_table(data: Mapping[str, Any], *, title: str = "", caption: str = "", max_rows: int = MAX_ROWS) -> Table:
+    """A ``{"columns": [...], "rows": [[...]]}`` value (e.g. a tool step's data) as a Table.
+
+    Columns whose non-null cells are all numbers are right-aligned. At most ``max_rows`` rows
+    are kept; ``note`` says how many were left out.
+    """
+    columns = [str(name) for name in data["columns"]]
+    raw_rows: Sequence[Sequence[Any]] = data["rows"]
+    numeric = [_all_numbers(row[i] for row in raw_rows if i < len(row)) for i in range(len(columns))]
+    rows = [[formatting.cell(value) for value in row] for row in raw_rows[:max_rows]]
+    left_out = len(raw_rows) - len(rows)
+    note = f"Showing {len(rows):,} of {len(raw_rows):,} rows; all rows are in report.json." if left_out > 0 else ""
+    return Table(columns, rows, numeric, title=title, caption=caption, note=note)
+
+
+def key_value_table(values: Mapping[str, Any], *, title: str = "", key_header: str = "Name") -> Table:
+    """A two-column table of names and values (inputs, flat structured outputs)."""
+    rows = [[str(key), formatting.cell(value)] for key, value in values.items()]
+    return Table([key_header, "Value"], rows, [False, False], title=title)
+
+
+def _all_numbers(values: Any) -> bool:
+    present = [value for value in values if value is not None]
+    return bool(present) and all(formatting.is_number(value) for value in present)

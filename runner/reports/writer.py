@@ -1,0 +1,102 @@
+"""Writing a run's report directory: artifacts, report.md, report.html and report.json.
+
+Layout of ``reports/<task>/<run-id>/``::
+
+    report.md            Markdown; images linked from artifacts/
+    report.html          self-contained page (inline CSS, data: URI images)
+    report.json          the record (runner.report/v1) with usage rollups and report-relative artifacts
+    artifacts/<path>     copies of the workspace artifacts that passed the safety checks
+    cost_by_step.png     drawn when two or more steps cost anything
+
+Every file is written atomically; report.json is written last, so its presence means the
+report is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from runner.reports import costs
+from runner.reports.artifacts import CopiedArtifact, copy_artifacts
+from runner.reports.atomic import write_atomic, write_text_atomic
+from runner.reports.html import render_html
+from runner.reports.markdown import render_markdown
+from runner.reports.record import fill_usage_rollups, validate_record
+
+FORMATS = ("markdown", "html", "json")
+FILE_NAMES = {"markdown": "report.md", "html": "report.html", "json": "report.json"}
+COST_CHART_FILE = "cost_by_step.png"
+_PATH_COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def report_dir(reports_root: Path, task: str, run_id: str) -> Path:
+    """``reports_root/<task>/<run_id>``, refusing names that are not single safe components."""
+    for name in (task, run_id):
+        if not _PATH_COMPONENT.match(name):
+            raise ValueError(f"{name!r} cannot name a report directory (letters, digits, '.', '_', '-' only)")
+    return reports_root / task / run_id
+
+
+def write_report(
+    record: Mapping[str, Any],
+    out_dir: Path,
+    workspace: Path | None,
+    formats: Iterable[str] = FORMATS,
+) -> dict[str, Path]:
+    """Write the report of ``record`` into ``out_dir`` and return ``{format: path}``.
+
+    Artifacts are copied from ``workspace`` (see :func:`runner.reports.artifacts.read_artifact`
+    for the checks); refused ones are listed in the report and in report.json's
+    ``artifact_problems``, and never stop the report. Raises :class:`ValueError` when the
+    record is invalid or a format is unknown.
+    """
+    formats = list(dict.fromkeys(formats))
+    unknown = [name for name in formats if name not in FORMATS]
+    if unknown:
+        raise ValueError(f"unknown report format(s) {unknown}; choose from {list(FORMATS)}")
+    record = fill_usage_rollups(record)
+    validate_record(record)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    copied, problems = copy_artifacts(record.get("artifacts") or [], workspace, out_dir)
+    shown = _as_shown(record, copied, problems)
+    images = {a.source_path: a.content for a in copied if a.media_type.startswith("image/")}
+    artifacts_rel = {a.source_path: a.report_path for a in copied}
+    cost_chart = costs.cost_chart_png(record)
+    if cost_chart is not None:
+        write_atomic(out_dir / COST_CHART_FILE, cost_chart)
+        images[costs.COST_CHART_KEY] = cost_chart
+        artifacts_rel[costs.COST_CHART_KEY] = COST_CHART_FILE
+    written: dict[str, Path] = {}
+    if "markdown" in formats:
+        written["markdown"] = write_text_atomic(out_dir / FILE_NAMES["markdown"], render_markdown(shown, artifacts_rel))
+    if "html" in formats:
+        written["html"] = write_text_atomic(out_dir / FILE_NAMES["html"], render_html(shown, images))
+    if "json" in formats:
+        written["json"] = write_text_atomic(out_dir / FILE_NAMES["json"], report_json(record, copied, problems))
+    return written
+
+
+def report_json(record: Mapping[str, Any], copied: list[CopiedArtifact], problems: list[dict[str, str]]) -> str:
+    """report.json: the record with artifact paths relative to the report directory."""
+    document = {**record, "artifacts": [artifact.as_record() for artifact in copied]}
+    all_problems = [*(record.get("artifact_problems") or []), *problems]
+    if all_problems:
+        document["artifact_problems"] = all_problems
+    validate_record(document)
+    return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _as_shown(record: Mapping[str, Any], copied: list[CopiedArtifact], problems: list[dict[str, str]]) -> dict[str, Any]:
+    """The record as the renderers see it: only copied artifacts, under their workspace paths."""
+    by_path = {artifact.source_path: artifact for artifact in copied}
+    artifacts = [
+        {**entry, "media_type": by_path.pop(entry["path"]).media_type}
+        for entry in record.get("artifacts") or []
+        if entry["path"] in by_path
+    ]
+    all_problems = [*(record.get("artifact_problems") or []), *problems]
+    return {**record, "artifacts": artifacts, "artifact_problems": all_problems}

@@ -1,0 +1,275 @@
+"""Executing one task: inputs -> workspace -> steps (one agent, or a pipeline) -> record -> report.
+
+:func:`execute_task` never raises for what happens *during* a run (a cap, a stuck agent, a
+model fault, a failed step): it returns a :class:`RunResult` with a status. It raises
+:class:`~runner.errors.ConfigError` / :class:`~runner.errors.InputError` for problems found
+before anything is spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import secrets
+import shutil
+import time
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+from runner.caps.budget import Budget, Spend
+from runner.config.project import Project
+from runner.config.specs import TaskSpec
+from runner.config.templates import TemplateError, render
+from runner.errors import ConfigError
+from runner.model.factory import ModelPool
+from runner.pipelines.dag import Node, run_dag
+from runner.pipelines.planner import PlanOutcome, run_planned
+from runner.runs.inputs import resolve_inputs
+from runner.runs.record import build_record
+from runner.runs.steps import RunContext, preflight_prices, run_agent_step, run_tool_step
+from runner.runs.types import RunOptions, RunResult
+from runner.store.recorder import RunRecorder
+from runner.store.runstore import RunStore, now_iso
+
+RUN_DIR = ".runner"
+
+
+def default_store_path(root: Path) -> Path:
+    return root / RUN_DIR / "runs.sqlite3"
+
+
+def new_run_id(task: str) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{task}-{stamp}-{secrets.token_hex(3)}"
+
+
+def config_hash(project: Project, task: TaskSpec) -> str:
+    """A hash of the resolved configuration this run used (task + every agent + prices)."""
+    agents = {n: repr(a) for n, a in sorted(project.agents.items())}
+    tools = {n: t.data for n, t in sorted(project.tools.items())}
+    payload = json.dumps({"task": repr(task), "agents": agents, "tools": tools}, sort_keys=True, default=str)
+    return "sha256:" + hashlib.sha256(payload.encode()).hexdigest()
+
+
+async def execute_task(
+    project: Project,
+    task: TaskSpec,
+    raw_inputs: dict[str, Any],
+    options: RunOptions,
+    *,
+    store: RunStore | None = None,
+    pool: ModelPool | None = None,
+) -> RunResult:
+    """Run ``task`` once (or resume the run ``options.run_id``)."""
+    today = date.today()
+    inputs = resolve_inputs(task, raw_inputs, today)
+    run_id = options.run_id or new_run_id(task.name)
+    own_store = store is None
+    store = store or RunStore(options.store_path or default_store_path(project.root))
+    own_pool = pool is None
+    pool = pool or ModelPool(notice=_notice(options))
+    try:
+        return await _execute(project, task, inputs, run_id, options, store, pool, today)
+    finally:
+        if own_pool:
+            await pool.aclose()
+        if own_store:
+            store.close()
+
+
+async def _execute(
+    project: Project, task: TaskSpec, inputs: dict[str, Any], run_id: str, options: RunOptions,
+    store: RunStore, pool: ModelPool, today: date,
+) -> RunResult:
+    from runner.tools.registry import default_registry
+    from runner.tools.custom import build_custom_tools
+
+    caps = task.caps.tighten(options.caps)
+    chash = config_hash(project, task)
+    attempt = store.start_run(run_id, task.name, inputs, chash, caps.as_dict())
+    recorder = RunRecorder(store, run_id, attempt, options.events, [options.api_key or "", *pool.secrets()])
+    budget = (options.parent_budget.child(caps, "task") if options.parent_budget else Budget(caps, scope="task"))
+    if attempt > 1:
+        spent = store.spent(run_id)
+        budget.add_spend(Spend(int(spent["model_calls"]), 0, int(spent["input_tokens"]), int(spent["output_tokens"]), 0, spent["cost_usd"]))
+    registry = default_registry()
+    registry.extend(build_custom_tools(project.tools.values()))
+    workspace = _workspace(project, task, run_id, options)
+    previous = _previous(store, task, run_id)
+    ctx = RunContext(
+        project, task, inputs, run_id, attempt, options, store, recorder, budget, pool, registry, workspace, today,
+        previous=previous, resumed=store.completed_steps(run_id) if options.resume and attempt > 1 else {},
+    )
+    recorder.emit("run_started", task=task.name, attempt=attempt, inputs=inputs, caps=caps.as_dict(), resumed_steps=sorted(ctx.resumed))
+    started_at, started = now_iso(), time.monotonic()
+    preflight_prices(ctx, _agents_used(task))
+    plan: PlanOutcome | None = None
+    if task.pipeline is None:
+        assert task.agent is not None and task.goal is not None
+        record = await run_agent_step(ctx, "main", "agent", task.agent, task.goal, visible=set(), output_schema=task.output_schema)
+        status, error, kind, output = record["status"], record["error"], record["error_kind"], record["output"]
+    else:
+        status, error, kind, output, plan = await _run_pipeline(ctx)
+    duration = time.monotonic() - started
+    title = _title(ctx)
+    record_ = build_record(ctx, status=status, error=error, output=output, plan=plan, started_at=started_at, duration=duration, title=title)
+    report_dir = _write_report(ctx, record_)
+    result = RunResult(
+        run_id=run_id, task=task.name, status=status, output=output, error=error, error_kind=kind,
+        cost_usd=budget.spent.cost_usd, input_tokens=budget.spent.input_tokens, output_tokens=budget.spent.output_tokens,
+        model_calls=budget.spent.steps, tool_calls=budget.spent.tool_calls, duration_seconds=duration, report_dir=report_dir,
+    )
+    record_["exit_code"] = result.exit_code
+    store.finish_run(run_id, {
+        "status": status, "error": error, "error_kind": kind, "cost_usd": result.cost_usd,
+        "input_tokens": result.input_tokens, "output_tokens": result.output_tokens, "model_calls": result.model_calls,
+        "tool_calls": result.tool_calls, "output_json": json.dumps(output, default=str),
+        "record_json": json.dumps(record_, default=str), "report_dir": str(report_dir) if report_dir else None,
+    })
+    recorder.emit("run_finished", **result.manifest())
+    return result
+
+
+async def _run_pipeline(ctx: RunContext) -> tuple[str, str | None, str | None, Any, PlanOutcome | None]:
+    pipeline = ctx.task.pipeline
+    assert pipeline is not None
+    nodes = [
+        Node(s.id, s.depends_on, _declared_runner(ctx, s.id), kind=s.kind)
+        for s in pipeline.steps
+    ]
+    results = await run_dag(ctx, nodes, pipeline.max_parallel)
+    bad = [r for r in results.values() if r["status"] != "completed"]
+    plan: PlanOutcome | None = None
+    if not bad and pipeline.planner is not None:
+        plan = await run_planned(ctx, pipeline.planner, pipeline.max_parallel)
+        if plan.status != "completed":
+            return plan.status, plan.error, plan.error_kind, None, plan
+    if bad:
+        worst = _worst(bad)
+        return worst["status"] if worst["status"] != "skipped" else "failed", f"step {worst['id']}: {worst['error']}", worst["error_kind"], None, plan
+    output: Any = None
+    if pipeline.synthesis is not None:
+        record = await run_agent_step(
+            ctx, "synthesis", "synthesis", pipeline.synthesis.agent, pipeline.synthesis.goal,
+            visible=None, output_schema=ctx.task.output_schema,
+        )
+        if record["status"] != "completed":
+            return record["status"], f"step synthesis: {record['error']}", record["error_kind"], None, plan
+        output = record["output"]
+    elif ctx.task.report.narrative_step:
+        output = ctx.done[ctx.task.report.narrative_step]["output"]
+    else:
+        last = [s.id for s in pipeline.steps] or list(ctx.done)
+        output = ctx.done[last[-1]]["output"] if last else None
+    return "completed", None, None, output, plan
+
+
+def _declared_runner(ctx: RunContext, step_id: str) -> Any:
+    step = next(s for s in ctx.task.pipeline.steps if s.id == step_id)  # type: ignore[union-attr]
+
+    async def run() -> dict[str, Any]:
+        visible = set(step.depends_on) | _ancestors(ctx, step_id)
+        if step.tool is not None:
+            return await run_tool_step(ctx, step.id, step.tool, step.args, visible)
+        assert step.agent is not None and step.goal is not None
+        return await run_agent_step(
+            ctx, step.id, "agent", step.agent, step.goal, visible=visible, tools=step.tools,
+            caps=step.caps, output_schema=step.output_schema,
+        )
+
+    return run
+
+
+def _ancestors(ctx: RunContext, step_id: str) -> set[str]:
+    deps = {s.id: s.depends_on for s in ctx.task.pipeline.steps}  # type: ignore[union-attr]
+    seen: set[str] = set()
+    todo = list(deps.get(step_id, ()))
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(deps.get(node, ()))
+    return seen
+
+
+def _worst(records: list[dict[str, Any]]) -> dict[str, Any]:
+    order = {"capped": 0, "stuck": 1, "failed": 2, "skipped": 3}
+    return min(records, key=lambda r: order.get(r["status"], 4))
+
+
+def _agents_used(task: TaskSpec) -> list[str]:
+    names = [task.agent] if task.agent else []
+    if task.pipeline:
+        names += [s.agent for s in task.pipeline.steps if s.agent]
+        if task.pipeline.planner:
+            names += [task.pipeline.planner.agent, *task.pipeline.planner.executors]
+        if task.pipeline.synthesis:
+            names.append(task.pipeline.synthesis.agent)
+    return list(dict.fromkeys(names))
+
+
+def _workspace(project: Project, task: TaskSpec, run_id: str, options: RunOptions) -> Path:
+    """The run's own workspace; task files are copied in (never linked)."""
+    workspace = (options.workspace_dir or project.root / RUN_DIR / "workspaces" / run_id).resolve()
+    workspace.mkdir(parents=True, exist_ok=True)
+    for rel in task.workspace_files:
+        source = (project.root / rel).resolve()
+        if not source.is_relative_to(project.root) or not source.is_file():
+            raise ConfigError(f"{task.source}: workspace file '{rel}' is not a file inside the project")
+        target = workspace / Path(rel).name
+        if not target.exists():
+            shutil.copyfile(source, target)
+    from runner.tools.sandbox import prepare_workspace
+
+    prepare_workspace(workspace)
+    return workspace
+
+
+def _previous(store: RunStore, task: TaskSpec, run_id: str) -> dict[str, Any] | None:
+    if not task.previous_run:
+        return None
+    row = store.previous_completed(task.name, run_id)
+    if row is None:
+        return None
+    return {
+        "run_id": row["run_id"],
+        "finished_at": row["finished_at"],
+        "date": json.loads(row["inputs_json"]).get("date"),
+        "inputs": json.loads(row["inputs_json"]),
+        "outputs": json.loads(row["output_json"] or "null"),
+    }
+
+
+def _title(ctx: RunContext) -> str:
+    if ctx.task.report.title:
+        try:
+            return render(ctx.task.report.title, ctx.template_context())
+        except TemplateError:
+            pass
+    return ctx.task.description.split("\n")[0] if ctx.task.description else ctx.task.name
+
+
+def _write_report(ctx: RunContext, record: dict[str, Any]) -> Path | None:
+    if not ctx.options.write_report:
+        return None
+    from runner.reports.writer import write_report
+
+    base = ctx.options.reports_dir or ctx.project.root / "reports"
+    out_dir = base / ctx.task.name / ctx.run_id
+    write_report(record, out_dir, ctx.workspace, formats=ctx.task.report.formats)
+    return out_dir
+
+
+def _notice(options: RunOptions) -> Any:
+    def notice(text: str) -> None:
+        if options.events is not None:
+            options.events({"event": "notice", "message": text})
+
+    return notice
+
+
+def run_sync(project: Project, task: TaskSpec, raw_inputs: dict[str, Any], options: RunOptions) -> RunResult:
+    """Blocking wrapper for callers without an event loop (CLI, Airflow)."""
+    return asyncio.run(execute_task(project, task, raw_inputs, options))

@@ -1,0 +1,70 @@
+"""Building the run record (``runner/reports/report.schema.json``) from a finished run."""
+
+from __future__ import annotations
+
+import mimetypes
+from typing import TYPE_CHECKING, Any
+
+from runner.runs.types import STATUS_EXIT
+from runner.store.runstore import now_iso
+
+if TYPE_CHECKING:
+    from runner.pipelines.planner import PlanOutcome
+    from runner.runs.steps import RunContext
+
+SCHEMA_VERSION = "runner.report/v1"
+STEP_KEYS = (
+    "id", "kind", "agent", "tool", "status", "output", "data", "error", "started_at",
+    "duration_seconds", "usage", "model", "tool_calls", "artifacts",
+)
+
+
+def build_record(
+    ctx: RunContext, *, status: str, error: str | None, output: Any, plan: PlanOutcome | None,
+    started_at: str, duration: float, title: str,
+) -> dict[str, Any]:
+    """The JSON-able record every report format is rendered from."""
+    from runner.reports.record import usage_rollups
+
+    steps = [{k: record.get(k) for k in STEP_KEYS} for record in ctx.done.values()]
+    for step in steps:
+        step["tool_calls"] = step["tool_calls"] or []
+        step["artifacts"] = step["artifacts"] or []
+    usage = usage_rollups(steps)
+    usage["total"]["tool_calls"] = ctx.budget.spent.tool_calls
+    artifacts = [
+        {"path": path, "media_type": mimetypes.guess_type(path)[0] or "application/octet-stream", "step": step["id"]}
+        for step in steps
+        for path in step["artifacts"]
+    ]
+    tables = {
+        sid: ctx.done[sid]["data"]
+        for sid in ctx.task.report.tables
+        if sid in ctx.done and isinstance(ctx.done[sid].get("data"), dict) and "columns" in ctx.done[sid]["data"]
+    }
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": ctx.run_id,
+        "task": ctx.task.name,
+        "title": title,
+        "status": status,
+        "stop_reason": error,
+        "exit_code": STATUS_EXIT.get(status, 1),
+        "started_at": started_at,
+        "finished_at": now_iso(),
+        "duration_seconds": round(duration, 3),
+        "inputs": ctx.inputs,
+        "config_hash": ctx.store.run(ctx.run_id)["config_hash"],  # type: ignore[index]
+        "final_output": output,
+        "plan": plan.plan if plan else None,
+        "replans": plan.replans if plan else [],
+        "steps": steps,
+        "usage": usage,
+        "caps": ctx.budget.caps.as_dict(),
+        "artifacts": artifacts,
+        "previous_run": (
+            {k: ctx.previous[k] for k in ("run_id", "finished_at")} | {"final_output": ctx.previous["outputs"]}
+            if ctx.previous else None
+        ),
+        "tables": tables,
+    }

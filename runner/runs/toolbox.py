@@ -1,0 +1,58 @@
+"""The tools one agent may use, bound to its run's workspace and its confinement settings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from runner.config.specs import AgentSpec
+from runner.errors import ToolFailure
+from runner.tools.base import ToolContext, ToolResult
+from runner.tools.registry import ToolRegistry
+
+
+def tool_context(workspace: Path, agent: AgentSpec | None, secrets: Sequence[str]) -> ToolContext:
+    """A :class:`ToolContext` from trusted configuration only (never from model output)."""
+    from runner.tools.net import NetworkPolicy
+    from runner.tools.sandbox import SandboxPolicy
+
+    if agent is None:
+        return ToolContext(workspace=workspace, secrets=tuple(secrets))
+    sandbox = agent.sandbox
+    return ToolContext(
+        workspace=workspace,
+        sandbox=SandboxPolicy(
+            mode=sandbox.mode,  # type: ignore[arg-type]
+            cpu_seconds=sandbox.cpu_seconds,
+            memory_mb=sandbox.memory_mb,
+            wall_seconds=sandbox.wall_seconds,
+            max_processes=sandbox.max_processes,
+            max_file_mb=sandbox.max_file_mb,
+            max_output_bytes=sandbox.max_output_bytes,
+        ),
+        network=NetworkPolicy(allow_hosts=tuple(agent.allow_hosts), deny_hosts=tuple(agent.deny_hosts)),
+        settings={ref.name: ref.settings for ref in agent.tools},
+        secrets=tuple(secrets),
+    )
+
+
+class ToolBox:
+    """The loop's view of tools: only the agent's own, by name."""
+
+    def __init__(self, registry: ToolRegistry, agent: AgentSpec, context: ToolContext):
+        self.registry, self.context = registry, context
+        self.allowed = [ref.name for ref in agent.tools]
+        self._schemas = tuple(registry.openai_tools(self.allowed)) if self.allowed else ()
+
+    def schemas(self) -> tuple[dict[str, Any], ...]:
+        return self._schemas
+
+    def terminates(self, name: str) -> bool:
+        return name in self.registry and self.registry.get(name).terminates
+
+    async def call(self, name: str, arguments: str) -> ToolResult:
+        if name not in self.allowed:
+            available = ", ".join(self.allowed) or "none"
+            raise ToolFailure(f"unknown tool '{name}'; the tools available to you are: {available}")
+        return await self.registry.invoke(name, arguments, self.context)

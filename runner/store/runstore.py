@@ -1,0 +1,298 @@
+"""The run store: every run, step, model call, tool call and plan, in SQLite.
+
+One connection per store, guarded by a lock, in WAL mode, so many concurrent runs of one
+process (a batch) can record safely. Completed steps are what a resumed run skips: a run
+id seen before resumes where it stopped instead of paying again.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+  run_id TEXT PRIMARY KEY,
+  task TEXT NOT NULL,
+  status TEXT NOT NULL,
+  started_at TEXT NOT NULL,
+  finished_at TEXT,
+  attempts INTEGER NOT NULL DEFAULT 1,
+  inputs_json TEXT NOT NULL,
+  config_hash TEXT NOT NULL,
+  caps_json TEXT NOT NULL,
+  cost_usd REAL NOT NULL DEFAULT 0,
+  input_tokens INTEGER NOT NULL DEFAULT 0,
+  output_tokens INTEGER NOT NULL DEFAULT 0,
+  model_calls INTEGER NOT NULL DEFAULT 0,
+  tool_calls INTEGER NOT NULL DEFAULT 0,
+  error TEXT,
+  error_kind TEXT,
+  output_json TEXT,
+  record_json TEXT,
+  report_dir TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_by_task ON runs (task, finished_at);
+CREATE TABLE IF NOT EXISTS steps (
+  run_id TEXT NOT NULL,
+  step_id TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  agent TEXT,
+  tool TEXT,
+  status TEXT NOT NULL,
+  output_json TEXT,
+  data_json TEXT,
+  error TEXT,
+  error_kind TEXT,
+  started_at TEXT NOT NULL,
+  finished_at TEXT,
+  duration_seconds REAL,
+  cost_usd REAL NOT NULL DEFAULT 0,
+  input_tokens INTEGER NOT NULL DEFAULT 0,
+  output_tokens INTEGER NOT NULL DEFAULT 0,
+  model_calls INTEGER NOT NULL DEFAULT 0,
+  tool_calls INTEGER NOT NULL DEFAULT 0,
+  model TEXT,
+  artifacts_json TEXT NOT NULL DEFAULT '[]',
+  PRIMARY KEY (run_id, step_id)
+);
+CREATE TABLE IF NOT EXISTS model_calls (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  step_id TEXT NOT NULL,
+  agent TEXT NOT NULL,
+  model TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  input_tokens INTEGER NOT NULL,
+  output_tokens INTEGER NOT NULL,
+  cached_input_tokens INTEGER NOT NULL,
+  cost_usd REAL NOT NULL,
+  latency_seconds REAL NOT NULL,
+  status TEXT NOT NULL,
+  error TEXT,
+  created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS model_calls_by_run ON model_calls (run_id);
+CREATE TABLE IF NOT EXISTS tool_calls (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  step_id TEXT NOT NULL,
+  agent TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  arguments TEXT NOT NULL,
+  status TEXT NOT NULL,
+  duration_seconds REAL NOT NULL,
+  output_excerpt TEXT NOT NULL,
+  artifacts_json TEXT NOT NULL,
+  created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tool_calls_by_run ON tool_calls (run_id);
+CREATE TABLE IF NOT EXISTS plans (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  reason TEXT,
+  plan_json TEXT NOT NULL,
+  created_at TEXT NOT NULL
+);
+"""
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+class RunStore:
+    """SQLite-backed record of runs. Thread-safe; one instance per database file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=30000")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # -- runs -----------------------------------------------------------------------
+
+    def start_run(self, run_id: str, task: str, inputs: dict[str, Any], config_hash: str, caps: dict[str, Any]) -> int:
+        """Record a run's start; return the attempt number (2+ when resuming)."""
+        with self.transaction() as db:
+            row = db.execute("SELECT attempts FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                db.execute(
+                    "INSERT INTO runs (run_id, task, status, started_at, inputs_json, config_hash, caps_json)"
+                    " VALUES (?, ?, 'running', ?, ?, ?, ?)",
+                    (run_id, task, now_iso(), dumps(inputs), config_hash, dumps(caps)),
+                )
+                return 1
+            attempt = int(row["attempts"]) + 1
+            db.execute(
+                "UPDATE runs SET attempts = ?, status = 'running', finished_at = NULL, error = NULL WHERE run_id = ?",
+                (attempt, run_id),
+            )
+            return attempt
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return dict(row) if row else None
+
+    def find_runs(self, prefix: str) -> list[str]:
+        with self._lock:
+            rows = self._db.execute("SELECT run_id FROM runs WHERE run_id LIKE ? LIMIT 5", (prefix + "%",)).fetchall()
+        return [r["run_id"] for r in rows]
+
+    def finish_run(self, run_id: str, fields: dict[str, Any]) -> None:
+        columns = ", ".join(f"{k} = ?" for k in fields)
+        with self.transaction() as db:
+            db.execute(f"UPDATE runs SET {columns}, finished_at = ? WHERE run_id = ?", (*fields.values(), now_iso(), run_id))
+
+    def list_runs(self, task: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+        query = "SELECT * FROM runs" + (" WHERE task = ?" if task else "") + " ORDER BY started_at DESC LIMIT ?"
+        params: tuple[Any, ...] = (task, limit) if task else (limit,)
+        with self._lock:
+            return [dict(r) for r in self._db.execute(query, params).fetchall()]
+
+    def previous_completed(self, task: str, before_run: str) -> dict[str, Any] | None:
+        """The latest completed run of ``task`` other than ``before_run`` (memory across runs)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT * FROM runs WHERE task = ? AND status = 'completed' AND run_id != ?"
+                " ORDER BY finished_at DESC LIMIT 1",
+                (task, before_run),
+            ).fetchone()
+        return dict(row) if row else None
+
+    def spent(self, run_id: str) -> dict[str, float]:
+        """Money and tokens already spent by every attempt of a run (caps carry over)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT COALESCE(SUM(cost_usd),0) c, COALESCE(SUM(input_tokens),0) i, COALESCE(SUM(output_tokens),0) o,"
+                " COUNT(*) n FROM model_calls WHERE run_id = ? AND status = 'ok'",
+                (run_id,),
+            ).fetchone()
+        return {"cost_usd": row["c"], "input_tokens": row["i"], "output_tokens": row["o"], "model_calls": row["n"]}
+
+    # -- steps ----------------------------------------------------------------------
+
+    def completed_steps(self, run_id: str) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM steps WHERE run_id = ? AND status = 'completed'", (run_id,)
+            ).fetchall()
+        return {r["step_id"]: _decode_step(dict(r)) for r in rows}
+
+    def steps(self, run_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY started_at", (run_id,)).fetchall()
+        return [_decode_step(dict(r)) for r in rows]
+
+    def save_step(self, run_id: str, step: dict[str, Any]) -> None:
+        """Insert or replace one step's record (status, output, usage, artifacts)."""
+        row = {
+            "run_id": run_id,
+            "step_id": step["id"],
+            "kind": step["kind"],
+            "agent": step.get("agent"),
+            "tool": step.get("tool"),
+            "status": step["status"],
+            "output_json": dumps(step.get("output")),
+            "data_json": dumps(step.get("data")),
+            "error": step.get("error"),
+            "error_kind": step.get("error_kind"),
+            "started_at": step["started_at"],
+            "finished_at": step.get("finished_at"),
+            "duration_seconds": step.get("duration_seconds"),
+            "cost_usd": step.get("usage", {}).get("cost_usd", 0.0),
+            "input_tokens": step.get("usage", {}).get("input_tokens", 0),
+            "output_tokens": step.get("usage", {}).get("output_tokens", 0),
+            "model_calls": step.get("usage", {}).get("model_calls", 0),
+            "tool_calls": len(step.get("tool_calls", [])),
+            "model": step.get("model"),
+            "artifacts_json": dumps(step.get("artifacts", [])),
+        }
+        columns = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        with self.transaction() as db:
+            db.execute(f"INSERT OR REPLACE INTO steps ({columns}) VALUES ({marks})", tuple(row.values()))
+
+    # -- calls and plans ------------------------------------------------------------
+
+    def add_model_call(self, run_id: str, attempt: int, call: dict[str, Any]) -> None:
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO model_calls (run_id, attempt, step_id, agent, model, seq, input_tokens, output_tokens,"
+                " cached_input_tokens, cost_usd, latency_seconds, status, error, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id, attempt, call["step_id"], call["agent"], call["model"], call["seq"],
+                    call["input_tokens"], call["output_tokens"], call["cached_input_tokens"], call["cost_usd"],
+                    call["latency_seconds"], call["status"], call.get("error"), now_iso(),
+                ),
+            )
+
+    def add_tool_call(self, run_id: str, attempt: int, call: dict[str, Any]) -> None:
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO tool_calls (run_id, attempt, step_id, agent, seq, name, arguments, status,"
+                " duration_seconds, output_excerpt, artifacts_json, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id, attempt, call["step_id"], call["agent"], call["seq"], call["name"], call["arguments"],
+                    call["status"], call["duration_seconds"], call["output_excerpt"], dumps(call["artifacts"]), now_iso(),
+                ),
+            )
+
+    def add_plan(self, run_id: str, attempt: int, plan: dict[str, Any], reason: str | None) -> None:
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO plans (run_id, attempt, reason, plan_json, created_at) VALUES (?, ?, ?, ?, ?)",
+                (run_id, attempt, reason, dumps(plan), now_iso()),
+            )
+
+    def model_calls(self, run_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(r) for r in self._db.execute("SELECT * FROM model_calls WHERE run_id = ? ORDER BY id", (run_id,))]
+
+    def tool_calls(self, run_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(r) for r in self._db.execute("SELECT * FROM tool_calls WHERE run_id = ? ORDER BY id", (run_id,))]
+
+
+def _decode_step(row: dict[str, Any]) -> dict[str, Any]:
+    row["output"] = json.loads(row.pop("output_json") or "null")
+    row["data"] = json.loads(row.pop("data_json") or "null")
+    row["artifacts"] = json.loads(row.pop("artifacts_json") or "[]")
+    return row

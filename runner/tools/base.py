@@ -1,0 +1,210 @@
+"""What a tool is: its description for the model, how it runs, and what it returns.
+
+Every tool, built-in or declared in ``tools.d/``, ends up as one :class:`Tool` value in a
+:class:`~runner.tools.registry.ToolRegistry`. Python functions become tools through the
+:func:`tool` decorator, which derives the JSON Schema offered to the model from the
+signature and the docstring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, overload
+
+from runner.tools.arguments import ArgumentSchema, PydanticArguments
+from runner.tools.net import NetworkPolicy
+from runner.tools.sandbox import SandboxPolicy
+
+ToolKind = Literal["builtin", "python", "shell", "http", "mcp"]
+REDACTED = "[REDACTED]"
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool call produced.
+
+    ``content`` is the text the model sees; ``artifacts`` are workspace-relative paths the
+    call produced (charts, files); ``data`` is an optional JSON-able value for
+    deterministic pipeline steps (a data tool returns both a rendering and the rows).
+    """
+
+    content: str
+    artifacts: list[str] = field(default_factory=list)
+    data: Any = None
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Everything a tool may use besides its arguments, all from trusted configuration.
+
+    ``workspace`` is resolved once here and never derived from model output.
+    ``settings`` maps a tool name to that tool's settings from the agent YAML.
+    ``secrets`` are exact values redacted from every tool output and failure message.
+    """
+
+    workspace: Path
+    sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
+    network: NetworkPolicy = field(default_factory=NetworkPolicy)
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    secrets: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        root = Path(self.workspace)
+        if not root.is_absolute():
+            raise ValueError(f"workspace must be an absolute path, got {str(root)!r}")
+        root = root.resolve(strict=True)
+        if not root.is_dir():
+            raise ValueError(f"workspace {str(root)!r} is not a directory")
+        object.__setattr__(self, "workspace", root)
+
+    def settings_for(self, tool_name: str) -> Mapping[str, Any]:
+        """The YAML settings of one tool (empty when none were given)."""
+        return self.settings.get(tool_name, {})
+
+
+class ToolRunner(Protocol):
+    """Runs a tool with validated arguments."""
+
+    def __call__(self, ctx: ToolContext, arguments: dict[str, Any]) -> Awaitable[ToolResult]: ...
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool as offered to the model and invoked by the registry.
+
+    ``source`` says where it was defined (``runner.tools.builtins.files:read_file`` or
+    ``tools.d/x.yaml:3``) so duplicate names and failures can point at it.
+    """
+
+    name: str
+    description: str
+    arguments: ArgumentSchema
+    run: ToolRunner = field(repr=False)
+    kind: ToolKind = "builtin"
+    source: str = ""
+    needs_sandbox: bool = False
+    terminates: bool = False
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The JSON Schema of the arguments, as offered to the model."""
+        return self.arguments.json_schema
+
+
+def to_result(value: object) -> ToolResult:
+    """Turn a tool function's return value into a :class:`ToolResult`.
+
+    Strings become the content; other JSON-able values are rendered as JSON and also
+    kept as ``data``.
+    """
+    if isinstance(value, ToolResult):
+        return value
+    if isinstance(value, str):
+        return ToolResult(content=value)
+    if value is None:
+        return ToolResult(content="")
+    return ToolResult(content=json.dumps(value, ensure_ascii=False, default=str), data=value)
+
+
+def redact_result(result: ToolResult, secrets: Sequence[str]) -> ToolResult:
+    """Return ``result`` with every secret replaced by ``[REDACTED]``."""
+    if not any(secrets):
+        return result
+    return ToolResult(
+        content=redact_text(result.content, secrets),
+        artifacts=result.artifacts,
+        data=_redact_value(result.data, secrets),
+    )
+
+
+def redact_text(text: str, secrets: Sequence[str]) -> str:
+    """Replace every exact secret value (longest first) in ``text``."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+def _redact_value(value: Any, secrets: Sequence[str]) -> Any:
+    if isinstance(value, str):
+        return redact_text(value, secrets)
+    if isinstance(value, list | tuple):
+        return [_redact_value(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {k: _redact_value(v, secrets) for k, v in value.items()}
+    return value
+
+
+ToolFunction = Callable[..., Any]
+
+
+@overload
+def tool(function: ToolFunction, /) -> Tool: ...
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    kind: ToolKind = "builtin",
+    needs_sandbox: bool = False,
+    terminates: bool = False,
+) -> Callable[[ToolFunction], Tool]: ...
+def tool(
+    function: ToolFunction | None = None,
+    /,
+    *,
+    name: str | None = None,
+    kind: ToolKind = "builtin",
+    needs_sandbox: bool = False,
+    terminates: bool = False,
+) -> Tool | Callable[[ToolFunction], Tool]:
+    """Make a :class:`Tool` from a function; usable bare (``@tool``) or with options.
+
+    The schema comes from the signature (pydantic validates and coerces the arguments) and
+    parameter descriptions from the docstring's ``Args:`` section. A first parameter named
+    ``ctx`` receives the :class:`ToolContext` and is not offered to the model. Sync
+    functions run in a worker thread.
+    """
+
+    def decorate(fn: ToolFunction) -> Tool:
+        return tool_from_function(fn, name=name, kind=kind, needs_sandbox=needs_sandbox, terminates=terminates)
+
+    return decorate(function) if function is not None else decorate
+
+
+def tool_from_function(
+    fn: ToolFunction,
+    *,
+    name: str | None = None,
+    kind: ToolKind = "builtin",
+    source: str | None = None,
+    description: str | None = None,
+    needs_sandbox: bool = False,
+    terminates: bool = False,
+) -> Tool:
+    """Build a :class:`Tool` from a Python function (see :func:`tool`)."""
+    arguments = PydanticArguments.from_function(fn, skip=("ctx",))
+    takes_ctx = "ctx" in inspect.signature(fn).parameters
+    is_async = inspect.iscoroutinefunction(fn)
+
+    async def run(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+        call_args = {"ctx": ctx, **args} if takes_ctx else args
+        if is_async:
+            value = await fn(**call_args)
+        else:
+            value = await asyncio.to_thread(fn, **call_args)
+        return to_result(value)
+
+    return Tool(
+        name=name or fn.__name__,
+        description=description or arguments.description,
+        arguments=arguments,
+        run=run,
+        kind=kind,
+        source=source or f"{fn.__module__}:{fn.__qualname__}",
+        needs_sandbox=needs_sandbox,
+        terminates=terminates,
+    )

@@ -1,0 +1,142 @@
+"""The tool registry: one place where tools are named, offered to the model and invoked.
+
+Built-ins and custom tools are registered the same way. A registry is a plain object
+(no module-level state): :func:`default_registry` builds a new one with every built-in.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from runner.errors import ConfigError, ToolFailure
+from runner.tools.arguments import ArgumentsInvalid
+from runner.tools.base import Tool, ToolContext, ToolResult, redact_result, redact_text
+
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_MAX_ARGUMENTS_CHARS = 1_000_000
+
+
+class UnknownTool(ToolFailure):
+    """A tool name that is not registered; ``suggestion`` is the closest known name."""
+
+    def __init__(self, name: str, known: list[str]):
+        self.name = name
+        close = difflib.get_close_matches(name, known, n=1)
+        self.suggestion = close[0] if close else None
+        hint = f" Did you mean '{self.suggestion}'?" if self.suggestion else ""
+        super().__init__(f"unknown tool '{name}'.{hint} Available tools: {', '.join(known)}")
+
+
+class ToolRegistry:
+    """Named tools; offers them in OpenAI function format and invokes them by name."""
+
+    def __init__(self, tools: Iterable[Tool] = ()):
+        self._tools: dict[str, Tool] = {}
+        self.extend(tools)
+
+    def register(self, tool: Tool) -> None:
+        """Add ``tool``; a second tool with the same name is an error naming both sources."""
+        if not TOOL_NAME.match(tool.name):
+            raise ConfigError(f"{tool.source}: tool name '{tool.name}' must match {TOOL_NAME.pattern}")
+        existing = self._tools.get(tool.name)
+        if existing is not None:
+            raise ConfigError(f"tool '{tool.name}' is defined twice: {existing.source} and {tool.source}")
+        self._tools[tool.name] = tool
+
+    def extend(self, tools: Iterable[Tool]) -> None:
+        """Register several tools."""
+        for tool in tools:
+            self.register(tool)
+
+    def get(self, name: str) -> Tool:
+        """The tool called ``name``; :class:`UnknownTool` (with a suggestion) otherwise."""
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise UnknownTool(name, self.names()) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def names(self) -> list[str]:
+        """Registered tool names, sorted."""
+        return sorted(self._tools)
+
+    def openai_tools(self, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """The named tools (default: all) in OpenAI Chat Completions ``tools`` format."""
+        selected = self.names() if names is None else list(names)
+        return [_openai_tool(self.get(name)) for name in selected]
+
+    async def invoke(self, name: str, arguments_json: str | dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Validate the arguments and run the tool; secrets are redacted from the result.
+
+        Raises :class:`~runner.errors.ToolFailure` (an observation for the model) for an
+        unknown tool, malformed JSON, arguments that do not match the schema (the message
+        names each problem and repeats the schema), or a failure the tool reports.
+        """
+        tool = self.get(name)
+        arguments = _parse_arguments(tool, arguments_json)
+        try:
+            validated = tool.arguments.validate(arguments)
+        except ArgumentsInvalid as invalid:
+            raise ToolFailure(
+                f"invalid arguments for tool '{tool.name}': {'; '.join(invalid.problems)}. {_expected(tool)}"
+            ) from None
+        try:
+            result = await tool.run(ctx, validated)
+        except ToolFailure as failure:
+            raise ToolFailure(redact_text(str(failure), ctx.secrets)) from None
+        return redact_result(result, ctx.secrets)
+
+
+def default_registry() -> ToolRegistry:
+    """A new registry holding every built-in tool."""
+    from runner.tools.builtins import builtin_tools
+
+    return ToolRegistry(builtin_tools())
+
+
+def _openai_tool(tool: Tool) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }
+
+
+def _parse_arguments(tool: Tool, arguments_json: str | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(arguments_json, dict):
+        return arguments_json
+    text = arguments_json.strip()
+    if not text:
+        return {}
+    if len(text) > _MAX_ARGUMENTS_CHARS:
+        raise ToolFailure(
+            f"arguments for tool '{tool.name}' are {len(text)} characters long (limit {_MAX_ARGUMENTS_CHARS})"
+        )
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as error:
+        raise ToolFailure(
+            f"arguments for tool '{tool.name}' are not valid JSON ({error}). Send one JSON object. {_expected(tool)}"
+        ) from None
+    if not isinstance(value, dict):
+        raise ToolFailure(
+            f"arguments for tool '{tool.name}' must be a JSON object, got {type(value).__name__}. {_expected(tool)}"
+        )
+    return value
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed in arguments")
+
+
+def _expected(tool: Tool) -> str:
+    return f"Expected arguments (JSON Schema): {json.dumps(tool.parameters, ensure_ascii=False)}"

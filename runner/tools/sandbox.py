@@ -1,0 +1,248 @@
+"""Run model-written code and commands under an OS sandbox (bubblewrap + prlimit).
+
+The recipe is the one measured in ``SECURITY.md``: every namespace unshared, only ``/usr``
+(with the ``/lib``, ``/lib64``, ``/bin`` symlinks of a merged-/usr Debian) bound
+read-only, fresh ``/proc``, ``/dev`` and ``/tmp``, one writable bind of the workspace at
+``/workspace``, resource limits through ``prlimit``, and bwrap itself started with an
+empty environment as uid/gid 65534 when the runner is root (``RLIMIT_NPROC`` does
+nothing for uid 0). Nothing of the host's ``/etc`` or home is visible inside.
+
+Commands run with the host's Debian system Python (``/usr/bin/python3``), not the
+runner's virtualenv: packages such as pandas are only available inside the sandbox if
+they are installed system-wide under ``/usr``.
+
+Fail closed: with ``mode: bwrap`` and no working bubblewrap, :class:`SandboxUnavailable`
+is raised. ``mode: none`` (explicit in the agent YAML only) runs without isolation but
+still with an empty environment, the limits and the timeout.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import signal
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from runner.errors import SandboxUnavailable
+from runner.tools.capture import ProcessOutcome, run_bounded
+
+NOBODY = 65534
+SANDBOX_WORKSPACE = "/workspace"
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+SYSTEM_PYTHON = "/usr/bin/python3"
+_INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; it needs unprivileged "
+    "user namespaces), or set `sandbox: {mode: none}` explicitly in the agent YAML to run "
+    "code and shell tools without isolation"
+)
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """Limits for one sandboxed command (the agent YAML's ``sandbox:`` block)."""
+
+    mode: Literal["bwrap", "none"] = "bwrap"
+    cpu_seconds: int = 10
+    memory_mb: int = 512
+    wall_seconds: float = 30.0
+    max_processes: int = 64
+    max_file_mb: int = 64
+    max_output_bytes: int = 65536
+    max_open_files: int = 256
+    network: bool = False
+
+
+@dataclass(frozen=True)
+class SandboxProbe:
+    """Whether bubblewrap works on this host, and why not."""
+
+    ok: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """The outcome of one sandboxed command, rendered for the model by :meth:`render`."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    truncated: bool
+    policy: SandboxPolicy
+
+    @property
+    def ok(self) -> bool:
+        """True when the command ran to completion and exited 0."""
+        return self.exit_code == 0 and not self.timed_out and not self.truncated
+
+    def render(self) -> str:
+        """Status line, then stdout and stderr."""
+        parts = [self.status()]
+        if self.stdout:
+            parts.append(f"stdout:\n{self.stdout}")
+        if self.stderr:
+            parts.append(f"stderr:\n{self.stderr}")
+        return "\n".join(parts)
+
+    def status(self) -> str:
+        """One line saying how the command ended."""
+        if self.timed_out:
+            return f"killed: wall-clock limit of {self.policy.wall_seconds:g}s reached"
+        if self.truncated:
+            return f"killed: output exceeded {self.policy.max_output_bytes} bytes (truncated)"
+        code = self.exit_code
+        if code is not None and code > 128 and code - 128 in signal.valid_signals():
+            name = signal.Signals(code - 128).name
+            return (
+                f"killed by {name} (limits: cpu {self.policy.cpu_seconds}s, "
+                f"memory {self.policy.memory_mb} MB, processes {self.policy.max_processes})"
+            )
+        return f"exit code {code}"
+
+
+def run_command(
+    command: Sequence[str], workspace: Path, policy: SandboxPolicy, *, stdin: bytes | None = None
+) -> CommandResult:
+    """Run ``command`` confined to ``workspace`` under ``policy``.
+
+    Inside bubblewrap the workspace is ``/workspace`` (also the working directory); with
+    ``mode: none`` the command runs in the workspace's real path.
+    """
+    prlimit = _require("prlimit")
+    limits = [prlimit, *limit_flags(policy), "--"]
+    if policy.mode == "bwrap":
+        bwrap = ensure_sandbox()
+        argv = [*bwrap_argv(bwrap, policy, workspace), *limits, *command]
+        env: dict[str, str] = {}
+        cwd = None
+    elif policy.mode == "none":
+        argv = [*limits, *command]
+        env = {"PATH": SANDBOX_PATH, "HOME": str(workspace), "LANG": "C.UTF-8"}
+        cwd = workspace
+    else:
+        raise SandboxUnavailable(f"unknown sandbox mode {policy.mode!r}: use 'bwrap' or 'none'")
+    prepare_workspace(workspace)
+    outcome = run_bounded(
+        argv,
+        env=env,
+        cwd=cwd,
+        wall_seconds=policy.wall_seconds,
+        max_output_bytes=policy.max_output_bytes,
+        stdin_data=stdin,
+        run_as=NOBODY if os.geteuid() == 0 else None,
+    )
+    return _result(outcome, policy)
+
+
+def limit_flags(policy: SandboxPolicy) -> list[str]:
+    """``prlimit`` options for ``policy`` (soft = hard)."""
+    return [
+        f"--as={policy.memory_mb * 1024 * 1024}",
+        f"--cpu={policy.cpu_seconds}",
+        f"--nofile={policy.max_open_files}",
+        f"--fsize={policy.max_file_mb * 1024 * 1024}",
+        f"--nproc={policy.max_processes}",
+        "--core=0",
+    ]
+
+
+def bwrap_argv(bwrap: str, policy: SandboxPolicy, workspace: Path | None) -> list[str]:
+    """The bubblewrap command line up to (not including) the confined command."""
+    argv = [bwrap, "--unshare-all"]
+    if policy.network:
+        argv.append("--share-net")
+    argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    argv += ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "lib", "lib64", "sbin"):
+        target = Path("/", name)
+        if target.is_symlink():
+            argv += ["--symlink", os.readlink(target), f"/{name}"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    if workspace is not None:
+        argv += ["--bind", str(workspace), SANDBOX_WORKSPACE, "--chdir", SANDBOX_WORKSPACE]
+    argv += ["--remount-ro", "/"]
+    argv += ["--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/tmp"]
+    argv += ["--setenv", "LANG", "C.UTF-8", "--"]
+    return argv
+
+
+def ensure_sandbox() -> str:
+    """Return the bwrap path if the sandbox works here; raise SandboxUnavailable if not."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise SandboxUnavailable(f"bubblewrap (bwrap) is not installed: {_INSTALL_HINT}")
+    probe = probe_sandbox(bwrap)
+    if not probe.ok:
+        raise SandboxUnavailable(f"bubblewrap does not work on this host ({probe.reason}): {_INSTALL_HINT}")
+    return bwrap
+
+
+@functools.cache
+def probe_sandbox(bwrap: str) -> SandboxProbe:
+    """Run ``bwrap … true`` once with the full recipe and report whether it worked."""
+    prlimit = shutil.which("prlimit")
+    if prlimit is None:
+        return SandboxProbe(False, "util-linux prlimit is not installed")
+    policy = SandboxPolicy(wall_seconds=20.0, max_output_bytes=4096)
+    argv = [*bwrap_argv(bwrap, policy, None), prlimit, *limit_flags(policy), "--", "true"]
+    try:
+        outcome = run_bounded(
+            argv,
+            env={},
+            cwd=None,
+            wall_seconds=policy.wall_seconds,
+            max_output_bytes=policy.max_output_bytes,
+            run_as=NOBODY if os.geteuid() == 0 else None,
+        )
+    except OSError as error:
+        return SandboxProbe(False, f"cannot start bwrap: {error}")
+    if outcome.returncode != 0:
+        detail = outcome.stderr.decode("utf-8", "replace").strip() or "no error output"
+        status = "timed out" if outcome.timed_out else f"exit code {outcome.returncode}"
+        return SandboxProbe(False, f"{status}: {detail[:300]}")
+    return SandboxProbe(True)
+
+
+def prepare_workspace(workspace: Path) -> None:
+    """Make ``workspace`` usable by the sandbox user (uid 65534) when the runner is root.
+
+    Owns the workspace directory to uid/gid 65534 and checks that every ancestor is
+    searchable by others, which bubblewrap needs to bind it.
+    """
+    if os.geteuid() != 0:
+        return
+    info = workspace.stat()
+    if (info.st_uid, info.st_gid) != (NOBODY, NOBODY):
+        os.chown(workspace, NOBODY, NOBODY)
+    for ancestor in workspace.parents:
+        mode = ancestor.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            raise SandboxUnavailable(
+                f"the sandbox user (uid {NOBODY}) cannot reach the workspace {workspace}: "
+                f"{ancestor} has mode {stat.filemode(mode)}; run `chmod o+x {ancestor}` or "
+                "keep workspaces under a directory others can traverse"
+            )
+
+
+def _require(program: str) -> str:
+    path = shutil.which(program)
+    if path is None:
+        raise SandboxUnavailable(f"{program} is not installed (Debian: util-linux): {_INSTALL_HINT}")
+    return path
+
+
+def _result(outcome: ProcessOutcome, policy: SandboxPolicy) -> CommandResult:
+    return CommandResult(
+        exit_code=outcome.returncode,
+        stdout=outcome.stdout.decode("utf-8", "replace"),
+        stderr=outcome.stderr.decode("utf-8", "replace"),
+        timed_out=outcome.timed_out,
+        truncated=outcome.truncated,
+        policy=policy,
+    )
