@@ -69,12 +69,14 @@ def derive_run_id(
     return f"{_slug(task, 40)}-{RUN_ID_PREFIX}-{digest}"
 
 
-def derive_journal_path(work_dir: str | Path, *, dag_id: str, dag_run_id: str, task_id: str, map_index: int | None) -> Path:
+def derive_journal_path(
+    work_dir: str | Path, *, dag_id: str, dag_run_id: str, task_id: str, map_index: int | None
+) -> Path:
     """Where a mapped batch task keeps its resume journal: stable across tries, unique per instance."""
     identity = canonical_json({"dag_id": dag_id, "dag_run_id": dag_run_id, "task_id": task_id, "map_index": map_index})
     digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
     index = "x" if map_index is None or int(map_index) < 0 else f"{int(map_index):05d}"
-    return Path(work_dir) / "journals" / f"{_slug(task_id, 40)}-{index}-{digest}.jsonl"
+    return Path(work_dir) / "journals" / f"{_slug(task_id, 40)}-{index}-{digest}.sqlite3"
 
 
 def call_blocking(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:

@@ -25,7 +25,9 @@ except ImportError:  # pragma: no cover - older task SDKs
 from runner.airflow.provider import CONN_TYPE, DEFAULT_CONN_ID
 
 
-def base_url_from_parts(host: str | None, port: int | None, schema: str | None, scheme: str | None = None) -> str | None:
+def base_url_from_parts(
+    host: str | None, port: int | None, schema: str | None, scheme: str | None = None
+) -> str | None:
     """``host`` if it already is a URL, else ``scheme://host[:port][/schema]``; None without a host."""
     if not host:
         return None

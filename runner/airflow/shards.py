@@ -186,7 +186,10 @@ def write_batch_report(
         "records": merged.get("records"),
         "missing_parts": merged.get("missing", []),
         "per_shard": [
-            {k: m.get(k) for k in ("shard", "total", "done", "failed", "skipped", "cost_usd", "output_path", "report_path")}
+            {
+                k: m.get(k)
+                for k in ("shard", "total", "done", "failed", "skipped", "cost_usd", "output_path", "report_path")
+            }
             for m in shard_manifests
         ],
     }

@@ -106,9 +106,7 @@ def coerce_inputs(
     for spec in specs:
         label = (labels or {}).get(spec.name)
         try:
-            values[spec.name] = coerce_input(
-                spec, raw.get(spec.name, MISSING), source=source, label=label, today=today
-            )
+            values[spec.name] = coerce_input(spec, raw.get(spec.name, MISSING), source=source, label=label, today=today)
         except InputError as exc:
             problems.append(str(exc))
     if problems:

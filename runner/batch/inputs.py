@@ -57,7 +57,7 @@ class InputSource:
         cls,
         path: str | Path,
         *,
-        format: str | None = None,  # noqa: A002 (mirrors --format)
+        format: str | None = None,
         mapping: Mapping[str, str] | None = None,
         id_column: str | None = None,
     ) -> InputSource:

@@ -78,14 +78,14 @@ class ModelPool:
     ):
         """``fixed``: answer every agent with this model (e.g. a ``ScriptedModel`` in tests)."""
         self._models: dict[tuple[object, ...], ChatModel] = {}
-        self._fixed = fixed
+        self.fixed = fixed
         self._on_retry = on_retry
         self._notice = notice
         self._noticed = False
 
     def get(self, endpoint: Endpoint, spec: ModelSpec) -> ChatModel:
-        if self._fixed is not None:
-            return self._fixed
+        if self.fixed is not None:
+            return self.fixed
         key_hash = hashlib.sha256((endpoint.api_key or "").encode()).hexdigest()[:16]
         cache_key = (endpoint.provider, endpoint.model_id, endpoint.base_url, key_hash, spec.timeout_seconds, spec.retries)
         if cache_key not in self._models:

@@ -135,7 +135,11 @@ def copy_artifacts(
         total += len(content)
         report_path = f"artifacts/{path}"
         write_atomic(report_dir / report_path, content)
-        copied.append(CopiedArtifact(path, report_path, media_type_of(path), artifact.get("step"), artifact.get("caption"), content))
+        copied.append(
+            CopiedArtifact(
+                path, report_path, media_type_of(path), artifact.get("step"), artifact.get("caption"), content
+            )
+        )
     return copied, problems
 
 

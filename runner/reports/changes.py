@@ -72,7 +72,9 @@ def _run_fields(previous: Mapping[str, Any], record: Mapping[str, Any]) -> list[
     cost_now = ((record.get("usage") or {}).get("total") or {}).get("cost_usd")
     if previous.get("cost_usd") is not None and cost_now is not None and previous["cost_usd"] != cost_now:
         delta = cost_now - previous["cost_usd"]
-        changes.append(FieldChange("run cost", formatting.usd(previous["cost_usd"]), formatting.usd(cost_now), _signed_usd(delta)))
+        changes.append(
+            FieldChange("run cost", formatting.usd(previous["cost_usd"]), formatting.usd(cost_now), _signed_usd(delta))
+        )
     return changes
 
 

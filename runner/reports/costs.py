@@ -77,7 +77,11 @@ def cap_uses(record: Mapping[str, Any]) -> list[CapUse]:
 def costed_steps(record: Mapping[str, Any]) -> list[tuple[str, float]]:
     """(step id, USD) of the steps that cost anything, in run order."""
     by_step = record["usage"]["by_step"]
-    return [(step["id"], by_step[step["id"]]["cost_usd"]) for step in record["steps"] if by_step.get(step["id"], {}).get("cost_usd")]
+    return [
+        (step["id"], by_step[step["id"]]["cost_usd"])
+        for step in record["steps"]
+        if by_step.get(step["id"], {}).get("cost_usd")
+    ]
 
 
 def cost_chart_png(record: Mapping[str, Any]) -> bytes | None:

@@ -75,6 +75,23 @@ def cell(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+def number_column(values: list[Any]) -> list[str]:
+    """Cells of a numeric column, every number with the same decimals (at most 4).
+
+    ``[52310.5, 47120.0]`` -> ``["52,310.50", "47,120.00"]``; nulls become ''. Non-numeric
+    values fall back to :func:`cell`.
+    """
+    decimals = max((_decimals(v) for v in values if isinstance(v, float)), default=0)
+    return [f"{value:,.{decimals}f}" if is_number(value) and math.isfinite(value) else cell(value) for value in values]
+
+
+def _decimals(value: float) -> int:
+    if not math.isfinite(value):
+        return 0
+    text = repr(value)
+    return 4 if "e" in text else min(len(text.partition(".")[2].rstrip("0")), 4)
+
+
 def excerpt(text: str | None, limit: int) -> str:
     """``text`` cut to ``limit`` characters, saying how much was left out."""
     if not text:

@@ -36,13 +36,17 @@ def render_html(record: Mapping[str, Any], images: Mapping[str, bytes]) -> str:
         if chart is not None:
             images[costs.COST_CHART_KEY] = chart
     view = build_view(record, with_cost_chart=costs.COST_CHART_KEY in images)
-    return _environment().get_template(TEMPLATE).render(
-        v=view,
-        narrative_html=narrative.to_html(view.narrative.text) if view.narrative.text else None,
-        images=_data_uris(view, images),
-        toc=_toc(view),
-        version=runner.__version__,
-        schema_version=SCHEMA_VERSION,
+    return (
+        _environment()
+        .get_template(TEMPLATE)
+        .render(
+            v=view,
+            narrative_html=narrative.to_html(view.narrative.text) if view.narrative.text else None,
+            images=_data_uris(view, images),
+            toc=_toc(view),
+            version=runner.__version__,
+            schema_version=SCHEMA_VERSION,
+        )
     )
 
 

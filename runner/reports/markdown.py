@@ -32,7 +32,10 @@ def render_markdown(record: Mapping[str, Any], artifacts_rel: Mapping[str, str])
         _costs(view, artifacts_rel),
         _caps(view),
         _section("Inputs", [table(view.inputs)] if view.inputs.rows else ["No inputs."]),
-        _section("Configuration", [f"Config hash: `{view.config_hash}`" if view.config_hash else "Config hash: not recorded."]),
+        _section(
+            "Configuration",
+            [f"Config hash: `{view.config_hash}`" if view.config_hash else "Config hash: not recorded."],
+        ),
         _timings(view),
         _section("Step details", [_step_detail(step) for step in view.step_details]),
     ]
@@ -73,7 +76,8 @@ def _header(view: ReportView) -> str:
     if view.stop_reason:
         status += f" · stopped: {_inline(view.stop_reason)}"
     facts = " · ".join(f"**{name}:** {value}" for name, value in view.facts)
-    return f"# {_inline(view.title)}\n\n{status}\n\nTask `{view.task}` · run `{view.run_id}`\n\n{facts}"
+    ids = f"Task `{view.task}` · run `{view.run_id}` · finished {view.finished}"
+    return f"# {_inline(view.title)}\n\n{status}\n\n{ids}\n\n{facts}"
 
 
 def _narrative(view: ReportView) -> str:
@@ -91,7 +95,11 @@ def _narrative(view: ReportView) -> str:
 
 def _key_tables(view: ReportView) -> str:
     parts = [
-        "\n\n".join(p for p in (f"### {_inline(t.title)}", f"_{_inline(t.caption)}_" if t.caption else "", table(t), t.note) if p)
+        "\n\n".join(
+            p
+            for p in (f"### {_inline(t.title)}", f"_{_inline(t.caption)}_" if t.caption else "", table(t), t.note)
+            if p
+        )
         for t in view.tables
     ]
     return _section("Key tables", parts)
@@ -105,7 +113,10 @@ def _image(key: str, caption: str, artifacts_rel: Mapping[str, str]) -> str:
 
 def _charts(view: ReportView, artifacts_rel: Mapping[str, str]) -> str:
     parts = [_image(chart.key, chart.caption, artifacts_rel) for chart in view.charts]
-    files = [f"- [{path}]({artifacts_rel[path]})" if path in artifacts_rel else f"- `{path}` (not copied)" for path in view.files]
+    files = [
+        f"- [{path}]({artifacts_rel[path]})" if path in artifacts_rel else f"- `{path}` (not copied)"
+        for path in view.files
+    ]
     if files:
         parts.append("Other files:\n\n" + "\n".join(files))
     if view.artifact_problems:
@@ -164,7 +175,9 @@ def _caps(view: ReportView) -> str:
     if not view.caps:
         return _section("Caps", ["No caps were set."])
     rows = [[u.label, u.limit, u.used, u.percent, u.state] for u in view.caps]
-    return _section("Caps", [table(Table(["Cap", "Limit", "Used", "Share", "State"], rows, [False, True, True, True, False]))])
+    return _section(
+        "Caps", [table(Table(["Cap", "Limit", "Used", "Share", "State"], rows, [False, True, True, True, False]))]
+    )
 
 
 def _timings(view: ReportView) -> str:

@@ -138,7 +138,11 @@ def _table(lines: list[str], start: int) -> tuple[int, str]:
 
     def row(cells: list[str], tag: str) -> str:
         padded = (cells + [""] * len(header))[: len(header)]
-        return "<tr>" + "".join(_cell_html(tag, cell, i < len(right) and right[i]) for i, cell in enumerate(padded)) + "</tr>"
+        return (
+            "<tr>"
+            + "".join(_cell_html(tag, cell, i < len(right) and right[i]) for i, cell in enumerate(padded))
+            + "</tr>"
+        )
 
     body = "".join(row(_cells(line), "td") for line in lines[start + 2 : end])
     return end - start, f'<table class="data"><thead>{row(header, "th")}</thead><tbody>{body}</tbody></table>'

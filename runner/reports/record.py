@@ -18,7 +18,15 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 SCHEMA_VERSION = "runner.report/v1"
-USAGE_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens", "total_tokens", "cost_usd", "model_calls", "tool_calls")
+USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "total_tokens",
+    "cost_usd",
+    "model_calls",
+    "tool_calls",
+)
 
 
 @cache
@@ -138,7 +146,9 @@ def _status_problems(record: Mapping[str, Any]) -> list[str]:
     problems = []
     completed = record["status"] == "completed"
     if completed != (record["exit_code"] == 0):
-        problems.append(f"/exit_code: {record['exit_code']} does not match status {record['status']!r} (0 means completed)")
+        problems.append(
+            f"/exit_code: {record['exit_code']} does not match status {record['status']!r} (0 means completed)"
+        )
     if datetime.fromisoformat(record["finished_at"]) < datetime.fromisoformat(record["started_at"]):
         problems.append(f"/finished_at: {record['finished_at']} is before started_at {record['started_at']}")
     return problems

@@ -40,9 +40,14 @@ def data_table(data: Mapping[str, Any], *, title: str = "", caption: str = "", m
     """
     columns = [str(name) for name in data["columns"]]
     raw_rows: Sequence[Sequence[Any]] = data["rows"]
+    kept = raw_rows[:max_rows]
     numeric = [_all_numbers(row[i] for row in raw_rows if i < len(row)) for i in range(len(columns))]
-    rows = [[formatting.cell(value) for value in row] for row in raw_rows[:max_rows]]
-    left_out = len(raw_rows) - len(rows)
+    cells = [
+        formatting.number_column([row[i] for row in kept]) if numeric[i] else [formatting.cell(row[i]) for row in kept]
+        for i in range(len(columns))
+    ]
+    rows = [list(row) for row in zip(*cells, strict=True)] if columns else []
+    left_out = len(raw_rows) - len(kept)
     note = f"Showing {len(rows):,} of {len(raw_rows):,} rows; all rows are in report.json." if left_out > 0 else ""
     return Table(columns, rows, numeric, title=title, caption=caption, note=note)
 

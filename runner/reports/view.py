@@ -85,6 +85,7 @@ class ReportView:
     status: str
     stop_reason: str
     exit_code: int
+    finished: str
     facts: list[tuple[str, str]]
     narrative: Narrative
     tables: list[Table]
@@ -122,6 +123,7 @@ def build_view(record: Mapping[str, Any], *, with_cost_chart: bool) -> ReportVie
         status=record["status"],
         stop_reason=record.get("stop_reason") or "",
         exit_code=record["exit_code"],
+        finished=formatting.timestamp(record["finished_at"]),
         facts=_facts(record),
         narrative=_narrative(record.get("final_output")),
         tables=[_key_table(step_id, data, goals) for step_id, data in (record.get("tables") or {}).items()],
@@ -148,12 +150,12 @@ def build_view(record: Mapping[str, Any], *, with_cost_chart: bool) -> ReportVie
 def _facts(record: Mapping[str, Any]) -> list[tuple[str, str]]:
     total = record["usage"]["total"]
     return [
-        ("Finished", formatting.timestamp(record["finished_at"])),
         ("Duration", formatting.seconds(record["duration_seconds"])),
         ("Cost", formatting.usd(total["cost_usd"])),
         ("Tokens", formatting.count(total["total_tokens"])),
         ("Steps", formatting.count(len(record["steps"]))),
         ("Model calls", formatting.count(total["model_calls"])),
+        ("Tool calls", formatting.count(total["tool_calls"])),
     ]
 
 
@@ -181,7 +183,9 @@ def _describe(step_id: str | None, goals: Mapping[str, str]) -> str:
 
 def _key_table(step_id: str, data: Mapping[str, Any], goals: Mapping[str, str]) -> Table:
     title = data.get("title") or formatting.humanize(step_id)
-    caption = data.get("caption") or (f"From step {step_id}: {goals[step_id]}" if step_id in goals else f"From step {step_id}")
+    caption = data.get("caption") or (
+        f"From step {step_id}: {goals[step_id]}" if step_id in goals else f"From step {step_id}"
+    )
     return data_table(data, title=str(title), caption=str(caption))
 
 
@@ -189,7 +193,9 @@ def _charts(record: Mapping[str, Any], goals: Mapping[str, str]) -> list[Chart]:
     return [
         Chart(
             key=artifact["path"],
-            caption=artifact.get("caption") or _describe(artifact.get("step"), goals) or PurePosixPath(artifact["path"]).stem,
+            caption=artifact.get("caption")
+            or _describe(artifact.get("step"), goals)
+            or PurePosixPath(artifact["path"]).stem,
             media_type=artifact["media_type"],
         )
         for artifact in record.get("artifacts") or []
@@ -271,7 +277,9 @@ def _step_detail(step: Mapping[str, Any], final_output: Any) -> StepDetail:
         status=step["status"],
         error=step.get("error") or "",
         output=formatting.excerpt(output, OUTPUT_EXCERPT_CHARS),
-        data="" if data is None else formatting.excerpt(json.dumps(data, indent=2, ensure_ascii=False), OUTPUT_EXCERPT_CHARS),
+        data=""
+        if data is None
+        else formatting.excerpt(json.dumps(data, indent=2, ensure_ascii=False), OUTPUT_EXCERPT_CHARS),
         tool_calls=_tool_calls(step.get("tool_calls") or []),
     )
 

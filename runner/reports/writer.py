@@ -90,7 +90,9 @@ def report_json(record: Mapping[str, Any], copied: list[CopiedArtifact], problem
     return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def _as_shown(record: Mapping[str, Any], copied: list[CopiedArtifact], problems: list[dict[str, str]]) -> dict[str, Any]:
+def _as_shown(
+    record: Mapping[str, Any], copied: list[CopiedArtifact], problems: list[dict[str, str]]
+) -> dict[str, Any]:
     """The record as the renderers see it: only copied artifacts, under their workspace paths."""
     by_path = {artifact.source_path: artifact for artifact in copied}
     artifacts = [

@@ -30,7 +30,7 @@ from runner.runs.inputs import resolve_inputs
 from runner.runs.record import build_record
 from runner.runs.steps import RunContext, preflight_prices, run_agent_step, run_tool_step
 from runner.runs.types import RunOptions, RunResult
-from runner.store.recorder import RunRecorder
+from runner.store.recorder import RunRecorder, redact
 from runner.store.runstore import RunStore, now_iso
 
 RUN_DIR = ".runner"
@@ -83,8 +83,8 @@ async def _execute(
     project: Project, task: TaskSpec, inputs: dict[str, Any], run_id: str, options: RunOptions,
     store: RunStore, pool: ModelPool, today: date,
 ) -> RunResult:
+    from runner.tools.custom import build_custom_tool
     from runner.tools.registry import default_registry
-    from runner.tools.custom import build_custom_tools
 
     caps = task.caps.tighten(options.caps)
     chash = config_hash(project, task)
@@ -95,7 +95,7 @@ async def _execute(
         spent = store.spent(run_id)
         budget.add_spend(Spend(int(spent["model_calls"]), 0, int(spent["input_tokens"]), int(spent["output_tokens"]), 0, spent["cost_usd"]))
     registry = default_registry()
-    registry.extend(build_custom_tools(project.tools.values()))
+    registry.extend(build_custom_tool(t.data, t.source) for t in project.tools.values() if t.type != "mcp")
     workspace = _workspace(project, task, run_id, options)
     previous = _previous(store, task, run_id)
     ctx = RunContext(
@@ -114,7 +114,11 @@ async def _execute(
         status, error, kind, output, plan = await _run_pipeline(ctx)
     duration = time.monotonic() - started
     title = _title(ctx)
-    record_ = build_record(ctx, status=status, error=error, output=output, plan=plan, started_at=started_at, duration=duration, title=title)
+    output, error = redact(output, recorder.secrets), redact(error, recorder.secrets)
+    record_ = redact(
+        build_record(ctx, status=status, error=error, output=output, plan=plan, started_at=started_at, duration=duration, title=title),
+        recorder.secrets,
+    )
     report_dir = _write_report(ctx, record_)
     result = RunResult(
         run_id=run_id, task=task.name, status=status, output=output, error=error, error_kind=kind,
@@ -221,9 +225,6 @@ def _workspace(project: Project, task: TaskSpec, run_id: str, options: RunOption
         target = workspace / Path(rel).name
         if not target.exists():
             shutil.copyfile(source, target)
-    from runner.tools.sandbox import prepare_workspace
-
-    prepare_workspace(workspace)
     return workspace
 
 

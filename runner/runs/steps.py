@@ -24,7 +24,7 @@ from runner.errors import CapReached, ConfigError, ToolFailure
 from runner.model.factory import Endpoint, ModelPool, resolve_endpoint
 from runner.runs.toolbox import ToolBox, tool_context
 from runner.runs.types import RunOptions
-from runner.store.recorder import RunRecorder
+from runner.store.recorder import RunRecorder, redact
 from runner.store.runstore import RunStore, now_iso
 from runner.tools.registry import ToolRegistry
 
@@ -65,6 +65,8 @@ class RunContext:
         }
 
     def endpoint(self, agent: AgentSpec) -> Endpoint:
+        if self.pool.fixed is not None:
+            return Endpoint("fixed", self.options.model_override or agent.model.id)
         return resolve_endpoint(
             agent.model,
             model_override=self.options.model_override,
@@ -207,6 +209,7 @@ def _finish(
             {k: c[k] for k in ("name", "status", "duration_seconds", "output_excerpt")} | {"arguments": _args(c["arguments"])}
             for c in ctx.recorder.tool_calls_by_step.get(record["id"], [])
         ]
+    record.update(redact({k: record[k] for k in ("output", "data", "error")}, ctx.recorder.secrets))
     ctx.store.save_step(ctx.run_id, record)
     ctx.done[record["id"]] = record
     ctx.recorder.emit(

@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS steps (
   tool_calls INTEGER NOT NULL DEFAULT 0,
   model TEXT,
   artifacts_json TEXT NOT NULL DEFAULT '[]',
+  record_json TEXT NOT NULL,
   PRIMARY KEY (run_id, step_id)
 );
 CREATE TABLE IF NOT EXISTS model_calls (
@@ -212,7 +213,7 @@ class RunStore:
             rows = self._db.execute(
                 "SELECT * FROM steps WHERE run_id = ? AND status = 'completed'", (run_id,)
             ).fetchall()
-        return {r["step_id"]: _decode_step(dict(r)) for r in rows}
+        return {r["step_id"]: json.loads(r["record_json"]) for r in rows}
 
     def steps(self, run_id: str) -> list[dict[str, Any]]:
         with self._lock:
@@ -242,6 +243,7 @@ class RunStore:
             "tool_calls": len(step.get("tool_calls", [])),
             "model": step.get("model"),
             "artifacts_json": dumps(step.get("artifacts", [])),
+            "record_json": dumps(step),
         }
         columns = ", ".join(row)
         marks = ", ".join("?" for _ in row)

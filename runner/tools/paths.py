@@ -215,12 +215,23 @@ def _walk_nofollow(dir_fd: int, relative: str, flags: int, mode: int) -> int:
     fd = os.dup(dir_fd)
     try:
         for part in parts[:-1]:
-            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            child = _open_component(fd, part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, 0)
             os.close(fd)
             fd = child
-        return os.open(parts[-1], flags | os.O_NOFOLLOW, mode, dir_fd=fd)
+        return _open_component(fd, parts[-1], flags | os.O_NOFOLLOW, mode)
     finally:
         os.close(fd)
+
+
+def _open_component(dir_fd: int, name: str, flags: int, mode: int) -> int:
+    """Open one name under ``dir_fd`` without following it; a symlink gives ELOOP."""
+    try:
+        return os.open(name, flags, mode, dir_fd=dir_fd)
+    except NotADirectoryError:
+        # O_DIRECTORY|O_NOFOLLOW on a symlink reports ENOTDIR; say what it really is.
+        if stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode):
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), name) from None
+        raise
 
 
 @functools.cache

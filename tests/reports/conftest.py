@@ -53,7 +53,36 @@ def _usage(input_tokens: int, output_tokens: int, cost_usd: float, model_calls: 
     }
 
 
-NO_USAGE = _usage(0, 0, 0.0, 0)
+def _call(name: str, arguments: dict[str, Any], status: str, seconds: float, excerpt: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+        "duration_seconds": seconds,
+        "output_excerpt": excerpt,
+    }
+
+
+def _step(step_id: str, kind: str, start: float, seconds: float, **fields: Any) -> dict[str, Any]:
+    """A step record with every key present; ``fields`` override the defaults."""
+    step = {
+        "id": step_id,
+        "kind": kind,
+        "agent": None,
+        "tool": None,
+        "status": "completed",
+        "output": None,
+        "data": None,
+        "error": None,
+        "started_at": _at(start),
+        "duration_seconds": seconds,
+        "usage": _usage(0, 0, 0.0, 0),
+        "model": None,
+        "tool_calls": [],
+        "artifacts": [],
+    }
+    return {**step, **fields}
+
 
 REGION_TABLE = {
     "columns": ["region", "orders", "revenue", "vs_prev_week"],
@@ -76,9 +105,19 @@ CATEGORY_TABLE = {
 PLAN = {
     "rationale": "Query the day's sales, chart them, look for anomalies, then write the summary.",
     "steps": [
-        {"id": "query_sales", "agent": "analyst", "goal": "Revenue and orders by region for the report date", "depends_on": []},
+        {
+            "id": "query_sales",
+            "agent": "analyst",
+            "goal": "Revenue and orders by region for the report date",
+            "depends_on": [],
+        },
         {"id": "fetch_fx", "agent": "analyst", "goal": "Fetch EUR/USD for partner revenue", "depends_on": []},
-        {"id": "chart_revenue", "agent": "analyst", "goal": "Chart daily revenue by region over 30 days", "depends_on": ["query_sales"]},
+        {
+            "id": "chart_revenue",
+            "agent": "analyst",
+            "goal": "Chart daily revenue by region over 30 days",
+            "depends_on": ["query_sales"],
+        },
         {"id": "write_summary", "agent": "writer", "goal": "Write the daily summary", "depends_on": ["chart_revenue"]},
     ],
 }
@@ -87,42 +126,62 @@ PLAN = {
 def make_record() -> dict[str, Any]:
     """A failed-then-replanned, completed run with tables, charts, costs, caps and a previous run."""
     steps = [
-        {
-            "id": "plan", "kind": "planner", "agent": "planner", "tool": None, "status": "completed",
-            "output": "Plan with 4 steps.", "data": PLAN, "error": None, "started_at": _at(0), "duration_seconds": 4.2,
-            "usage": _usage(2100, 380, 0.00142, 1), "model": "gpt-4.1-mini", "tool_calls": [], "artifacts": [],
-        },
-        {
-            "id": "query_sales", "kind": "tool", "agent": None, "tool": "sql_query", "status": "completed",
-            "output": None, "data": REGION_TABLE, "error": None, "started_at": _at(4.3), "duration_seconds": 0.8,
-            "usage": NO_USAGE, "model": None,
-            "tool_calls": [{"name": "sql_query", "arguments": {"sql": "SELECT ..."}, "status": "ok", "duration_seconds": 0.8, "output_excerpt": "5 rows"}],
-            "artifacts": ["data/summary.csv"],
-        },
-        {
-            "id": "fetch_fx", "kind": "agent", "agent": "analyst", "tool": None, "status": "failed",
-            "output": None, "data": None, "error": f"http_get timed out after 10 s {HOSTILE}", "started_at": _at(4.3),
-            "duration_seconds": 11.0, "usage": _usage(1800, 90, 0.00051, 2), "model": "gpt-4.1-mini",
-            "tool_calls": [{"name": "http_get", "arguments": {"url": "https://fx.example/eurusd"}, "status": "error", "duration_seconds": 10.0, "output_excerpt": "timeout"}],
-            "artifacts": [],
-        },
-        {
-            "id": "top_categories", "kind": "tool", "agent": None, "tool": "sql_query", "status": "completed",
-            "output": None, "data": CATEGORY_TABLE, "error": None, "started_at": _at(15.5), "duration_seconds": 0.6,
-            "usage": NO_USAGE, "model": None, "tool_calls": [], "artifacts": [],
-        },
-        {
-            "id": "chart_revenue", "kind": "agent", "agent": "analyst", "tool": None, "status": "completed",
-            "output": "Saved charts/revenue.png", "data": None, "error": None, "started_at": _at(16.2), "duration_seconds": 9.4,
-            "usage": _usage(5400, 620, 0.00377, 3, cached=2048), "model": "gpt-4.1-mini",
-            "tool_calls": [{"name": "python", "arguments": {"code": "plot()"}, "status": "ok", "duration_seconds": 2.1, "output_excerpt": "ok"}],
-            "artifacts": ["charts/revenue.png"],
-        },
-        {
-            "id": "write_summary", "kind": "synthesis", "agent": "writer", "tool": None, "status": "completed",
-            "output": NARRATIVE, "data": None, "error": None, "started_at": _at(25.8), "duration_seconds": 14.1,
-            "usage": _usage(9800, 1150, 0.02880, 1), "model": "gpt-4.1", "tool_calls": [], "artifacts": [],
-        },
+        _step(
+            "plan",
+            "planner",
+            0,
+            4.2,
+            agent="planner",
+            model="gpt-4.1-mini",
+            output="Plan with 4 steps.",
+            data=PLAN,
+            usage=_usage(2100, 380, 0.00142, 1),
+        ),
+        _step(
+            "query_sales",
+            "tool",
+            4.3,
+            0.8,
+            tool="sql_query",
+            data=REGION_TABLE,
+            artifacts=["data/summary.csv"],
+            tool_calls=[_call("sql_query", {"sql": "SELECT ..."}, "ok", 0.8, "5 rows")],
+        ),
+        _step(
+            "fetch_fx",
+            "agent",
+            4.3,
+            11.0,
+            agent="analyst",
+            model="gpt-4.1-mini",
+            status="failed",
+            error=f"http_get timed out after 10 s {HOSTILE}",
+            usage=_usage(1800, 90, 0.00051, 2),
+            tool_calls=[_call("http_get", {"url": "https://fx.example/eurusd"}, "error", 10.0, "timeout")],
+        ),
+        _step("top_categories", "tool", 15.5, 0.6, tool="sql_query", data=CATEGORY_TABLE),
+        _step(
+            "chart_revenue",
+            "agent",
+            16.2,
+            9.4,
+            agent="analyst",
+            model="gpt-4.1-mini",
+            output="Saved charts/revenue.png",
+            usage=_usage(5400, 620, 0.00377, 3, cached=2048),
+            artifacts=["charts/revenue.png"],
+            tool_calls=[_call("python", {"code": "plot()"}, "ok", 2.1, "ok")],
+        ),
+        _step(
+            "write_summary",
+            "synthesis",
+            25.8,
+            14.1,
+            agent="writer",
+            model="gpt-4.1",
+            output=NARRATIVE,
+            usage=_usage(9800, 1150, 0.02880, 1),
+        ),
     ]
     replan = copy.deepcopy(PLAN)
     replan["steps"] = [s for s in replan["steps"] if s["id"] != "fetch_fx"]
@@ -137,13 +196,24 @@ def make_record() -> dict[str, Any]:
         "started_at": _at(0),
         "finished_at": _at(40.2),
         "duration_seconds": 40.2,
-        "inputs": {"report_date": "2026-11-29", "regions": ["North", "South", "East", "West", "Central"], "currency": "USD"},
+        "inputs": {
+            "report_date": "2026-11-29",
+            "regions": ["North", "South", "East", "West", "Central"],
+            "currency": "USD",
+        },
         "config_hash": "sha256:" + hashlib.sha256(b"daily_sales").hexdigest(),
         "final_output": NARRATIVE,
         "plan": PLAN,
         "replans": [{"attempt": 1, "reason": "fetch_fx failed: http_get timed out after 10 s", "plan": replan}],
         "steps": steps,
-        "caps": {"max_cost_usd": 0.05, "max_steps": 40, "max_tool_calls": 60, "max_tokens": 200000, "max_wall_seconds": 600, "max_input_tokens": None},
+        "caps": {
+            "max_cost_usd": 0.05,
+            "max_steps": 40,
+            "max_tool_calls": 60,
+            "max_tokens": 200000,
+            "max_wall_seconds": 600,
+            "max_input_tokens": None,
+        },
         "artifacts": [
             {"path": "charts/revenue.png", "media_type": "image/png", "step": "chart_revenue"},
             {"path": "data/summary.csv", "media_type": "text/csv", "step": "query_sales"},
@@ -164,7 +234,10 @@ def make_workspace(root: Path) -> Path:
     days = [f"11-{day:02d}" for day in range(1, 30)]
     png = charts.line_chart(
         days,
-        {"North": [50 + (d % 7) * 2 + d * 0.3 for d in range(29)], "West": [30 + (d % 7) - (8 if d == 25 else 0) for d in range(29)]},
+        {
+            "North": [50 + (d % 7) * 2 + d * 0.3 for d in range(29)],
+            "West": [30 + (d % 7) - (8 if d == 25 else 0) for d in range(29)],
+        },
         title="Daily revenue by region (k$)",
         y_label="k$",
     )

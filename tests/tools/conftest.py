@@ -74,7 +74,7 @@ def canary(monkeypatch: pytest.MonkeyPatch) -> str:
 class Route:
     status: int = 200
     headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "text/plain"})
-    body: bytes = b""
+    body: bytes | Callable[[BaseHTTPRequestHandler], bytes] = b""
 
 
 @dataclass

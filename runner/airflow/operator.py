@@ -1,0 +1,156 @@
+"""RunnerTaskOperator: run one runner task per Airflow task instance (mappable).
+
+::
+
+    from runner.airflow.operator import RunnerTaskOperator
+
+    RunnerTaskOperator(
+        task_id="summarise",
+        task="daily_report",                     # a task name, or a tasks.d/*.yaml path
+        inputs={"date": "{{ ds }}"},             # templated (also: task, caps, root, paths, conn_id)
+        root="/srv/runner-project",              # default: $RUNNER_ROOT
+        conn_id="runner_model_default",          # a runner_model connection (base URL + API key)
+        pool="runner_model",                     # optional: an Airflow pool to cap concurrent runs
+        retries=2,
+    )
+
+Every try of one task instance uses the same runner run id (see
+:func:`runner.airflow.execution.derive_run_id`), so a retry *resumes* the run: steps that
+completed are not paid for again. The return value (pushed to XCom as ``return_value``) is
+``{run_id, status, cost_usd, report_path, exit_code}`` -- never the key or the run's output.
+
+Status policy: ``completed`` succeeds; statuses in ``no_retry_statuses`` (default ``capped``
+and ``stuck``: trying again would hit the same cap) fail the task without retries; any other
+status (``failed``: a model fault, a failed step) fails the try, and Airflow retries it.
+Configuration or input errors (raised before anything is spent) fail without retries.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
+
+from runner.airflow.execution import run_task_for_airflow
+from runner.airflow.provider import DEFAULT_CONN_ID
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+ROOT_ENV = "RUNNER_ROOT"
+DEFAULT_NO_RETRY_STATUSES = ("capped", "stuck")
+
+
+def resolve_root(root: str | os.PathLike[str] | None) -> str:
+    value = str(root) if root not in (None, "") else os.environ.get(ROOT_ENV, "")
+    if not value:
+        raise AirflowFailException(f"no runner project root: pass root=... or set ${ROOT_ENV} on the workers")
+    return value
+
+
+def model_credentials(conn_id: str | None) -> tuple[str | None, str | None]:
+    """``(base_url, api_key)`` from a ``runner_model`` connection; (None, None) when none applies.
+
+    ``conn_id=None`` means "no connection" (the agent's ``model:`` block / OPENAI_* env apply).
+    A missing *default* connection is the same; a missing explicitly named one is an error.
+    """
+    if not conn_id:
+        return None, None
+    from runner.airflow.hook import RunnerModelHook
+
+    try:
+        return RunnerModelHook(runner_model_conn_id=conn_id).get_conn()
+    except AirflowNotFoundException:
+        if conn_id == DEFAULT_CONN_ID:
+            return None, None
+        raise
+
+
+def dag_run_identity(context: Context) -> tuple[str, str, str, int]:
+    """``(dag_id, dag run_id, task_id, map_index)`` of the running task instance."""
+    ti = context["ti"]
+    map_index = getattr(ti, "map_index", -1)
+    return str(ti.dag_id), str(context["run_id"]), str(ti.task_id), -1 if map_index is None else int(map_index)
+
+
+def check_status(manifest: Mapping[str, Any], no_retry_statuses: Collection[str]) -> None:
+    status = manifest.get("status")
+    if status == "completed":
+        return
+    message = (
+        f"runner run {manifest.get('run_id')} ended {status} (exit {manifest.get('exit_code')}, "
+        f"{float(manifest.get('cost_usd') or 0):.6f} USD); report: {manifest.get('report_path')}"
+    )
+    if status in no_retry_statuses:
+        raise AirflowFailException(message)
+    raise AirflowException(message + "; a retry resumes the same run")
+
+
+class RunnerTaskOperator(BaseOperator):
+    """Run (or resume) the runner task ``task`` with ``inputs``; return a small manifest."""
+
+    template_fields: Sequence[str] = ("task", "inputs", "caps", "root", "store_path", "reports_dir", "conn_id")
+    template_fields_renderers: ClassVar[dict[str, str]] = {"inputs": "json", "caps": "json"}
+    ui_color = "#e8f0fe"
+
+    def __init__(
+        self,
+        *,
+        task: str,
+        inputs: dict[str, Any] | None = None,
+        caps: dict[str, Any] | None = None,
+        root: str | None = None,
+        conn_id: str | None = DEFAULT_CONN_ID,
+        store_path: str | None = None,
+        reports_dir: str | None = None,
+        no_retry_statuses: Collection[str] = DEFAULT_NO_RETRY_STATUSES,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.task = task
+        self.inputs = inputs
+        self.caps = caps
+        self.root = root
+        self.conn_id = conn_id
+        self.store_path = store_path
+        self.reports_dir = reports_dir
+        self.no_retry_statuses = tuple(no_retry_statuses)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from runner.errors import ConfigError, InputError
+
+        dag_id, dag_run_id, task_id, map_index = dag_run_identity(context)
+        root = resolve_root(self.root)
+        base_url, api_key = model_credentials(self.conn_id)
+        try:
+            manifest = run_task_for_airflow(
+                self.task,
+                root=root,
+                inputs=dict(self.inputs or {}),
+                caps=dict(self.caps) if self.caps else None,
+                dag_id=dag_id,
+                dag_run_id=dag_run_id,
+                task_id=task_id,
+                map_index=map_index,
+                store_path=self.store_path,
+                reports_dir=self.reports_dir,
+                model_base_url=base_url,
+                api_key=api_key,
+            )
+        except (ConfigError, InputError) as exc:  # found before anything was spent: retrying cannot help
+            raise AirflowFailException(f"runner task {self.task!r}: {exc}") from exc
+        self.log.info(
+            "runner run %s: %s (exit %s, %.6f USD), report %s",
+            manifest["run_id"],
+            manifest["status"],
+            manifest["exit_code"],
+            manifest["cost_usd"],
+            manifest["report_path"],
+        )
+        if manifest["status"] != "completed":
+            context["ti"].xcom_push(key="manifest", value=manifest)
+        check_status(manifest, self.no_retry_statuses)
+        return manifest

@@ -1,0 +1,298 @@
+"""The batch engine: run a task over many input rows in one asyncio process.
+
+A fixed pool of ``concurrency`` worker tasks pulls rows from the journal (a page at a
+time), so 100,000 rows never become 100,000 tasks and memory stays flat. Each row runs
+through ``executor`` with its own :class:`RunOptions`: a run id derived from the batch id
+and the row id (not the attempt, so a retry resumes the same run), the batch
+:class:`Budget` as parent, and the shared rate gate.
+
+Rules, in the order they apply:
+
+- Before a row starts, ``budget.check_can_start()``; a batch cap reached stops new rows.
+  A row whose run comes back ``capped`` by a batch-scope cap is recorded ``not_run`` (it
+  will run on resume) and stops new rows too. Rows in flight end by themselves: their
+  next model call meets the same cap.
+- A failed attempt is retried in this call (after the rows already queued) and on resume,
+  while ``attempts < max_attempts``; runs capped by their own caps, stuck runs, and input,
+  auth and bad-request failures are final.
+- One row never stops the batch: an exception from the executor is recorded as that row's
+  failure (``error_kind='internal_error'``). ``failure_policy`` may stop after N failures.
+- Cancellation (Ctrl-C under ``asyncio.run``): in-flight rows are recorded as ``failed``
+  with ``error_kind='interrupted'`` (retryable), unstarted rows as ``not_run``; the journal
+  stays consistent and ``CancelledError`` propagates.
+- When new rows stop, every row not started is recorded ``not_run`` with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from runner.batch.inputs import Row
+from runner.batch.journal import INTERRUPTED, BatchJournal, RowOutcome, RowRecord
+from runner.batch.progress import BatchProgress, NoProgress
+from runner.batch.summary import BatchSummary
+from runner.caps.budget import Budget
+from runner.config.specs import Caps
+from runner.errors import CapReached, InputError, ModelError
+from runner.model.redact import redact
+from runner.runs.types import RateGate, RunOptions, RunResult
+
+if TYPE_CHECKING:
+    from runner.config.project import Project
+    from runner.config.specs import TaskSpec
+
+RowExecutor = Callable[[dict[str, Any], RunOptions], Awaitable[RunResult]]
+"""Runs one row: ``await executor(inputs, options) -> RunResult`` (never raises for run failures)."""
+
+FINAL_ERROR_KINDS = frozenset({"input", "auth", "bad_request", "not_found", "config", "stuck"})
+"""Failures a retry cannot fix (same inputs, same config)."""
+
+
+@dataclass(frozen=True)
+class FailurePolicy:
+    """``continue`` past failures (``stop_after=None``), or stop new rows after N failed attempts."""
+
+    stop_after: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.stop_after is not None and self.stop_after < 1:
+            raise ValueError("stop_after must be at least 1")
+
+
+def batch_budget(caps: Caps) -> Budget:
+    """The budget of a whole batch (scope ``batch``): total USD, tokens, wall time."""
+    return Budget(caps=caps, scope="batch")
+
+
+def batch_run_id(batch_id: str, row_id: str) -> str:
+    """The run id of a row: the same for every attempt, safe in file names."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", row_id)[:40]
+    if safe != row_id:  # keep distinct ids distinct after cleaning
+        safe = f"{safe}-{hashlib.sha256(row_id.encode()).hexdigest()[:8]}"
+    return f"{batch_id}-{safe}"
+
+
+def task_executor(project: Project, task: TaskSpec) -> RowExecutor:
+    """The production executor: ``runner.runs.execute.execute_task`` for ``task``."""
+    from runner.runs.execute import execute_task
+
+    async def run_row(inputs: dict[str, Any], options: RunOptions) -> RunResult:
+        return await execute_task(project, task, inputs, options)
+
+    return run_row
+
+
+async def run_batch(
+    rows: Iterable[Row],
+    executor: RowExecutor,
+    *,
+    journal: BatchJournal,
+    budget: Budget,
+    concurrency: int = 8,
+    max_attempts: int = 2,
+    failure_policy: FailurePolicy | None = None,
+    rate_gate: RateGate | None = None,
+    progress: BatchProgress | None = None,
+    base_options: RunOptions | None = None,
+) -> BatchSummary:
+    """Run every pending row of ``journal`` (ingesting ``rows`` first if it is new); see the module doc.
+
+    ``rows`` is only read when the journal has not ingested the input yet, so a lazy
+    :func:`~runner.batch.inputs.read_rows` costs nothing on resume. ``budget`` holds the
+    batch caps; spend already in the journal is added to it first. ``base_options`` is
+    the template for each row's options (default: ``RunOptions(write_report=False)``).
+    """
+    if concurrency < 1 or max_attempts < 1:
+        raise ValueError("concurrency and max_attempts must be at least 1")
+    if not journal.ingested:
+        journal.ingest(rows)
+    resumed = journal.prepare_resume()
+    budget.add_spend(journal.spent())
+    batch = _Batch(
+        journal=journal,
+        executor=executor,
+        budget=budget,
+        max_attempts=max_attempts,
+        policy=failure_policy or FailurePolicy(),
+        rate_gate=rate_gate,
+        progress=progress or NoProgress(),
+        base_options=base_options or RunOptions(write_report=False),
+    )
+    await batch.run(concurrency)
+    spent = journal.spent()
+    return BatchSummary(
+        batch_id=journal.batch_id,
+        counts=journal.counts(),
+        cost_usd=round(spent.cost_usd, 8),
+        input_tokens=spent.input_tokens,
+        output_tokens=spent.output_tokens,
+        elapsed_seconds=round(time.monotonic() - batch.started, 3),
+        stop_reason=batch.stop_reason,
+        stop_kind=batch.stop_kind,
+        interrupted_rows=resumed.interrupted,
+        attempts_here=batch.attempts,
+    )
+
+
+class _Batch:
+    """The state shared by the workers of one ``run_batch`` call (event loop thread only)."""
+
+    def __init__(
+        self,
+        *,
+        journal: BatchJournal,
+        executor: RowExecutor,
+        budget: Budget,
+        max_attempts: int,
+        policy: FailurePolicy,
+        rate_gate: RateGate | None,
+        progress: BatchProgress,
+        base_options: RunOptions,
+    ) -> None:
+        self.journal, self.executor, self.budget = journal, executor, budget
+        self.max_attempts, self.policy, self.rate_gate = max_attempts, policy, rate_gate
+        self.progress, self.base_options = progress, base_options
+        self.todo = journal.todo(max_attempts)
+        self.retries: collections.deque[RowRecord] = collections.deque()
+        self.in_flight = self.failures = self.attempts = 0
+        self.stop_reason: str | None = None
+        self.stop_kind: str | None = None
+        self.started = time.monotonic()
+        self._wake = asyncio.Event()
+
+    async def run(self, concurrency: int) -> None:
+        counts = self.journal.counts()
+        valid = sum(counts.values()) - counts["invalid"]
+        self.progress.start(valid, counts["done"])
+        try:
+            async with asyncio.TaskGroup() as workers:
+                for _ in range(concurrency):
+                    workers.create_task(self._worker())
+        except asyncio.CancelledError:
+            self.journal.mark_not_run("interrupted before this row started", INTERRUPTED)
+            raise
+        finally:
+            self.progress.close()
+        if self.stop_reason is not None:
+            self.journal.mark_not_run(self.stop_reason, self.stop_kind or "stopped")
+
+    async def _worker(self) -> None:
+        while (row := await self._next_row()) is not None:
+            self.in_flight += 1
+            try:
+                await self._run_row(row)
+            finally:
+                self.in_flight -= 1
+                self._notify()
+
+    async def _next_row(self) -> RowRecord | None:
+        """The next row to run, waiting while others are in flight and may be retried."""
+        while self.stop_reason is None:
+            if self.retries:
+                return self.retries.popleft()
+            row = next(self.todo, None)
+            if row is not None:
+                return row
+            if self.in_flight == 0:
+                self._notify()  # let idle workers see that nothing is left
+                return None
+            wake = self._wake
+            await wake.wait()
+        return None
+
+    async def _run_row(self, row: RowRecord) -> None:
+        try:
+            self.budget.check_can_start()
+        except CapReached as exc:
+            self._stop(str(exc), exc.cap)  # this row stays pending, so it becomes not_run
+            return
+        assert row.id is not None and row.inputs is not None  # invalid rows are never todo
+        run_id = batch_run_id(self.journal.batch_id, row.id)
+        attempt = self.journal.mark_running(row.number, run_id)
+        self.attempts += 1
+        options = replace(self.base_options, run_id=run_id, parent_budget=self.budget, rate_gate=self.rate_gate)
+        started = time.monotonic()
+        try:
+            result = await self.executor(dict(row.inputs), options)
+        except asyncio.CancelledError:
+            self.journal.record(row.number, _interrupted(time.monotonic() - started))
+            raise
+        except CapReached as exc:  # the contract is a 'capped' result, but treat it the same
+            result = RunResult(run_id, "", "capped", error=str(exc), error_kind=exc.cap)
+        except Exception as exc:  # the row's isolation boundary: a bug in one row must not stop the batch
+            result = _crash_result(run_id, exc)
+        outcome = replace(self._outcome(result), duration_seconds=round(time.monotonic() - started, 6))
+        self.journal.record(row.number, outcome)
+        self._after(row, attempt, outcome)
+
+    def _outcome(self, result: RunResult) -> RowOutcome:
+        spend: dict[str, Any] = {
+            "cost_usd": result.cost_usd,
+            "input_tokens": result.input_tokens,
+            "output_tokens": result.output_tokens,
+        }
+        if result.status == "completed":
+            return RowOutcome("done", output=result.output, **spend)
+        error = redact(result.error or result.status, [self.base_options.api_key])
+        kind = result.error_kind or result.status
+        if result.status == "capped" and self._batch_cap_reached(result):
+            self._stop(error, kind)
+            return RowOutcome("not_run", error=error, error_kind=kind, **spend)
+        final = result.status in ("capped", "stuck") or kind in FINAL_ERROR_KINDS
+        return RowOutcome("failed", error=error, error_kind=kind, retryable=not final, **spend)
+
+    def _batch_cap_reached(self, result: RunResult) -> bool:
+        """Whether a capped run was stopped by the batch's cap rather than its own."""
+        try:
+            self.budget.check_can_start()
+        except CapReached:
+            return True
+        return (result.error or "").startswith(f"{self.budget.scope} cap ")
+
+    def _after(self, row: RowRecord, attempt: int, outcome: RowOutcome) -> None:
+        retry = outcome.status == "failed" and outcome.retryable and attempt < self.max_attempts
+        if retry and self.stop_reason is None:
+            self.retries.append(row)
+        self.progress.row_finished("retrying" if retry else outcome.status, outcome.cost_usd)
+        if outcome.status == "failed":
+            self.failures += 1
+            limit = self.policy.stop_after
+            if limit is not None and self.failures >= limit:
+                self._stop(f"stopped after {self.failures} failed attempts (failure policy: stop after {limit})",
+                           "failure_policy")  # fmt: skip
+
+    def _stop(self, reason: str, kind: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason, self.stop_kind = reason, kind
+            self._notify()
+
+    def _notify(self) -> None:
+        """Wake every worker waiting in ``_next_row`` (each re-checks; no wake-up is lost)."""
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+
+def _interrupted(took: float) -> RowOutcome:
+    return RowOutcome(
+        "failed",
+        error="interrupted: the batch was cancelled while this row was running",
+        error_kind=INTERRUPTED,
+        retryable=True,
+        duration_seconds=round(took, 6),
+    )
+
+
+def _crash_result(run_id: str, exc: Exception) -> RunResult:
+    """A failed result for an exception the executor should not have raised."""
+    if isinstance(exc, InputError):
+        return RunResult(run_id, "", "failed", error=str(exc), error_kind="input")
+    if isinstance(exc, ModelError):
+        return RunResult(run_id, "", "failed", error=str(exc), error_kind=exc.kind)
+    return RunResult(run_id, "", "failed", error=f"{type(exc).__name__}: {exc}", error_kind="internal_error")

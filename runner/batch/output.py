@@ -1,0 +1,124 @@
+"""The batch output file: one record per input row, in input order, read from the journal.
+
+Columns: ``id``, ``row``, ``status``, ``output``, ``cost_usd``, ``tokens``, ``error``,
+``error_kind``, ``attempts``, ``run_id``. In JSONL ``output`` is the run's JSON value; in
+CSV and Parquet it is that value as JSON text. ``cost_usd`` and ``tokens`` add up every
+attempt of the row.
+
+CSV cells are escaped against formula injection: a text cell starting with ``=``, ``+``,
+``-``, ``@``, a tab or a carriage return gets a leading ``'`` so a spreadsheet shows it as
+text instead of evaluating it (model output is untrusted). The file is written next to its
+destination and renamed over it, so readers never see half a file.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from runner.batch.files import replacing
+from runner.batch.journal import BatchJournal, RowRecord
+from runner.errors import UsageError
+
+COLUMNS = ("id", "row", "status", "output", "cost_usd", "tokens", "error", "error_kind", "attempts", "run_id")
+OUTPUT_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def output_format(path: Path, explicit: str | None = None) -> str:
+    """``jsonl``, ``csv`` or ``parquet``, from ``explicit`` or the suffix of ``path``."""
+    fmt = explicit or OUTPUT_FORMATS.get(path.suffix.lower())
+    if fmt not in ("jsonl", "csv", "parquet"):
+        raise UsageError(f"{path}: cannot tell the output format; name it .jsonl, .csv or .parquet")
+    return fmt
+
+
+def write_output(journal: BatchJournal, path: str | Path, *, format: str | None = None) -> int:
+    """Write every row's record to ``path`` atomically; returns the number of records."""
+    path = Path(path)
+    writer = {"jsonl": _write_jsonl, "csv": _write_csv, "parquet": _write_parquet}[output_format(path, format)]
+    with replacing(path) as temp:
+        return writer(journal.records(), temp)
+
+
+def output_record(record: RowRecord) -> dict[str, Any]:
+    """One output record (``output`` as a JSON value)."""
+    return {
+        "id": record.id,
+        "row": record.number,
+        "status": record.status,
+        "output": record.output,
+        "cost_usd": round(record.cost_usd, 8),
+        "tokens": record.tokens,
+        "error": record.error,
+        "error_kind": record.error_kind,
+        "attempts": record.attempts,
+        "run_id": record.run_id,
+    }
+
+
+def escape_formula(value: Any) -> Any:
+    """``'=cmd()`` for ``=cmd()``: text a spreadsheet would evaluate is made literal."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def _write_jsonl(records: Iterator[RowRecord], path: Path) -> int:
+    count = 0
+    with path.open("w", encoding="utf-8") as out:
+        for record in records:
+            out.write(json.dumps(output_record(record), ensure_ascii=False, default=str) + "\n")
+            count += 1
+    return count
+
+
+def _write_csv(records: Iterator[RowRecord], path: Path) -> int:
+    count = 0
+    with path.open("w", encoding="utf-8", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(COLUMNS)
+        for record in records:
+            flat = _flat(output_record(record))
+            writer.writerow([escape_formula(flat[c]) for c in COLUMNS])
+            count += 1
+    return count
+
+
+def _write_parquet(records: Iterator[RowRecord], path: Path, batch_rows: int = 5000) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema(
+        [
+            ("id", pa.string()),
+            ("row", pa.int64()),
+            ("status", pa.string()),
+            ("output", pa.string()),
+            ("cost_usd", pa.float64()),
+            ("tokens", pa.int64()),
+            ("error", pa.string()),
+            ("error_kind", pa.string()),
+            ("attempts", pa.int64()),
+            ("run_id", pa.string()),
+        ]
+    )
+    count, batch = 0, []
+    with pq.ParquetWriter(path, schema) as writer:
+        for record in records:
+            batch.append(_flat(output_record(record)))
+            count += 1
+            if len(batch) >= batch_rows:
+                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+                batch = []
+        if batch or count == 0:
+            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+    return count
+
+
+def _flat(record: dict[str, Any]) -> dict[str, Any]:
+    output = record["output"]
+    return {**record, "output": None if output is None else json.dumps(output, ensure_ascii=False, default=str)}

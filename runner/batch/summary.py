@@ -1,0 +1,177 @@
+"""What a batch did: the engine's :class:`BatchSummary`, and the batch report built from the journal.
+
+:func:`batch_report` collects the data first (counts by status, spend, per-row cost
+distribution, slowest rows, errors grouped by kind with example ids, rows not run and why)
+as a JSON-ready dict; :func:`render_markdown` and :func:`write_reports` render it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.batch.files import replacing
+from runner.batch.journal import STATUSES, BatchJournal
+from runner.errors import EXIT_CAPPED, EXIT_FAILED, EXIT_OK
+
+_EXAMPLE_IDS = 5
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """The outcome of one ``run_batch`` call (counts cover the whole journal, resumes included)."""
+
+    batch_id: str
+    counts: dict[str, int]
+    cost_usd: float
+    input_tokens: int
+    output_tokens: int
+    elapsed_seconds: float
+    stop_reason: str | None = None  # why rows were left not run, if any
+    stop_kind: str | None = None  # a cap name (max_cost_usd, ...) or 'failure_policy'
+    interrupted_rows: int = 0  # rows found running after a crash, on this resume
+    attempts_here: int = 0  # rows attempted by this call
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def exit_code(self) -> int:
+        """0 all done; 3 stopped by a batch cap; 1 any row failed, invalid or not run."""
+        if self.stop_kind and self.stop_kind.startswith("max_"):
+            return EXIT_CAPPED
+        unfinished = self.total - self.counts.get("done", 0)
+        return EXIT_FAILED if unfinished else EXIT_OK
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "total": self.total, "exit_code": self.exit_code}
+
+
+def batch_report(journal: BatchJournal, summary: BatchSummary | None = None, *, slowest: int = 5) -> dict[str, Any]:
+    """The batch report as a JSON-ready dict, read from the journal in one streaming pass."""
+    counts: Counter[str] = Counter({status: 0 for status in STATUSES})
+    costs: list[float] = []
+    durations: list[tuple[float, int, str | None]] = []  # a min-heap of the slowest rows
+    errors: dict[str, dict[str, Any]] = defaultdict(lambda: {"count": 0, "example_ids": [], "example": None})
+    not_run: dict[str, dict[str, Any]] = defaultdict(lambda: {"count": 0, "example_ids": []})
+    tokens = 0
+    for record in journal.records():
+        counts[record.status] += 1
+        tokens += record.tokens
+        if record.attempts:
+            costs.append(record.cost_usd)
+        if record.duration_seconds is not None:
+            item = (record.duration_seconds, -record.number, record.id)
+            if len(durations) < slowest:
+                heapq.heappush(durations, item)
+            else:
+                heapq.heappushpop(durations, item)
+        if record.status in ("failed", "invalid"):
+            _add_example(errors[record.error_kind or "unknown"], record.id, record.number, record.error)
+        elif record.status == "not_run":
+            _add_example(not_run[record.error or "not run"], record.id, record.number, None)
+    durations.sort(reverse=True)
+    return {
+        "batch_id": journal.batch_id,
+        "task": journal.meta.get("task"),
+        "input": {"path": journal.meta.get("input_path"), "sha256": journal.meta.get("input_sha256")},
+        "rows": sum(counts.values()),
+        "counts": dict(counts),
+        "cost_usd": round(sum(costs), 8),
+        "tokens": tokens,
+        "cost_per_row_usd": _distribution(costs),
+        "slowest_rows": [
+            {"id": row_id, "row": -negative_row, "seconds": round(took, 3)} for took, negative_row, row_id in durations
+        ],
+        "errors_by_kind": dict(sorted(errors.items(), key=lambda kv: -kv[1]["count"])),
+        "not_run": dict(not_run),
+        "run": summary.as_dict() if summary else None,
+    }
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """``batch_report.md``: counts, spend, slowest rows, errors by kind, rows not run."""
+    lines = [f"# Batch {report['batch_id']}: {report['task']}", ""]
+    lines += [f"Input: `{report['input']['path']}` (sha256 `{(report['input']['sha256'] or '')[:16]}`)", ""]
+    lines += ["| status | rows |", "|---|---:|"]
+    lines += [f"| {status} | {n} |" for status, n in report["counts"].items() if n]
+    lines += [f"| **total** | **{report['rows']}** |", ""]
+    cost = report["cost_per_row_usd"]
+    lines += [f"Spend: ${report['cost_usd']:.4f}, {report['tokens']:,} tokens.", ""]
+    if cost["rows"]:
+        lines += [
+            "| cost per row | mean | p50 | p95 | max |",
+            "|---|---:|---:|---:|---:|",
+            f"| USD | {cost['mean']:.6f} | {cost['p50']:.6f} | {cost['p95']:.6f} | {cost['max']:.6f} |",
+            "",
+        ]
+    if report["slowest_rows"]:
+        lines += ["## Slowest rows", "", "| id | row | seconds |", "|---|---:|---:|"]
+        lines += [f"| {_cell(r['id'])} | {r['row']} | {r['seconds']:.3f} |" for r in report["slowest_rows"]]
+        lines.append("")
+    if report["errors_by_kind"]:
+        lines += ["## Errors by kind", "", "| kind | rows | example ids | example |", "|---|---:|---|---|"]
+        for kind, group in report["errors_by_kind"].items():
+            ids = ", ".join(_cell(i) for i in group["example_ids"])
+            lines.append(f"| {_cell(kind)} | {group['count']} | {ids} | {_cell(group['example'])} |")
+        lines.append("")
+    if report["not_run"]:
+        lines += ["## Rows not run", "", "| reason | rows | example ids |", "|---|---:|---|"]
+        for reason, group in report["not_run"].items():
+            ids = ", ".join(_cell(i) for i in group["example_ids"])
+            lines.append(f"| {_cell(reason)} | {group['count']} | {ids} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_reports(report: dict[str, Any], directory: Path) -> tuple[Path, Path]:
+    """Write ``batch_report.md`` and ``batch_report.json`` into ``directory`` (atomically)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    markdown, data = directory / "batch_report.md", directory / "batch_report.json"
+    _write_atomic(markdown, render_markdown(report))
+    _write_atomic(data, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    return markdown, data
+
+
+def _add_example(group: dict[str, Any], row_id: str | None, number: int, error: str | None) -> None:
+    group["count"] += 1
+    if len(group["example_ids"]) < _EXAMPLE_IDS:
+        group["example_ids"].append(row_id if row_id is not None else f"row {number}")
+    if "example" in group and group["example"] is None:
+        group["example"] = error
+
+
+def _distribution(values: list[float]) -> dict[str, float | int]:
+    if not values:
+        return {"rows": 0, "mean": 0.0, "p50": 0.0, "p95": 0.0, "max": 0.0}
+    ordered = sorted(values)
+    return {
+        "rows": len(ordered),
+        "mean": round(sum(ordered) / len(ordered), 8),
+        "p50": round(_percentile(ordered, 50), 8),
+        "p95": round(_percentile(ordered, 95), 8),
+        "max": round(ordered[-1], 8),
+    }
+
+
+def _percentile(ordered: list[float], percent: float) -> float:
+    """Nearest-rank percentile of sorted values."""
+    rank = max(1, math.ceil(percent / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _cell(value: Any) -> str:
+    text = "" if value is None else str(value)
+    text = text.replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    with replacing(path) as temp:
+        temp.write_text(text, encoding="utf-8")
