@@ -160,7 +160,7 @@ class BatchJournal:
             db = _connect(path, durable)
             wanted = {
                 "task": task,
-                "input_path": str(input_path),
+                "input_path": str(Path(input_path).resolve()),
                 "input_sha256": input_sha256,
                 "options": json.dumps(dict(options or {}), sort_keys=True),
             }

@@ -72,7 +72,8 @@ def file_columns(path: Path, fmt: str) -> list[str] | None:
         import pyarrow.parquet as pq
 
         try:
-            return list(pq.ParquetFile(path).schema_arrow.names)
+            with pq.ParquetFile(path) as parquet:
+                return list(parquet.schema_arrow.names)
         except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
             raise InputError(f"{path}: not a readable Parquet file: {exc}") from None
     return None
@@ -185,15 +186,15 @@ def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _parquet_records(path: Path, columns: list[str], chunk_rows: int) -> Iterator[RawRecord]:
     import pyarrow.parquet as pq
 
-    parquet = pq.ParquetFile(path)
-    present = [c for c in columns if c in parquet.schema_arrow.names]
-    number = 0
-    # With no wanted column, read one anyway so the row count is right.
-    selected = present or parquet.schema_arrow.names[:1]
-    for batch in parquet.iter_batches(batch_size=chunk_rows, columns=selected):
-        for values in batch.to_pylist():
-            number += 1
-            yield RawRecord(number, {c: values[c] for c in present})
+    with pq.ParquetFile(path) as parquet:
+        present = [c for c in columns if c in parquet.schema_arrow.names]
+        number = 0
+        # With no wanted column, read one anyway so the row count is right.
+        selected = present or parquet.schema_arrow.names[:1]
+        for batch in parquet.iter_batches(batch_size=chunk_rows, columns=selected):
+            for values in batch.to_pylist():
+                number += 1
+                yield RawRecord(number, {c: values[c] for c in present})
 
 
 # --- shared -------------------------------------------------------------------------------

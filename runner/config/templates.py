@@ -7,6 +7,8 @@ Variables available to templates:
 * ``previous``: the previous completed run of the task (``previous.outputs``, ``previous.run_id``,
   ``previous.date``), when the task enables ``memory.previous_run``; otherwise ``None``;
 * ``today``: the run's date (ISO), ``run_id``.
+
+Filters beyond Jinja's own: ``add_days`` (``{{ inputs.date | add_days(-7) }}``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,15 @@ class Reference:
 def _environment() -> SandboxedEnvironment:
     env = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
     env.filters["tojson_compact"] = _tojson
+    env.filters["add_days"] = _add_days
     return env
+
+
+def _add_days(value: str, days: int) -> str:
+    """``{{ inputs.date | add_days(-7) }}``: an ISO date moved by ``days``."""
+    import datetime as dt
+
+    return (dt.date.fromisoformat(str(value)) + dt.timedelta(days=int(days))).isoformat()
 
 
 def _tojson(value: Any) -> str:

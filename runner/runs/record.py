@@ -37,11 +37,7 @@ def build_record(
         for step in steps
         for path in step["artifacts"]
     ]
-    tables = {
-        sid: ctx.done[sid]["data"]
-        for sid in ctx.task.report.tables
-        if sid in ctx.done and isinstance(ctx.done[sid].get("data"), dict) and "columns" in ctx.done[sid]["data"]
-    }
+    tables = {sid: table for sid in ctx.task.report.tables if (table := _table(ctx.done.get(sid, {}).get("data")))}
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": ctx.run_id,
@@ -68,3 +64,17 @@ def build_record(
         ),
         "tables": tables,
     }
+
+
+def _table(data: Any) -> dict[str, Any] | None:
+    """A step's tabular data as ``{columns, rows}`` (data tools return records)."""
+    if not isinstance(data, dict) or "columns" not in data:
+        return None
+    columns = list(data["columns"])
+    if isinstance(data.get("records"), list):
+        rows = [[record.get(c) for c in columns] for record in data["records"]]
+    elif isinstance(data.get("rows"), list):
+        rows = data["rows"]
+    else:
+        return None
+    return {"columns": columns, "rows": rows}

@@ -1,0 +1,39 @@
+"""Fixtures for batch tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from batch_fakes import write_csv
+
+from runner.batch.inputs import InputSource, file_sha256
+from runner.batch.journal import BatchJournal
+
+
+@pytest.fixture
+def make_batch(tmp_path: Path) -> Iterator[Callable[..., tuple[InputSource, BatchJournal]]]:
+    """``make_batch(rows, restart=False)`` -> (source, journal) over a CSV of ``rows`` in tmp_path."""
+    opened: list[BatchJournal] = []
+
+    def make(rows: list[dict[str, Any]] | None = None, *, restart: bool = False, name: str = "in.csv"):
+        path = tmp_path / name
+        if rows is not None:
+            write_csv(path, rows)
+        source = InputSource.open(path, id_column="id")
+        journal = BatchJournal.open(
+            tmp_path / "journal.sqlite3",
+            task="triage",
+            input_path=path,
+            input_sha256=file_sha256(path),
+            options=source.options(),
+            restart=restart,
+        )
+        opened.append(journal)
+        return source, journal
+
+    yield make
+    for journal in opened:
+        journal.close()
