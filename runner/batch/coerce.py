@@ -56,7 +56,9 @@ def is_empty(raw: Any) -> bool:
         return raw.strip() == ""
     if isinstance(raw, float):
         return math.isnan(raw)
-    try:  # pandas.NA, pandas.NaT, numpy.nan without importing pandas here
+    if type(raw).__name__ in ("NAType", "NaTType"):  # pandas.NA / pandas.NaT, without importing pandas
+        return True
+    try:  # numpy.float32('nan') and other NaN-like scalars
         return bool(raw != raw)
     except (TypeError, ValueError):
         return False

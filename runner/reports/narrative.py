@@ -197,7 +197,11 @@ def _nested_list(items: list[tuple[int, str, str]]) -> str:
         else:
             while len(open_lists) > 1 and indent < open_lists[-1][0]:
                 out.append(f"</li></{open_lists.pop()[1]}>")
-            out.append("</li>")
+            if tag == open_lists[-1][1]:
+                out.append("</li>")
+            else:  # bullets turned into numbers (or back) at this level: a new list
+                out.append(f"</li></{open_lists.pop()[1]}><{tag}>")
+                open_lists.append((indent, tag))
         out.append(f"<li>{inline_html(text)}")
     out += [f"</li></{tag}>" for _, tag in reversed(open_lists)]
     return "".join(out)

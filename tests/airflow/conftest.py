@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ CANARY_KEY = "sk-airflow-canary-0123456789abcdef"
 
 
 def _configure_airflow_environment() -> Path:
+    if os.environ.get("RUNNER_TEST_AIRFLOW_HOME"):  # this module imported twice: keep the first home
+        return Path(os.environ["RUNNER_TEST_AIRFLOW_HOME"])
     if "airflow" in sys.modules:  # pragma: no cover - another conftest imported Airflow first
         warnings.warn("airflow was imported before tests/airflow/conftest.py could set AIRFLOW_HOME", stacklevel=1)
     home = Path(tempfile.mkdtemp(prefix="runner-airflow-home-"))
@@ -50,6 +52,7 @@ def _configure_airflow_environment() -> Path:
     os.environ.update(
         {
             "AIRFLOW_HOME": str(home),
+            "RUNNER_TEST_AIRFLOW_HOME": str(home),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_FOLDER": str(TEST_DAGS),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
@@ -97,15 +100,31 @@ def scripted_server() -> Iterator[Any]:
     return server_module.ScriptedServer  # type: ignore[no-any-return]
 
 
-def model_connection(monkeypatch: pytest.MonkeyPatch, base_url: str, key: str = CANARY_KEY) -> None:
-    """Define the ``runner_model_default`` connection through the environment (JSON form)."""
-    value = json.dumps({"conn_type": "runner_model", "host": base_url, "password": key})
-    monkeypatch.setenv("AIRFLOW_CONN_RUNNER_MODEL_DEFAULT", value)
+@pytest.fixture
+def canary_key() -> str:
+    """An API key that must never show up in logs, XCom or manifests."""
+    return CANARY_KEY
 
 
-def require_api(name: str) -> Any:
-    """``runner.api.<name>``, or skip: the lead's API is written in parallel with this provider."""
+@pytest.fixture
+def model_connection(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """``model_connection(base_url)`` defines ``runner_model_default`` through the environment (JSON form)."""
+
+    def define(base_url: str, key: str = CANARY_KEY, conn_id: str = "runner_model_default") -> None:
+        value = json.dumps({"conn_type": "runner_model", "host": base_url, "password": key})
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", value)
+
+    return define
+
+
+def _require_api(name: str) -> Any:
     api = pytest.importorskip("runner.api", reason="runner.api (the lead's run_task/run_batch API) does not exist yet")
     if not hasattr(api, name):
         pytest.skip(f"runner.api.{name} does not exist yet (the lead's API); this test needs it")
     return getattr(api, name)
+
+
+@pytest.fixture
+def require_api() -> Callable[[str], Any]:
+    """``require_api("run_batch")``: the lead's API function, or skip the test with the reason."""
+    return _require_api

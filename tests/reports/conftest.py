@@ -185,7 +185,7 @@ def make_record() -> dict[str, Any]:
     ]
     replan = copy.deepcopy(PLAN)
     replan["steps"] = [s for s in replan["steps"] if s["id"] != "fetch_fx"]
-    return {
+    record = {
         "schema_version": "runner.report/v1",
         "run_id": "20261130T060000Z-7f3a2c",
         "task": "daily_sales",
@@ -227,6 +227,7 @@ def make_record() -> dict[str, Any]:
         },
         "tables": {"query_sales": REGION_TABLE, "top_categories": CATEGORY_TABLE},
     }
+    return copy.deepcopy(record)  # the module-level tables and plan are shared
 
 
 def make_workspace(root: Path) -> Path:

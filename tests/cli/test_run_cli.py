@@ -1,0 +1,115 @@
+"""The real CLI as a process, through the real openai SDK, against the loopback server."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from runner.model.server import ScriptedServer
+
+REPO = Path(__file__).resolve().parents[2]
+CANARY = "sk-canary-cli-0123456789"
+NARRATIVE = "Revenue fell against last week; South led the regions and Electronics the categories."
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    for part in ("agents.d", "tasks.d", "examples/data"):
+        shutil.copytree(REPO / part, root / part)
+    return root
+
+
+def runner(root: Path, server: ScriptedServer, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
+    env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY=CANARY)
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *args], cwd=root, env=env, capture_output=True, text=True, timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def independent_figures(root: Path, day: str) -> dict[str, Any]:
+    sales = pd.read_csv(root / "examples/data/sales.csv", dtype={"date": str})
+    today = sales[sales["date"] == day]
+    return {
+        "revenue": round(float(today["revenue"].sum()), 2),
+        "orders": int(today["order_id"].count()),
+        "top_region": today.groupby("region")["revenue"].sum().idxmax(),
+    }
+
+
+def test_daily_report_end_to_end(project: Path) -> None:
+    with ScriptedServer({"fallback": NARRATIVE}) as server:
+        result = runner(project, server, "run", "tasks.d/daily_report.yaml", "--input", "date=2026-11-30")
+        assert result.returncode == 0, result.stderr
+        assert server.requests and all(r.auth_present for r in server.requests)
+    assert NARRATIVE in result.stdout
+    (report_dir,) = (project / "reports" / "daily_report").iterdir()
+    record = json.loads((report_dir / "report.json").read_text())
+    figures = independent_figures(project, "2026-11-30")
+    day = record["tables"]["day_totals"]
+    row = dict(zip(day["columns"], day["rows"][0], strict=True))
+    assert round(row["revenue_sum"], 2) == figures["revenue"]
+    assert row["order_id_count"] == figures["orders"]
+    assert record["tables"]["by_region"]["rows"][0][0] == figures["top_region"]
+    assert {Path(a["path"]).name for a in record["artifacts"]} == {"trend.png", "regions.png"}
+    assert (report_dir / "report.md").read_text().count("![") == 2
+    html = (report_dir / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 2 and NARRATIVE in html
+    for path in list(report_dir.rglob("*")) + list((project / ".runner").glob("runs.sqlite3*")):
+        if path.is_file():
+            assert CANARY.encode() not in path.read_bytes(), path
+    assert CANARY not in result.stdout + result.stderr
+
+
+def test_json_event_stream_and_runs_commands(project: Path) -> None:
+    with ScriptedServer({"fallback": NARRATIVE}) as server:
+        result = runner(project, server, "run", "daily_report", "--input", "date=2026-11-30", "--json")
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert events[0]["event"] == "run_started" and events[-1]["event"] == "run_finished"
+    run_id = events[-1]["run_id"]
+    assert events[-1]["status"] == "completed"
+    listing = subprocess.run([sys.executable, "-m", "runner", "runs"], cwd=project, capture_output=True, text=True, timeout=60)
+    assert run_id in listing.stdout
+    show = subprocess.run([sys.executable, "-m", "runner", "runs", "show", run_id[:20]], cwd=project, capture_output=True, text=True, timeout=60)
+    assert show.returncode == 0 and "summary" in show.stdout and "query_table" in show.stdout
+    out = project / "rerendered"
+    rerender = subprocess.run([sys.executable, "-m", "runner", "report", run_id, "--out", str(out)], cwd=project, capture_output=True, text=True, timeout=60)
+    assert rerender.returncode == 0, rerender.stderr
+    assert (out / "report.html").exists() and (out / "report.json").exists()
+
+
+def test_cap_exit_code_names_the_cap(project: Path) -> None:
+    script = {"fallback": {"tool_calls": [{"name": "load_table", "arguments": {"path": "sales.csv"}}]}}
+    with ScriptedServer(script) as server:
+        result = runner(project, server, "run", "data_question", "--max-steps", "2", "--no-report")
+    assert result.returncode == 3, result.stderr
+    assert "max_steps=2" in result.stderr
+
+
+def test_bad_input_and_unknown_task_exit_2(project: Path) -> None:
+    with ScriptedServer({"fallback": "x"}) as server:
+        bad = runner(project, server, "run", "daily_report", "--input", "date=30/11/2026")
+        unknown = runner(project, server, "run", "daily_reprot")
+        flag = runner(project, server, "run", "daily_report", "--input", "nodate")
+        assert not server.requests
+    assert bad.returncode == 2 and "date" in bad.stderr and "Traceback" not in bad.stderr
+    assert unknown.returncode == 2 and "Did you mean 'daily_report'?" in unknown.stderr
+    assert flag.returncode == 2 and "NAME=VALUE" in flag.stderr
+
+
+def test_endpoint_failure_exits_1_without_traceback(project: Path) -> None:
+    with ScriptedServer({"fallback": {"fault": {"status": 401, "body": {"error": {"message": "bad key"}}}}}) as server:
+        result = runner(project, server, "run", "daily_report", "--input", "date=2026-11-30", "--no-report")
+    assert result.returncode == 1
+    assert "auth" in result.stderr and "Traceback" not in result.stderr and CANARY not in result.stderr
