@@ -100,6 +100,22 @@ def scripted_server() -> Iterator[Any]:
     return server_module.ScriptedServer  # type: ignore[no-any-return]
 
 
+@pytest.fixture(scope="session")
+def test_dags() -> Any:
+    """The module tests/airflow/dags/runner_test_dags.py (it defines retry_dag and mapped_dag)."""
+    pytest.importorskip("airflow", reason="apache-airflow is not installed")
+    import importlib.util
+
+    name = "runner_test_dags"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, TEST_DAGS / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 @pytest.fixture
 def canary_key() -> str:
     """An API key that must never show up in logs, XCom or manifests."""

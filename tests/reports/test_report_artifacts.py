@@ -50,7 +50,9 @@ def test_refuses_a_hardlink(space: Path, tmp_path: Path) -> None:
     assert refusal(space, "charts/copy.txt") == "has 2 hard links (only files with one link are copied)"
 
 
-@pytest.mark.parametrize("relative", ["../space/charts/ok.png", "/etc/passwd", "charts/../charts/ok.png", "./charts/ok.png", ""])
+@pytest.mark.parametrize(
+    "relative", ["../space/charts/ok.png", "/etc/passwd", "charts/../charts/ok.png", "./charts/ok.png", ""]
+)
 def test_refuses_paths_leaving_the_workspace(space: Path, relative: str) -> None:
     refusal(space, relative)
 

@@ -29,6 +29,9 @@ def test_structured_outputs_compare_field_by_field(record: dict[str, Any]) -> No
 def test_text_outputs_get_a_diff(record: dict[str, Any]) -> None:
     changes = compare_runs(fill_usage_rollups(record))
     assert changes is not None and not changes.identical
-    assert "-Revenue was **$173,640** (+6.1% vs the previous Sunday), driven by the *Cyber Weekend* promotion." in changes.diff
+    assert (
+        "-Revenue was **$173,640** (+6.1% vs the previous Sunday), driven by the *Cyber Weekend* promotion."
+        in changes.diff
+    )
     assert any(line.startswith("+- **Web** grew fastest: +14%") for line in changes.diff)
     assert [c.name for c in changes.fields] == ["run cost"]

@@ -72,7 +72,19 @@ def test_hostile_text_is_escaped_everywhere(record: dict[str, Any]) -> None:
 
 def test_sections_and_tables(html: str) -> None:
     ids = [attrs["id"] for tag, attrs in Tags(html).tags if tag == "section"]
-    assert ids == ["summary", "tables", "charts", "changes", "plan", "steps", "cost", "caps", "inputs", "timings", "details"]
+    assert ids == [
+        "summary",
+        "tables",
+        "charts",
+        "changes",
+        "plan",
+        "steps",
+        "cost",
+        "caps",
+        "inputs",
+        "timings",
+        "details",
+    ]
     assert html.count("<table") >= 10
     assert '<td class="num">52,310.50</td>' in html
     assert '<span class="badge big completed">completed</span>' in html

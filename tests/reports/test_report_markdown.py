@@ -61,13 +61,17 @@ def test_narrative_is_demoted_and_untrusted_text_is_neutralised(record: dict[str
 
 def test_missing_images_are_named_not_linked(record: dict[str, Any]) -> None:
     text = render_markdown(record, {})
-    assert "_Chart `charts/revenue.png` (chart_revenue: Chart daily revenue by region over 30 days) was not copied" in text
+    assert (
+        "_Chart `charts/revenue.png` (chart_revenue: Chart daily revenue by region over 30 days) was not copied" in text
+    )
     assert "cost_by_step.png" not in text
 
 
 def test_structured_final_output_is_a_table(record: dict[str, Any]) -> None:
     record["final_output"] = {"revenue": 184220.5, "top_region": "North"}
-    assert "| Field | Value |\n|---|---|\n| revenue | 184,220.50 |\n| top_region | North |" in render_markdown(record, {})
+    assert "| Field | Value |\n|---|---|\n| revenue | 184,220.50 |\n| top_region | North |" in render_markdown(
+        record, {}
+    )
     record["final_output"] = {"regions": {"North": 1}}
     assert '```json\n{\n  "regions": {\n    "North": 1\n  }\n}\n```' in render_markdown(record, {})
 

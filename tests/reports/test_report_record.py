@@ -58,7 +58,10 @@ def test_every_problem_is_listed_with_its_pointer(record: dict[str, Any]) -> Non
         (lambda r: r["tables"]["query_sales"]["rows"].append([1]), "/tables/query_sales/rows/5: 1 cells for 4 columns"),
         (lambda r: r["steps"].append(copy.deepcopy(r["steps"][0])), "/steps/6/id: duplicate step id 'plan'"),
         (lambda r: r.update(exit_code=3), "/exit_code: 3 does not match status 'completed'"),
-        (lambda r: r.update(finished_at="2026-11-30T05:00:00+00:00"), "/finished_at: 2026-11-30T05:00:00+00:00 is before"),
+        (
+            lambda r: r.update(finished_at="2026-11-30T05:00:00+00:00"),
+            "/finished_at: 2026-11-30T05:00:00+00:00 is before",
+        ),
         (lambda r: r["artifacts"][0].update(step="ghost"), "/artifacts/0/step: no step has the id 'ghost'"),
         (lambda r: r["plan"]["steps"][0].update(depends_on=["ghost"]), "/plan/steps/0/depends_on: no plan step"),
     ],

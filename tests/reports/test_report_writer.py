@@ -24,7 +24,9 @@ def test_writes_all_three_files_and_artifacts(record: dict[str, Any], workspace:
     written = write_report(record, out, workspace)
     assert written == {"markdown": out / "report.md", "html": out / "report.html", "json": out / "report.json"}
     assert all(path.stat().st_size > 1_000 for path in written.values())
-    assert (out / "artifacts" / "charts" / "revenue.png").read_bytes() == (workspace / "charts" / "revenue.png").read_bytes()
+    assert (out / "artifacts" / "charts" / "revenue.png").read_bytes() == (
+        workspace / "charts" / "revenue.png"
+    ).read_bytes()
     assert (out / "cost_by_step.png").read_bytes().startswith(b"\x89PNG")
     assert not list(out.rglob("*.tmp"))
     assert "](artifacts/charts/revenue.png)" in written["markdown"].read_text()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import time
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("echo")
 
@@ -30,7 +32,14 @@ def process_id() -> str:
 @server.tool()
 def fail(message: str) -> str:
     """Always fails with ``message``."""
-    raise ValueError(message)
+    raise ToolError(message)
+
+
+@server.tool()
+def sleep(seconds: float) -> str:
+    """Sleep, then answer."""
+    time.sleep(seconds)
+    return "awake"
 
 
 if __name__ == "__main__":
