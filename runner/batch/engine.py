@@ -12,7 +12,7 @@ Rules, in the order they apply:
   A row whose run comes back ``capped`` by a batch-scope cap is recorded ``not_run`` (it
   will run on resume) and stops new rows too. Rows in flight end by themselves: their
   next model call meets the same cap.
-- A failed attempt is retried in this call (after the rows already queued) and on resume,
+- A failed attempt is retried in this call (after the fresh rows) and on resume,
   while ``attempts < max_attempts``; runs capped by their own caps, stuck runs, and input,
   auth and bad-request failures are final.
 - One row never stops the batch: an exception from the executor is recorded as that row's
@@ -26,14 +26,14 @@ Rules, in the order they apply:
 from __future__ import annotations
 
 import asyncio
-import collections
 import hashlib
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from runner.batch.executor import RowExecutor
 from runner.batch.inputs import Row
 from runner.batch.journal import INTERRUPTED, BatchJournal, RowOutcome, RowRecord
 from runner.batch.progress import BatchProgress, NoProgress
@@ -43,13 +43,6 @@ from runner.config.specs import Caps
 from runner.errors import CapReached, InputError, ModelError
 from runner.model.redact import redact
 from runner.runs.types import RateGate, RunOptions, RunResult
-
-if TYPE_CHECKING:
-    from runner.config.project import Project
-    from runner.config.specs import TaskSpec
-
-RowExecutor = Callable[[dict[str, Any], RunOptions], Awaitable[RunResult]]
-"""Runs one row: ``await executor(inputs, options) -> RunResult`` (never raises for run failures)."""
 
 FINAL_ERROR_KINDS = frozenset({"input", "auth", "bad_request", "not_found", "config", "stuck"})
 """Failures a retry cannot fix (same inputs, same config)."""
@@ -77,16 +70,6 @@ def batch_run_id(batch_id: str, row_id: str) -> str:
     if safe != row_id:  # keep distinct ids distinct after cleaning
         safe = f"{safe}-{hashlib.sha256(row_id.encode()).hexdigest()[:8]}"
     return f"{batch_id}-{safe}"
-
-
-def task_executor(project: Project, task: TaskSpec) -> RowExecutor:
-    """The production executor: ``runner.runs.execute.execute_task`` for ``task``."""
-    from runner.runs.execute import execute_task
-
-    async def run_row(inputs: dict[str, Any], options: RunOptions) -> RunResult:
-        return await execute_task(project, task, inputs, options)
-
-    return run_row
 
 
 async def run_batch(
@@ -160,8 +143,7 @@ class _Batch:
         self.max_attempts, self.policy, self.rate_gate = max_attempts, policy, rate_gate
         self.progress, self.base_options = progress, base_options
         self.todo = journal.todo(max_attempts)
-        self.retries: collections.deque[RowRecord] = collections.deque()
-        self.in_flight = self.failures = self.attempts = 0
+        self.in_flight = self.failures = self.attempts = self.retries_waiting = 0
         self.stop_reason: str | None = None
         self.stop_kind: str | None = None
         self.started = time.monotonic()
@@ -193,18 +175,24 @@ class _Batch:
                 self._notify()
 
     async def _next_row(self) -> RowRecord | None:
-        """The next row to run, waiting while others are in flight and may be retried."""
+        """The next row to run, waiting while rows in flight may still need a retry.
+
+        Rows come from passes over the journal in input order. A failed attempt that may
+        be retried is picked up by the next pass, which starts once the current one is
+        exhausted, so retries come after the fresh rows and memory holds one page only.
+        """
         while self.stop_reason is None:
-            if self.retries:
-                return self.retries.popleft()
             row = next(self.todo, None)
             if row is not None:
                 return row
+            if self.retries_waiting:
+                self.retries_waiting = 0
+                self.todo = self.journal.todo(self.max_attempts)
+                continue
             if self.in_flight == 0:
                 self._notify()  # let idle workers see that nothing is left
                 return None
-            wake = self._wake
-            await wake.wait()
+            await self._wake.wait()
         return None
 
     async def _run_row(self, row: RowRecord) -> None:
@@ -230,7 +218,7 @@ class _Batch:
             result = _crash_result(run_id, exc)
         outcome = replace(self._outcome(result), duration_seconds=round(time.monotonic() - started, 6))
         self.journal.record(row.number, outcome)
-        self._after(row, attempt, outcome)
+        self._after(attempt, outcome)
 
     def _outcome(self, result: RunResult) -> RowOutcome:
         spend: dict[str, Any] = {
@@ -256,17 +244,17 @@ class _Batch:
             return True
         return (result.error or "").startswith(f"{self.budget.scope} cap ")
 
-    def _after(self, row: RowRecord, attempt: int, outcome: RowOutcome) -> None:
+    def _after(self, attempt: int, outcome: RowOutcome) -> None:
         retry = outcome.status == "failed" and outcome.retryable and attempt < self.max_attempts
-        if retry and self.stop_reason is None:
-            self.retries.append(row)
-        self.progress.row_finished("retrying" if retry else outcome.status, outcome.cost_usd)
+        if retry:
+            self.retries_waiting += 1
+        self.progress.row_finished("retrying" if retry else outcome.status, self.budget.spent.cost_usd)
         if outcome.status == "failed":
             self.failures += 1
             limit = self.policy.stop_after
             if limit is not None and self.failures >= limit:
-                self._stop(f"stopped after {self.failures} failed attempts (failure policy: stop after {limit})",
-                           "failure_policy")  # fmt: skip
+                reason = f"stopped after {self.failures} failed attempts (failure policy: stop after {limit})"
+                self._stop(reason, "failure_policy")
 
     def _stop(self, reason: str, kind: str) -> None:
         if self.stop_reason is None:

@@ -77,7 +77,7 @@ _COLUMNS = (
 
 @dataclass(frozen=True)
 class RowRecord:
-    """A row as the journal holds it. ``cost_usd`` and tokens add up every attempt."""
+    """A row as the journal holds it. ``cost_usd`` and tokens are its run's totals over every attempt."""
 
     number: int
     id: str | None
@@ -103,16 +103,21 @@ class RowRecord:
 
 @dataclass(frozen=True)
 class RowOutcome:
-    """How one attempt ended, to be recorded in one transaction."""
+    """How one attempt ended, to be recorded in one transaction.
+
+    ``cost_usd`` and tokens are the run's totals so far, all attempts included (what
+    ``execute_task`` reports for a resumed run id); ``None`` keeps the recorded values
+    (an interrupted attempt reports nothing).
+    """
 
     status: str  # done | failed | not_run
     output: Any = None
     error: str | None = None
     error_kind: str | None = None
     retryable: bool = True
-    cost_usd: float = 0.0
-    input_tokens: int = 0
-    output_tokens: int = 0
+    cost_usd: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
     duration_seconds: float | None = None
 
 
@@ -244,7 +249,8 @@ class BatchJournal:
         with self._transaction() as db:
             updated = db.execute(
                 "UPDATE rows SET status = ?, output = ?, error = ?, error_kind = ?, retryable = ?,"
-                " cost_usd = cost_usd + ?, input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
+                " cost_usd = COALESCE(?, cost_usd), input_tokens = COALESCE(?, input_tokens),"
+                " output_tokens = COALESCE(?, output_tokens),"
                 " duration_seconds = ?, finished_at = ? WHERE row_number = ? AND status = 'running'",
                 (
                     outcome.status,

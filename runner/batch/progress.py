@@ -1,7 +1,8 @@
 """Batch progress: a tqdm bar on a terminal, plain periodic log lines otherwise.
 
 The engine calls :meth:`BatchProgress.start` once, :meth:`BatchProgress.row_finished` after
-each attempt, and :meth:`BatchProgress.close` at the end. :func:`make_progress` picks the
+each attempt (``retrying`` for a failure that will be retried, which does not count as
+finished), and :meth:`BatchProgress.close` at the end. :func:`make_progress` picks the
 bar when the stream is a TTY and log lines (one every ``interval`` seconds, and a last one
 at the end) when it is not, e.g. under Airflow or in CI logs.
 """
@@ -19,7 +20,8 @@ class BatchProgress(Protocol):
 
     def start(self, total: int, already_finished: int) -> None: ...
 
-    def row_finished(self, status: str, cost_usd: float) -> None: ...
+    def row_finished(self, status: str, spend_usd: float) -> None:
+        """A row attempt ended with ``status``; ``spend_usd`` is the batch's total spend now."""
 
     def close(self) -> None: ...
 
@@ -30,7 +32,7 @@ class NoProgress:
     def start(self, total: int, already_finished: int) -> None:
         pass
 
-    def row_finished(self, status: str, cost_usd: float) -> None:
+    def row_finished(self, status: str, spend_usd: float) -> None:
         pass
 
     def close(self) -> None:
@@ -47,8 +49,8 @@ class _Tally:
         self.failed = 0
         self.spend_usd = 0.0
 
-    def add(self, status: str, cost_usd: float) -> None:
-        self.spend_usd += cost_usd
+    def add(self, status: str, spend_usd: float) -> None:
+        self.spend_usd = spend_usd
         if status == "failed":
             self.failed += 1
         if status in ("done", "failed"):
@@ -70,9 +72,9 @@ class BarProgress(_Tally):
         self.total, self.finished = total, already_finished
         self._bar = tqdm(total=total, initial=already_finished, unit="row", file=self._stream, dynamic_ncols=True)
 
-    def row_finished(self, status: str, cost_usd: float) -> None:
+    def row_finished(self, status: str, spend_usd: float) -> None:
         before = self.finished
-        self.add(status, cost_usd)
+        self.add(status, spend_usd)
         if self._bar is not None:
             self._bar.set_postfix(spend=f"${self.spend_usd:.4f}", failed=self.failed, refresh=False)
             self._bar.update(self.finished - before)
@@ -95,8 +97,8 @@ class LogProgress(_Tally):
         self._started = self._last = self._clock()
         self._emit()
 
-    def row_finished(self, status: str, cost_usd: float) -> None:
-        self.add(status, cost_usd)
+    def row_finished(self, status: str, spend_usd: float) -> None:
+        self.add(status, spend_usd)
         if self._clock() - self._last >= self._interval:
             self._emit()
 

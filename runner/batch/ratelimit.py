@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 MAX_PAUSE_SECONDS = 300.0  # a hostile or broken Retry-After cannot hold the batch for hours
@@ -54,7 +54,7 @@ class SharedRateLimiter:
 
     ``burst_seconds`` sizes each bucket as that many seconds of its rate (at least one
     request), so a fresh batch does not fire a whole minute's quota in its first second.
-    Create it inside the event loop that uses it (it holds an :class:`asyncio.Lock`).
+    ``clock`` and ``sleep`` are injectable for tests.
     """
 
     def __init__(
@@ -64,8 +64,9 @@ class SharedRateLimiter:
         *,
         burst_seconds: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self._clock = clock
+        self._clock, self._sleep = clock, sleep
         self._requests = _bucket(requests_per_minute, burst_seconds, minimum=1.0)
         self._tokens = _bucket(tokens_per_minute, burst_seconds, minimum=1.0)
         self._paused_until = 0.0
@@ -78,7 +79,7 @@ class SharedRateLimiter:
         started = self._clock()
         async with self._lock:
             while (delay := self._delay(estimated_tokens)) > 0:
-                await asyncio.sleep(delay)
+                await self._sleep(delay)
             for bucket, amount in ((self._requests, 1), (self._tokens, estimated_tokens)):
                 if bucket is not None:
                     bucket.take(amount)

@@ -5,8 +5,9 @@ happen in :mod:`runner.batch.inputs`. Memory stays flat: CSV is read in chunks, 
 record batches of the needed columns only, JSONL line by line.
 
 - CSV: every cell is read as text exactly as written (``NA``, ``null`` and ``NaN`` stay
-  text: a country code ``NA`` is not a missing value); an empty cell is empty. A UTF-8
-  BOM is skipped; invalid UTF-8 makes that record invalid, naming the column.
+  text: a country code ``NA`` is not a missing value); an empty cell is empty, and so are
+  the cells a short record lacks. A record with more fields than the header fails the
+  file. A UTF-8 BOM is skipped; invalid UTF-8 makes that record invalid, naming the column.
 - JSONL: one JSON object per line; blank lines are skipped. ``NaN``/``Infinity``,
   duplicate keys, invalid UTF-8 and non-objects make that line invalid, naming it.
 - Parquet: values as Python objects (ints, floats, dates, ...); NaN counts as empty.
@@ -93,12 +94,12 @@ def _csv_records(path: Path, columns: list[str], chunk_rows: int) -> Iterator[Ra
     import pandas as pd
 
     number = 0
+    present = [c for c in file_columns(path, "csv") or () if c in columns]
     reader = pd.read_csv(
         path,
         dtype=object,  # not str: pandas' arrow strings cannot hold the surrogates of bad bytes
         keep_default_na=False,
         na_filter=False,
-        usecols=lambda name: name in columns,
         chunksize=chunk_rows,
         encoding="utf-8-sig",
         encoding_errors="surrogateescape",
@@ -106,7 +107,8 @@ def _csv_records(path: Path, columns: list[str], chunk_rows: int) -> Iterator[Ra
     try:
         with reader:
             for chunk in reader:
-                for values in chunk.to_dict("records"):
+                # Project here, not with usecols: with usecols pandas silently drops extra fields.
+                for values in chunk[present].to_dict("records"):
                     number += 1
                     yield _csv_record(number, values)
     except pd.errors.ParserError as exc:

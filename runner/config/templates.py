@@ -58,13 +58,17 @@ def _tojson(value: Any) -> str:
 
 def render(template: str, context: dict[str, Any]) -> str:
     """Render ``template``; undefined variables raise :class:`TemplateError`."""
-    env = _environment()
     try:
-        return env.from_string(template).render(context)
+        return _compiled(template).render(context)
     except UndefinedError as exc:
         raise TemplateError(f"template uses an undefined variable: {exc.message}") from None
     except TemplateSyntaxError as exc:
         raise TemplateError(f"template syntax error on line {exc.lineno}: {exc.message}") from None
+
+
+@cache
+def _compiled(template: str) -> Any:
+    return _environment().from_string(template)
 
 
 def references(template: str) -> list[Reference]:

@@ -10,6 +10,7 @@ and whose exception chain holds no SDK object (they carry the ``Authorization`` 
 from __future__ import annotations
 
 import asyncio
+import json
 import dataclasses
 import itertools
 import random
@@ -110,8 +111,10 @@ class OpenAIChatModel:
         try:
             if self.stream:
                 return await self._streamed(body)
-            completion = await self._client.chat.completions.create(**body)
-            return parse_completion(_as_dict(completion))
+            # The raw body, parsed once: skips building the SDK's pydantic models and
+            # dumping them back to dicts (most of the client CPU per call).
+            raw = await self._client.chat.completions.with_raw_response.create(**body)
+            return parse_completion(_json_body(raw.http_response))
         except ENDPOINT_EXCEPTIONS as exc:
             return classify(exc, self._secrets)
 
@@ -142,6 +145,16 @@ def _make_client(
         "auth",
         "no API key: set the environment variable named by the agent's model api_key_env, or OPENAI_API_KEY",
     )
+
+
+def _json_body(response: Any) -> dict[str, Any]:
+    content_type = response.headers.get("content-type", "")
+    if "json" not in content_type:
+        raise InvalidResponse(f"expected a JSON chat completion, got content-type {content_type or 'none'!r}")
+    data = json.loads(response.content)
+    if not isinstance(data, dict):
+        raise InvalidResponse(f"expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def _as_dict(obj: object) -> dict[str, Any]:

@@ -36,7 +36,9 @@ def estimate_text_tokens(text: str | None) -> int:
     """Estimate the tokens of ``text`` (0 for ``None`` or empty), rounding up."""
     if not text:
         return 0
-    ascii_chars = sum(1 for ch in text if ord(ch) < 128)
+    if text.isascii():
+        return math.ceil(len(text) / ASCII_CHARS_PER_TOKEN)
+    ascii_chars = len(text.encode("ascii", "ignore"))
     return math.ceil(ascii_chars / ASCII_CHARS_PER_TOKEN) + (len(text) - ascii_chars)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -52,14 +52,14 @@ def bar_chart(
 
 
 def line_chart(
-    x: Sequence[object],
+    x: Sequence[Any],
     series: Mapping[str, Sequence[float]],
     *,
     title: str = "",
     x_label: str = "",
     y_label: str = "",
 ) -> bytes:
-    """A line chart of one or more named series over shared ``x`` values, as PNG bytes."""
+    """A line chart of named series over shared ``x`` values (numbers, strings or dates), as PNG bytes."""
     for name, ys in series.items():
         if len(ys) != len(x):
             raise ValueError(f"line_chart: series {name!r} has {len(ys)} values for {len(x)} x values")

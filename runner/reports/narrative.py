@@ -23,7 +23,7 @@ _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)(\s+#+)?\s*$")
 _RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
 _ITEM = re.compile(r"^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$")
-_QUOTE = re.compile(r"^\s{0,3}>\s?(.*)$")
+_QUOTE = re.compile(r"^(?:\s*>)+\s?(.*)$")  # nested quotes flatten: no recursion on hostile input
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
 _CELL_SPLIT = re.compile(r"(?<!\\)\|")
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
@@ -166,7 +166,7 @@ def _quote(lines: list[str], start: int) -> tuple[int, str]:
         end += 1
     if end == start:
         return 0, ""
-    inner = [_QUOTE.match(line).group(1) for line in lines[start:end]]  # type: ignore[union-attr]
+    inner = [match.group(1) for match in map(_QUOTE.match, lines[start:end]) if match]
     return end - start, "<blockquote>" + "\n".join(_blocks(inner)) + "</blockquote>"
 
 

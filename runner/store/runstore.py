@@ -253,8 +253,8 @@ class RunStore:
     # -- calls and plans ------------------------------------------------------------
 
     def add_model_call(self, run_id: str, attempt: int, call: dict[str, Any]) -> None:
-        with self.transaction() as db:
-            db.execute(
+        with self._lock:  # one statement: autocommit is its own transaction
+            self._db.execute(
                 "INSERT INTO model_calls (run_id, attempt, step_id, agent, model, seq, input_tokens, output_tokens,"
                 " cached_input_tokens, cost_usd, latency_seconds, status, error, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -266,8 +266,8 @@ class RunStore:
             )
 
     def add_tool_call(self, run_id: str, attempt: int, call: dict[str, Any]) -> None:
-        with self.transaction() as db:
-            db.execute(
+        with self._lock:
+            self._db.execute(
                 "INSERT INTO tool_calls (run_id, attempt, step_id, agent, seq, name, arguments, status,"
                 " duration_seconds, output_excerpt, artifacts_json, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -14,7 +14,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, overload
+from typing import Any, Literal, overload
 
 from runner.tools.arguments import ArgumentSchema, PydanticArguments
 from runner.tools.net import NetworkPolicy
@@ -67,10 +67,8 @@ class ToolContext:
         return self.settings.get(tool_name, {})
 
 
-class ToolRunner(Protocol):
-    """Runs a tool with validated arguments."""
-
-    def __call__(self, ctx: ToolContext, arguments: dict[str, Any]) -> Awaitable[ToolResult]: ...
+ToolRunner = Callable[[ToolContext, dict[str, Any]], Awaitable[ToolResult]]
+"""Runs a tool with validated arguments."""
 
 
 @dataclass(frozen=True)

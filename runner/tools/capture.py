@@ -66,7 +66,6 @@ def run_bounded(
     possible when the runner is root). The process group is killed on timeout, on
     reaching the output cap, and after a normal exit (stray background children).
     """
-    identity = {"user": run_as, "group": run_as, "extra_groups": []} if run_as is not None else {}
     process = subprocess.Popen(  # argv built by the sandbox layer; never a shell
         list(argv),
         stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
@@ -76,7 +75,9 @@ def run_bounded(
         env=dict(env),
         start_new_session=True,
         close_fds=True,
-        **identity,  # type: ignore[arg-type]
+        user=run_as,
+        group=run_as,
+        extra_groups=[] if run_as is not None else None,
     )
     streams = _Streams(bytearray(), bytearray(), max_output_bytes)
     try:

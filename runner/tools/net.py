@@ -187,7 +187,7 @@ async def _resolve(host: str, port: int) -> list[IPAddress]:
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as error:
         raise ToolFailure(f"cannot resolve {host}: {error.strerror}") from None
-    addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
+    addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
     if not addresses:
         raise ToolFailure(f"cannot resolve {host}: no addresses")
     return addresses

@@ -44,15 +44,27 @@ def table_names(workspace: Path) -> list[str]:
     ]
 
 
-def save_table(workspace: Path, name: str, frame: pd.DataFrame) -> str:
-    """Store ``frame`` as table ``name``; return its workspace-relative path."""
+def save_table(workspace: Path, name: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """Store ``frame`` as table ``name``; return the frame as stored (mixed columns as text)."""
     path = table_path(name)
     frame = frame.copy()
     frame.columns = [str(c) for c in frame.columns]
+    try:
+        data = _parquet_bytes(frame)
+    except (TypeError, ValueError):
+        # Mixed-type columns (e.g. numbers and strings from JSON) cannot be stored as
+        # Parquet; keep them as text rather than failing the call.
+        mixed = frame.select_dtypes(include="object").columns
+        frame[mixed] = frame[mixed].astype(str)
+        data = _parquet_bytes(frame)
+    write_workspace_file(workspace, path, data)
+    return frame
+
+
+def _parquet_bytes(frame: pd.DataFrame) -> bytes:
     buffer = io.BytesIO()
     frame.to_parquet(buffer, index=False)
-    write_workspace_file(workspace, path, buffer.getvalue())
-    return path
+    return buffer.getvalue()
 
 
 def load_table(workspace: Path, name: str) -> pd.DataFrame:

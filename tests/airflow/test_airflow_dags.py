@@ -15,7 +15,7 @@ pytest.importorskip("airflow", reason="apache-airflow is not installed (pip inst
 
 from runner.airflow.execution import derive_run_id  # noqa: E402
 
-LOGICAL_DATE = datetime(2024, 1, 2, tzinfo=UTC)
+LOGICAL_DATE = datetime(2025, 6, 2, tzinfo=UTC)  # after the example DAGs' start_date
 
 
 def _tis(dag_run: Any) -> dict[tuple[str, int], Any]:
@@ -32,6 +32,7 @@ def _xcom(dag_run: Any, task_id: str, map_index: int = -1) -> Any:
 def _assert_success(dag_run: Any) -> None:
     states = {f"{k[0]}[{k[1]}]": (str(ti.state), ti.try_number) for k, ti in _tis(dag_run).items()}
     assert str(dag_run.state) == "success", states
+    assert states and all(state == "success" for state, _ in states.values()), states
 
 
 def test_daily_report_dag_end_to_end(
@@ -47,14 +48,14 @@ def test_daily_report_dag_end_to_end(
         requests = server.requests
     _assert_success(dag_run)
     assert len(requests) == 1
-    assert "2024-01-02" in json.dumps(requests[0].body)  # inputs={"date": "{{ ds }}"} was rendered
+    assert "2025-06-02" in json.dumps(requests[0].body)  # inputs={"date": "{{ ds }}"} was rendered
     assert requests[0].auth_fingerprint == server.key_fingerprint(canary_key)  # the connection's key was used
     manifest = _xcom(dag_run, "daily_report")
     assert set(manifest) == {"run_id", "status", "cost_usd", "report_path", "exit_code"}
     assert manifest["status"] == "completed" and manifest["exit_code"] == 0 and manifest["cost_usd"] > 0
     assert manifest["run_id"] == derive_run_id(
         task="daily_report", dag_id=dag.dag_id, dag_run_id=dag_run.run_id, task_id="daily_report", map_index=-1,
-        inputs={"date": "2024-01-02"},
+        inputs={"date": "2025-06-02"},
     )  # fmt: skip
     assert Path(manifest["report_path"]).is_dir()
     assert canary_key not in json.dumps(manifest)

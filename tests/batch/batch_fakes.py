@@ -58,6 +58,7 @@ class FakeExecutor:
         self.executed: list[str] = []
         self.in_flight = self.max_in_flight = self.max_tasks = 0
         self.options: list[RunOptions] = []
+        self.totals: dict[str, list[float]] = {}
 
     async def __call__(self, inputs: dict[str, Any], options: RunOptions) -> RunResult:
         self.executed.append(inputs["subject"])
@@ -91,16 +92,19 @@ class FakeExecutor:
             return self._result(options, budget, "failed", error=f"scripted failure ({kind})", error_kind=kind)
         return self._result(options, budget, "completed", output={"subject": inputs["subject"].upper()})
 
-    @staticmethod
-    def _result(options: RunOptions, budget: Any, status: str, **fields: Any) -> RunResult:
-        spent = budget.spent
+    def _result(self, options: RunOptions, budget: Any, status: str, **fields: Any) -> RunResult:
+        """Like ``execute_task``: cost and tokens are the run's totals over all its attempts."""
+        total = self.totals.setdefault(str(options.run_id), [0.0, 0, 0])
+        total[0] += budget.spent.cost_usd
+        total[1] += budget.spent.input_tokens
+        total[2] += budget.spent.output_tokens
         return RunResult(
             run_id=str(options.run_id),
             task="triage",
             status=status,
-            cost_usd=spent.cost_usd,
-            input_tokens=spent.input_tokens,
-            output_tokens=spent.output_tokens,
+            cost_usd=total[0],
+            input_tokens=total[1],
+            output_tokens=total[2],
             **fields,
         )
 

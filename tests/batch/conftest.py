@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from batch_fakes import write_csv
 
 from runner.batch.inputs import InputSource, file_sha256
 from runner.batch.journal import BatchJournal
+from tests.batch.batch_fakes import write_csv
 
 
 @pytest.fixture

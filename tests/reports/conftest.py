@@ -65,7 +65,7 @@ def _call(name: str, arguments: dict[str, Any], status: str, seconds: float, exc
 
 def _step(step_id: str, kind: str, start: float, seconds: float, **fields: Any) -> dict[str, Any]:
     """A step record with every key present; ``fields`` override the defaults."""
-    step = {
+    step: dict[str, Any] = {
         "id": step_id,
         "kind": kind,
         "agent": None,
@@ -84,7 +84,7 @@ def _step(step_id: str, kind: str, start: float, seconds: float, **fields: Any) 
     return {**step, **fields}
 
 
-REGION_TABLE = {
+REGION_TABLE: dict[str, Any] = {
     "columns": ["region", "orders", "revenue", "vs_prev_week"],
     "rows": [
         ["North", 412, 52310.5, 0.042],
@@ -96,13 +96,13 @@ REGION_TABLE = {
     "sql": "SELECT region, count(*) ...",
 }
 
-CATEGORY_TABLE = {
+CATEGORY_TABLE: dict[str, Any] = {
     "title": "Top categories",
     "columns": ["product_category", "units", "revenue"],
     "rows": [["Electronics", 903, 71200.0], ["Home", 1210, 40110.0], ["Apparel", 1502, 33900.0]],
 }
 
-PLAN = {
+PLAN: dict[str, Any] = {
     "rationale": "Query the day's sales, chart them, look for anomalies, then write the summary.",
     "steps": [
         {

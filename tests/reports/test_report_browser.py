@@ -70,7 +70,7 @@ def test_rendered_dom_has_tables_and_charts(page: Path, tmp_path: Path) -> None:
     assert dom.tables >= 10
     assert {"region", "orders", "revenue", "Agent", "Model", "USD", "Cap"} <= set(dom.headers)
     assert len(dom.images) == 2 and all(src.startswith("data:image/png;base64,") for src in dom.images)
-    assert "Refused to" not in result.stderr  # the Content-Security-Policy blocked nothing
+    assert "Content Security Policy" not in result.stderr  # the page tried to load nothing it may not
 
 
 def test_screenshot_shows_the_charts(page: Path, tmp_path: Path) -> None:

@@ -88,7 +88,7 @@ def test_rollups_sum_steps_by_agent_model_and_step(record: dict[str, Any]) -> No
 
 
 def test_fill_keeps_given_rollups_and_does_not_mutate(record: dict[str, Any]) -> None:
-    given = {"input_tokens": 1, "output_tokens": 1, "cached_input_tokens": 0, "total_tokens": 2}
+    given: dict[str, Any] = {"input_tokens": 1, "output_tokens": 1, "cached_input_tokens": 0, "total_tokens": 2}
     given |= {"cost_usd": 9.0, "model_calls": 1, "tool_calls": 0}
     record["usage"] = {"total": given}
     filled = fill_usage_rollups(record)

@@ -43,7 +43,7 @@ def test_shape_and_columns(sales: pd.DataFrame) -> None:
 
 def test_planted_patterns(sales: pd.DataFrame) -> None:
     daily = sales.groupby("date")["revenue"].sum()
-    by_weekday = daily.groupby(daily.index.day_of_week).mean()
+    by_weekday = daily.groupby(pd.DatetimeIndex(daily.index).day_of_week).mean()
     assert by_weekday.idxmax() == 5 and by_weekday.idxmin() == 0  # Saturday busiest, Monday quietest
     assert daily["2026-11-27"] > 1.8 * daily["2026-11-01":"2026-11-26"].mean()  # Black Friday
     on_outage = sales[sales["date"] == "2026-10-14"]

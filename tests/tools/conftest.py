@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -111,10 +112,8 @@ def http_server() -> Iterator[LoopbackServer]:
                 self.send_header(key, value)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
-            try:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 self.wfile.write(payload)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
 
         do_GET = do_POST = do_PUT = do_DELETE = _respond
 

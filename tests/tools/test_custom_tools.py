@@ -27,7 +27,9 @@ def doc(kind: str, **fields: object) -> dict[str, object]:
 
 
 async def test_python_tool_from_a_plain_function(ctx, workspace):
-    tool = build_custom_tool(doc("python", python={"function": "tests.tools.sample_tools:word_count"}), "tools.d/wc.yaml:1")
+    tool = build_custom_tool(
+        doc("python", python={"function": "tests.tools.sample_tools:word_count"}), "tools.d/wc.yaml:1"
+    )
     assert tool.kind == "python" and tool.source == "tools.d/wc.yaml:1" and tool.name == "my_python"
     assert tool.parameters["required"] == ["path"]
     assert tool.parameters["properties"]["min_length"]["description"] == "Only count words at least this long."
@@ -38,7 +40,8 @@ async def test_python_tool_from_a_plain_function(ctx, workspace):
 
 async def test_python_tool_from_a_decorated_function(ctx):
     tool = build_custom_tool(
-        doc("python", name="shout", description="Shout.", python={"function": "tests.tools.sample_tools:shout"}), "t.yaml:2"
+        doc("python", name="shout", description="Shout.", python={"function": "tests.tools.sample_tools:shout"}),
+        "t.yaml:2",
     )
     assert tool.description == "Shout." and tool.kind == "python"
     assert (await ToolRegistry([tool]).invoke("shout", {"text": "hi"}, ctx)).content == "HI"
@@ -64,7 +67,10 @@ WC = doc(
     "shell",
     name="word_count",
     description="Count words in a file.",
-    parameters={"path": {"type": "string", "description": "File to count."}, "mode": {"type": "string", "enum": ["-w", "-l"], "default": "-w"}},
+    parameters={
+        "path": {"type": "string", "description": "File to count."},
+        "mode": {"type": "string", "enum": ["-w", "-l"], "default": "-w"},
+    },
     shell={"command": ["wc", "{mode}", "{path}"]},
 )
 
@@ -108,10 +114,17 @@ async def test_http_tool_sends_arguments_and_redacts_the_api_key(make_ctx, http_
         "http",
         name="get_item",
         parameters={"item": {"type": "string"}, "verbose": {"type": "boolean", "default": False}},
-        http={"url": http_server.url("/items/{item}"), "method": "GET", "api_key_env": "EXAMPLE_API_KEY", "headers": {"X-Client": "runner"}},
+        http={
+            "url": http_server.url("/items/{item}"),
+            "method": "GET",
+            "api_key_env": "EXAMPLE_API_KEY",
+            "headers": {"X-Client": "runner"},
+        },
     )
     tool = build_custom_tool(spec, "tools.d/item.yaml:1")
-    result = await ToolRegistry([tool]).invoke("get_item", {"item": "a b", "verbose": True}, make_ctx(network=http_server.policy))
+    result = await ToolRegistry([tool]).invoke(
+        "get_item", {"item": "a b", "verbose": True}, make_ctx(network=http_server.policy)
+    )
     assert "sk-http-secret-42" not in result.content and "sk-http-secret-42" not in json.dumps(result.data)
     assert result.data["auth"] == "Bearer [REDACTED]"
     request = http_server.requests[0]
@@ -120,8 +133,15 @@ async def test_http_tool_sends_arguments_and_redacts_the_api_key(make_ctx, http_
 
 
 async def test_http_tool_posts_json_and_reports_http_errors(make_ctx, http_server: LoopbackServer):
-    http_server.routes["/create"] = Route(status=422, headers={"Content-Type": "application/json"}, body=b'{"error": "bad"}')
-    spec = doc("http", name="create", parameters={"title": {"type": "string"}}, http={"url": http_server.url("/create"), "method": "POST"})
+    http_server.routes["/create"] = Route(
+        status=422, headers={"Content-Type": "application/json"}, body=b'{"error": "bad"}'
+    )
+    spec = doc(
+        "http",
+        name="create",
+        parameters={"title": {"type": "string"}},
+        http={"url": http_server.url("/create"), "method": "POST"},
+    )
     registry = ToolRegistry([build_custom_tool(spec, "tools.d/create.yaml:1")])
     with pytest.raises(ToolFailure, match="HTTP 422"):
         await registry.invoke("create", {"title": "x"}, make_ctx(network=http_server.policy))
@@ -160,7 +180,7 @@ def process_alive(pid: int) -> bool:
 async def test_mcp_toolset_registers_and_calls_server_tools(ctx, canary):
     async with McpToolset(mcp_doc(env={"ECHO_TOKEN": "declared"}), "tools.d/echo.yaml:1") as tools:
         registry = ToolRegistry(tools)
-        assert registry.names() == ["echo__add", "echo__environment", "echo__fail", "echo__process_id"]
+        assert registry.names() == ["echo__add", "echo__environment", "echo__fail", "echo__process_id", "echo__sleep"]
         add = registry.get("echo__add")
         assert add.kind == "mcp" and add.parameters["required"] == ["a", "b"]
         assert (await registry.invoke("echo__add", '{"a": 2, "b": 3}', ctx)).content == "5"
@@ -180,6 +200,18 @@ async def test_mcp_toolset_registers_and_calls_server_tools(ctx, canary):
     assert not process_alive(pid)
     with pytest.raises(ToolFailure, match="not running"):
         await registry.invoke("echo__add", {"a": 1, "b": 1}, ctx)
+
+
+async def test_mcp_call_timeout_is_a_tool_failure(ctx):
+    async with McpToolset(mcp_doc(tools=["sleep"]), "tools.d/echo.yaml:1", call_timeout_seconds=0.5) as tools:
+        with pytest.raises(ToolFailure, match="timed out"):
+            await ToolRegistry(tools).invoke("echo__sleep", {"seconds": 5}, ctx)
+
+
+async def test_exceptions_inside_the_block_propagate_unwrapped():
+    with pytest.raises(KeyError, match="from the loop"):
+        async with McpToolset(mcp_doc(tools=["add"]), "tools.d/echo.yaml:1"):
+            raise KeyError("from the loop")
 
 
 async def test_mcp_allow_list_keeps_only_named_tools(ctx):

@@ -68,6 +68,12 @@ async def test_fetch_url_happy_path_reduces_html_to_text(registry, make_ctx, htt
     assert result.data["status"] == 200
 
 
+async def test_binary_bodies_are_not_dumped_into_the_context(registry, make_ctx, http_server: LoopbackServer):
+    http_server.routes["/img"] = Route(headers={"Content-Type": "image/png"}, body=b"\x89PNG\r\n\x1a\n\0\0\0")
+    result = await registry.invoke("fetch_url", {"url": http_server.url("/img")}, make_ctx(network=http_server.policy))
+    assert "[binary content of 11 bytes not shown]" in result.content
+
+
 async def test_redirects_are_followed_and_rechecked(http_server: LoopbackServer):
     http_server.routes["/a"] = Route(302, {"Location": "/b"})
     http_server.routes["/b"] = Route(body=b"final")

@@ -170,5 +170,5 @@ async def test_file_tools_happy_path(registry, ctx, workspace):
 
 
 async def test_missing_file_message_names_the_path(registry, ctx):
-    with pytest.raises(ToolFailure, match="'nope.txt' does not exist"):
+    with pytest.raises(ToolFailure, match=r"'nope\.txt' does not exist"):
         await read(registry, ctx, "nope.txt")

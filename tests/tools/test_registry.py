@@ -70,7 +70,9 @@ def test_sphinx_docstrings_and_decorator_options():
 
 
 def test_docstring_parser_stops_at_other_sections():
-    doc = parse_docstring("Summary.\n\nArgs:\n    a (int): First.\n    b: Second\n        continued.\n\nRaises:\n    ValueError: never.")
+    doc = parse_docstring(
+        "Summary.\n\nArgs:\n    a (int): First.\n    b: Second\n        continued.\n\nRaises:\n    ValueError: never."
+    )
     assert doc.description == "Summary."
     assert doc.params == {"a": "First.", "b": "Second continued."}
 

@@ -6,7 +6,6 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -86,7 +85,9 @@ async def test_python_cannot_reach_a_host_loopback_listener(registry, ctx, liste
 
 async def test_shell_cannot_reach_a_host_loopback_listener(registry, ctx, listener):
     port = listener.getsockname()[1]
-    command = f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3)\" && echo CONNECTED"
+    command = (
+        f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3)\" && echo CONNECTED"
+    )
     with pytest.raises(ToolFailure) as failure:
         await registry.invoke("shell", {"command": command}, ctx)
     assert "CONNECTED" not in str(failure.value)
@@ -116,7 +117,9 @@ async def test_writes_outside_the_workspace_do_not_reach_the_host(registry, ctx,
 
 async def test_host_files_are_not_visible(registry, ctx):
     output = await run_python(
-        registry, ctx, "import os\nprint(sorted(os.listdir('/')))\nprint(os.path.exists('/etc/passwd'), os.path.exists('/root'))"
+        registry,
+        ctx,
+        "import os\nprint(sorted(os.listdir('/')))\nprint(os.path.exists('/etc/passwd'), os.path.exists('/root'))",
     )
     assert "False False" in output
     assert "'etc'" not in output and "'home'" not in output and "'root'" not in output
@@ -269,12 +272,20 @@ def test_probe_reports_why_a_sandbox_does_not_work():
     assert "exit code 1" in broken.reason
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the workspace to uid 65534")
+def test_unreachable_workspace_is_explained(outside):
+    from runner.errors import SandboxUnavailable
+
+    hidden = outside / "private"
+    hidden.mkdir(mode=0o700)
+    outside.chmod(0o700)
+    (hidden / "ws").mkdir()
+    with pytest.raises(SandboxUnavailable, match="chmod o\\+x"):
+        run_command(["true"], hidden / "ws", SandboxPolicy())
+
+
 def test_workspace_is_handed_to_the_sandbox_user(workspace):
     result = run_command(["/usr/bin/python3", "-c", "open('x', 'w').write('1')"], workspace, SandboxPolicy())
     assert result.ok, result.render()
     if os.geteuid() == 0:
         assert (workspace / "x").stat().st_uid == 65534
-
-
-def _unused(_: Callable[..., object]) -> None:  # keeps type checkers quiet about fixtures
-    pass

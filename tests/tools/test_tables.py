@@ -46,6 +46,13 @@ async def test_load_table_other_formats(registry, ctx, workspace, fmt):
     assert result.data["rows"] == 2 and result.data["columns"] == ["a", "b"]
 
 
+async def test_mixed_type_columns_are_kept_as_text(registry, ctx, workspace):
+    (workspace / "mixed.json").write_text(json.dumps([{"a": 1, "b": {"x": 1}}, {"a": "two", "b": [1]}]))
+    result = await registry.invoke("load_table", {"path": "mixed.json"}, ctx)
+    assert result.data["rows"] == 2
+    assert [row["a"] for row in result.data["head"]] == ["1", "two"]
+
+
 async def test_tables_persist_across_registries(ctx, sales):
     await default_registry().invoke("load_table", {"path": sales}, ctx)
     result = await default_registry().invoke("describe_table", {"table": "sales"}, ctx)
@@ -58,7 +65,10 @@ async def test_query_filters_groups_sorts_and_saves(registry, ctx, sales):
     await registry.invoke("load_table", {"path": sales}, ctx)
     query = {
         "table": "sales",
-        "filters": [{"column": "product", "op": "in", "value": ["apple", "pear"]}, {"column": "units", "op": ">=", "value": 2}],
+        "filters": [
+            {"column": "product", "op": "in", "value": ["apple", "pear"]},
+            {"column": "units", "op": ">=", "value": 2},
+        ],
         "group_by": ["region"],
         "aggregations": {"units": "sum", "price": "mean"},
         "sort_by": ["units_sum"],
@@ -78,7 +88,13 @@ async def test_query_filters_groups_sorts_and_saves(registry, ctx, sales):
 async def test_query_contains_and_group_count(registry, ctx, sales):
     await registry.invoke("load_table", {"path": sales}, ctx)
     result = await registry.invoke(
-        "query_table", {"table": "sales", "filters": [{"column": "product", "op": "contains", "value": "pl"}], "group_by": ["product"]}, ctx
+        "query_table",
+        {
+            "table": "sales",
+            "filters": [{"column": "product", "op": "contains", "value": "pl"}],
+            "group_by": ["product"],
+        },
+        ctx,
     )
     assert result.data["records"] == [{"product": "apple", "count": 3}, {"product": "plum", "count": 1}]
 
@@ -110,7 +126,9 @@ async def test_unknown_table_lists_known_ones(registry, ctx, sales):
 async def test_chart_writes_a_png_artifact(registry, ctx, sales, workspace, kind):
     await registry.invoke("load_table", {"path": sales}, ctx)
     y = "units" if kind == "pie" else ["units", "price"]
-    result = await registry.invoke("chart", {"table": "sales", "kind": kind, "x": "product", "y": y, "title": "Sales"}, ctx)
+    result = await registry.invoke(
+        "chart", {"table": "sales", "kind": kind, "x": "product", "y": y, "title": "Sales"}, ctx
+    )
     assert result.artifacts == [f"charts/sales_{kind}.png"]
     assert (workspace / result.artifacts[0]).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 

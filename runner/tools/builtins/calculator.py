@@ -99,8 +99,9 @@ def _eval(node: ast.AST) -> Number:
 
 
 def _check_power(base: Number, exponent: Number) -> None:
-    both_int = isinstance(base, int) and isinstance(exponent, int)
-    if both_int and exponent > 0 and abs(base) > 1 and (abs(base).bit_length() - 1) * exponent > MAX_INT_BITS:
+    if not (isinstance(base, int) and isinstance(exponent, int)):
+        return  # float powers overflow to an error instead of growing
+    if exponent > 0 and abs(base) > 1 and (abs(base).bit_length() - 1) * exponent > MAX_INT_BITS:
         raise ToolFailure(f"result of {base} ** {exponent} is too large (over {MAX_INT_BITS} bits)")
 
 

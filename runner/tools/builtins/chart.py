@@ -85,7 +85,7 @@ def _draw(axes: Axes, frame: pd.DataFrame, kind: ChartKind, x: str, y: list[str]
             raise ValueError("a pie chart takes exactly one y column")
         if len(frame) > MAX_PIE_SLICES:
             raise ValueError(f"{len(frame)} slices; a pie chart takes at most {MAX_PIE_SLICES}")
-        axes.pie(frame[y[0]], labels=frame[x].astype(str), autopct="%1.1f%%")
+        axes.pie(frame[y[0]], labels=frame[x].astype(str).tolist(), autopct="%1.1f%%")
         axes.axis("equal")
         return
     labels = frame[x].astype(str) if kind == "bar" else frame[x]

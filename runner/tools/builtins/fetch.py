@@ -25,7 +25,9 @@ async def fetch_url(
     """
     response = await fetch(url, ctx.network)
     text = response.text()
-    if response.content_type in ("text/html", "application/xhtml+xml"):
+    if b"\0" in response.body[:4096]:
+        text = f"[binary content of {len(response.body)} bytes not shown]"
+    elif response.content_type in ("text/html", "application/xhtml+xml"):
         text = html_to_text(text)
     shown = text[:max_chars]
     notes = []

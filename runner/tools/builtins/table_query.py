@@ -7,6 +7,7 @@ plain comparisons.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -78,7 +79,7 @@ def query_table(
         frame = frame.head(limit)
     frame = frame.reset_index(drop=True)
     name = save_as or f"{table}_result"
-    table_store.save_table(ctx.workspace, name, frame)
+    frame = table_store.save_table(ctx.workspace, name, frame)
     content = (
         f"Result saved as table '{name}': {len(frame)} rows x {len(frame.columns)} columns\n\n"
         f"{table_store.to_markdown(frame, max_rows=30)}"
@@ -128,7 +129,7 @@ def _compare(column: pd.Series, op: str, value: Any) -> pd.Series:
     return column >= value
 
 
-def _aggregate(frame: pd.DataFrame, group_by: list[str], aggregations: dict[str, str], table: str) -> pd.DataFrame:
+def _aggregate(frame: pd.DataFrame, group_by: list[str], aggregations: Mapping[str, str], table: str) -> pd.DataFrame:
     import pandas as pd
 
     table_store.require_columns(frame, group_by + list(aggregations), table)

@@ -41,7 +41,7 @@ def load_table(ctx: ToolContext, path: str, name: str | None = None, format: Tab
     if size > MAX_INPUT_BYTES:
         raise ToolFailure(f"'{path}' is {size} bytes; load_table reads at most {MAX_INPUT_BYTES}")
     frame = _parse(read_workspace_file(ctx.workspace, path, MAX_INPUT_BYTES), fmt, path)
-    table_store.save_table(ctx.workspace, table, frame)
+    frame = table_store.save_table(ctx.workspace, table, frame)
     summary = _summary(table, frame)
     content = (
         f"Loaded table '{table}' from {path}: {len(frame)} rows x {len(frame.columns)} columns\n\n"
@@ -59,6 +59,8 @@ def describe_table(ctx: ToolContext, table: str) -> ToolResult:
         table: The name of a table created by load_table or query_table.
     """
     frame = table_store.load_table(ctx.workspace, table)
+    if frame.columns.empty:
+        raise ToolFailure(f"table '{table}' has no columns")
     stats = frame.describe(include="all").transpose()
     stats.insert(0, "missing", frame.isna().sum())
     stats.insert(0, "dtype", frame.dtypes.astype(str))

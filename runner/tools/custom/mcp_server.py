@@ -52,23 +52,25 @@ class McpToolset:
         self._stack: AsyncExitStack | None = None
 
     async def __aenter__(self) -> list[Tool]:
-        from mcp import Client, stdio_client
-
+        try:
+            from mcp import Client, stdio_client
+        except ImportError:
+            raise ConfigError(f"{self.source}: MCP tools need the 'mcp' package (pip install 'runner[mcp]')") from None
         stack = AsyncExitStack()
         try:
             transport = stdio_client(self._parameters(), errlog=self._errlog or sys.stderr)
             client = Client(transport, read_timeout_seconds=self._call_timeout)
             self._client = await stack.enter_async_context(client)
             tools = await self._list_tools()
-        except OSError as error:
-            await stack.aclose()
-            raise ConfigError(
-                f"{self.source}: cannot start MCP server '{self.server}' ({' '.join(self._spec['command'])}): {error}"
-            ) from None
-        except BaseException:
+        except BaseException as error:
             self._client = None
             await stack.aclose()
-            raise
+            reason = _startup_failure(error)
+            if reason is None:
+                raise
+            raise ConfigError(
+                f"{self.source}: cannot start MCP server '{self.server}' ({' '.join(self._spec['command'])}): {reason}"
+            ) from None
         self._stack = stack
         return tools
 
@@ -78,10 +80,18 @@ class McpToolset:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        """Stop the server. An exception from the ``async with`` body propagates unchanged
+        (it is not handed to the SDK's task groups, which would wrap it in an ExceptionGroup)."""
         self._client = None
         stack, self._stack = self._stack, None
-        if stack is not None:
-            await stack.__aexit__(exc_type, exc, traceback)
+        if stack is None:
+            return
+        try:
+            await stack.aclose()
+        except BaseException:
+            if exc is None:
+                raise
+            # the body's own exception is the one to report; it propagates after this
 
     def _parameters(self) -> Any:
         from mcp import StdioServerParameters
@@ -148,6 +158,22 @@ class McpToolset:
         if result.is_error:
             raise ToolFailure(f"{remote} reported an error: {text}")
         return ToolResult(content=text, data=result.structured_content)
+
+
+def _startup_failure(error: BaseException) -> str | None:
+    """Why the server could not start, if ``error`` (or every error in a group) says so."""
+    from mcp import MCPError
+
+    leaves = _leaf_exceptions(error)
+    if leaves and all(isinstance(leaf, MCPError | OSError) for leaf in leaves):
+        return "; ".join(str(leaf) for leaf in leaves)
+    return None
+
+
+def _leaf_exceptions(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaf_exceptions(inner)]
+    return [error]
 
 
 def _block_text(block: Any) -> str:

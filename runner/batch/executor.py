@@ -1,0 +1,65 @@
+"""What runs one batch row: the executor contract, and the production executor over ``execute_task``.
+
+An executor is ``async (inputs, options) -> RunResult``. It must not raise for run
+failures (it returns ``failed``/``capped``/``stuck``), must spend through
+``options.parent_budget`` (a child of the batch budget, reserving before each call) and
+consult ``options.rate_gate`` before each call. ``RunResult.cost_usd`` and tokens are the
+run's totals over every attempt of ``options.run_id``, which stays the same when a row is
+retried so the run can resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runner.runs.types import RateGate, RunOptions, RunResult
+
+if TYPE_CHECKING:
+    from runner.config.project import Project
+    from runner.config.specs import TaskSpec
+
+RowExecutor = Callable[[dict[str, Any], RunOptions], Awaitable[RunResult]]
+"""Runs one row: ``await executor(inputs, options) -> RunResult`` (never raises for run failures)."""
+
+
+class TaskExecutor:
+    """Rows through ``runner.runs.execute.execute_task``, sharing one run store and one model pool.
+
+    Sharing matters at batch scale: one HTTP connection pool per endpoint instead of one
+    per row, and one SQLite connection to the run store. A rate-limited retry seen by any
+    row (the model client's ``on_retry`` with kind ``rate_limited``) pauses ``rate_gate``
+    for the wait it is about to make, so every row holds off, not just that one. Close it
+    with :meth:`aclose` (or ``async with``).
+    """
+
+    def __init__(
+        self, project: Project, task: TaskSpec, *, rate_gate: RateGate | None = None, store_path: Path | None = None
+    ) -> None:
+        from runner.model.factory import ModelPool
+        from runner.runs.execute import default_store_path
+        from runner.store.runstore import RunStore
+
+        self.project, self.task, self.rate_gate = project, task, rate_gate
+        self.store = RunStore(store_path or default_store_path(project.root))
+        self.pool = ModelPool(on_retry=self._on_retry)
+
+    async def __call__(self, inputs: dict[str, Any], options: RunOptions) -> RunResult:
+        from runner.runs.execute import execute_task
+
+        return await execute_task(self.project, self.task, inputs, options, store=self.store, pool=self.pool)
+
+    def _on_retry(self, kind: str, attempt: int, wait_seconds: float) -> None:
+        if kind == "rate_limited" and self.rate_gate is not None:
+            self.rate_gate.pause(wait_seconds)
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
+        self.store.close()
+
+    async def __aenter__(self) -> TaskExecutor:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
