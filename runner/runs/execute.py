@@ -9,6 +9,7 @@ before anything is spent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import secrets
@@ -32,6 +33,7 @@ from runner.runs.steps import RunContext, preflight_prices, run_agent_step, run_
 from runner.runs.types import RunOptions, RunResult
 from runner.store.recorder import RunRecorder, redact
 from runner.store.runstore import RunStore, now_iso
+from runner.tools.registry import ToolRegistry
 
 RUN_DIR = ".runner"
 
@@ -71,7 +73,9 @@ async def execute_task(
     own_pool = pool is None
     pool = pool or ModelPool(notice=_notice(options))
     try:
-        return await _execute(project, task, inputs, run_id, options, store, pool, today)
+        async with contextlib.AsyncExitStack() as stack:
+            registry = await _registry(project, task, stack)
+            return await _execute(project, task, inputs, run_id, options, store, pool, today, registry)
     finally:
         if own_pool:
             await pool.aclose()
@@ -81,11 +85,8 @@ async def execute_task(
 
 async def _execute(
     project: Project, task: TaskSpec, inputs: dict[str, Any], run_id: str, options: RunOptions,
-    store: RunStore, pool: ModelPool, today: date,
+    store: RunStore, pool: ModelPool, today: date, registry: ToolRegistry,
 ) -> RunResult:
-    from runner.tools.custom import build_custom_tool
-    from runner.tools.registry import default_registry
-
     caps = task.caps.tighten(options.caps)
     chash = config_hash(project, task)
     attempt = store.start_run(run_id, task.name, inputs, chash, caps.as_dict())
@@ -94,8 +95,6 @@ async def _execute(
     if attempt > 1:
         spent = store.spent(run_id)
         budget.add_spend(Spend(int(spent["model_calls"]), 0, int(spent["input_tokens"]), int(spent["output_tokens"]), 0, spent["cost_usd"]))
-    registry = default_registry()
-    registry.extend(build_custom_tool(t.data, t.source) for t in project.tools.values() if t.type != "mcp")
     workspace = _workspace(project, task, run_id, options)
     previous = _previous(store, task, run_id)
     ctx = RunContext(
@@ -134,6 +133,42 @@ async def _execute(
     })
     recorder.emit("run_finished", **result.manifest())
     return result
+
+
+async def _registry(project: Project, task: TaskSpec, stack: contextlib.AsyncExitStack) -> ToolRegistry:
+    """Built-in and custom tools for this run; MCP servers the task's agents use are started
+    here and stopped when the run ends. Fails closed when a sandboxed tool has no sandbox."""
+    from runner.tools.custom import build_custom_tool
+    from runner.tools.custom.mcp_server import McpToolset
+    from runner.tools.registry import default_registry
+    from runner.tools.sandbox import ensure_sandbox
+
+    registry = default_registry()
+    registry.extend(build_custom_tool(t.data, t.source) for t in project.tools.values() if t.type != "mcp")
+    used = _tools_used(project, task)
+    for spec in project.tools.values():
+        if spec.type == "mcp" and any(name == spec.name or name.startswith(spec.name + "__") for name in used):
+            registry.extend(await stack.enter_async_context(McpToolset(spec.data, spec.source)))
+    sandboxed = [name for name, mode in used.items() if name in registry and registry.get(name).needs_sandbox and mode != "none"]
+    if sandboxed:
+        ensure_sandbox()
+    return registry
+
+
+def _tools_used(project: Project, task: TaskSpec) -> dict[str, str]:
+    """Tool name -> sandbox mode of the agent using it, over every agent and step of the task."""
+    used: dict[str, str] = {}
+    for name in _agents_used(task):
+        agent = project.agents[name]
+        for ref in agent.tools:
+            used.setdefault(ref.name, agent.sandbox.mode)
+    if task.pipeline:
+        for step in task.pipeline.steps:
+            if step.tool:
+                used.setdefault(step.tool, "bwrap")
+            for ref in step.tools or ():
+                used.setdefault(ref.name, project.agents[step.agent].sandbox.mode if step.agent else "bwrap")
+    return used
 
 
 async def _run_pipeline(ctx: RunContext) -> tuple[str, str | None, str | None, Any, PlanOutcome | None]:

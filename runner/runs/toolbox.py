@@ -42,7 +42,7 @@ class ToolBox:
 
     def __init__(self, registry: ToolRegistry, agent: AgentSpec, context: ToolContext):
         self.registry, self.context = registry, context
-        self.allowed = [ref.name for ref in agent.tools]
+        self.allowed = _expand(registry, [ref.name for ref in agent.tools])
         self._schemas = tuple(registry.openai_tools(self.allowed)) if self.allowed else ()
 
     def schemas(self) -> tuple[dict[str, Any], ...]:
@@ -56,3 +56,14 @@ class ToolBox:
             available = ", ".join(self.allowed) or "none"
             raise ToolFailure(f"unknown tool '{name}'; the tools available to you are: {available}")
         return await self.registry.invoke(name, arguments, self.context)
+
+
+def _expand(registry: ToolRegistry, names: list[str]) -> list[str]:
+    """Tool names, with an MCP server's name standing for all of its tools (``server__*``)."""
+    out: list[str] = []
+    for name in names:
+        if name in registry:
+            out.append(name)
+        else:
+            out.extend(n for n in registry.names() if n.startswith(name + "__"))
+    return list(dict.fromkeys(out))

@@ -1,0 +1,283 @@
+"""Batch throughput: the batch engine vs a hand-written asyncio openai-SDK loop, same concurrency.
+
+Every mode sends the same requests to the same loopback Chat Completions server
+(:mod:`runner.model.server`, in its own process, with a fixed latency per call), so the
+physical limit is ``concurrency / (calls per row * latency)`` rows per second. Modes, each
+in a fresh process so peak RSS is its own:
+
+- ``hand``: N worker coroutines pulling rows, one ``AsyncOpenAI`` client (the baseline);
+- ``engine``: ``run_batch`` + journal + ``TaskExecutor`` -> ``runner.runs.execute.execute_task``
+  (the real thing: a task YAML, the agent loop, the run store);
+- ``engine-sdk``: ``run_batch`` + journal with the hand loop's SDK call as executor (the
+  engine's own overhead, without the agent loop).
+
+Printed per mode: rows/s, fraction of the physical limit, ratio to ``hand``, peak RSS and
+how much it grew while rows ran (``ru_maxrss``: flat memory means the growth does not
+scale with ``--rows``; ``--tracemalloc`` adds the Python heap peak and slows every mode).
+Only the row phase is timed (for the engine: ingesting the input, running, journaling),
+not interpreter start, imports or project loading.
+
+The loopback server and the SDK's per-request connection handling (the server speaks
+HTTP/1.0, so every call opens a connection) can themselves stay well under the limit;
+the ratio to ``hand`` is the engine's figure of merit.
+
+    .venv/bin/python bench/batch_throughput.py [--rows 2000] [--concurrency 64] [--latency 0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MODEL = "gpt-4o-mini"
+SYSTEM = "You triage support tickets: answer with a category."
+REPLY = "category: hardware"
+AGENT = {
+    "apiVersion": "runner/v1",
+    "kind": "Agent",
+    "name": "triager",
+    "model": {"id": MODEL, "max_tokens": 50, "retries": 0},
+    "system_prompt": SYSTEM,
+}
+TASK = {
+    "apiVersion": "runner/v1",
+    "kind": "Task",
+    "name": "triage",
+    "inputs": {"subject": {"type": "string"}},
+    "agent": "triager",
+    "goal": "Triage this ticket: {{ inputs.subject }}",
+}
+
+
+# --- setup (parent process) ---------------------------------------------------------------
+
+
+def write_fixtures(root: Path, rows: int, latency: float) -> tuple[Path, Path]:
+    """The project (agent + task), the input CSV and the server script, under ``root``."""
+    (root / "agents.d").mkdir(parents=True)
+    (root / "tasks.d").mkdir()
+    (root / "agents.d/triager.yaml").write_text(yaml.safe_dump(AGENT), encoding="utf-8")
+    (root / "tasks.d/triage.yaml").write_text(yaml.safe_dump(TASK), encoding="utf-8")
+    data = root / "tickets.csv"
+    with data.open("w", encoding="utf-8", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["id", "subject"])
+        writer.writerows([f"T{i:06d}", f"printer {i} is jammed"] for i in range(rows))
+    script = root / "script.json"
+    script.write_text(json.dumps({"fallback": {"content": REPLY, "latency_seconds": latency}}), encoding="utf-8")
+    return data, script
+
+
+def start_server(script: Path) -> tuple[subprocess.Popen[str], str]:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "runner.model.server", "--script", str(script), "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None
+    return server, server.stdout.readline().strip()
+
+
+def run_mode(mode: str, args: argparse.Namespace, root: Path, base_url: str) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", mode, "--root", str(root), "--base-url", base_url]
+    command += ["--rows", str(args.rows), "--concurrency", str(args.concurrency), "--calls", str(args.calls)]
+    command += ["--tracemalloc"] if args.tracemalloc else []
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"mode {mode} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# --- modes (child process) ----------------------------------------------------------------
+
+
+def sdk_call(base_url: str, calls: int) -> tuple[Callable[[str], Awaitable[str]], Any]:
+    """One row as a hand-written loop does it: ``calls`` chat completions in a conversation."""
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=base_url, api_key="sk-bench", max_retries=0)
+
+    async def row(subject: str) -> str:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"Triage this ticket: {subject}"},
+        ]
+        answer = ""
+        for _ in range(calls):
+            response = await client.chat.completions.create(model=MODEL, messages=messages, max_tokens=50)  # type: ignore[arg-type]
+            answer = response.choices[0].message.content or ""
+            messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": "Go on."}]
+        return answer
+
+    return row, client
+
+
+async def hand_loop(root: Path, base_url: str, concurrency: int, calls: int) -> tuple[int, float, float]:
+    """Rows done, seconds, and RSS (MiB) before the first row."""
+    row, client = sdk_call(base_url, calls)
+    before = rss_mb()
+    started = time.perf_counter()
+    with (root / "tickets.csv").open(encoding="utf-8", newline="") as handle:
+        rows = iter(csv.DictReader(handle))
+        done = 0
+
+        async def worker() -> None:
+            nonlocal done
+            for item in rows:  # workers share one iterator: a fixed pool, like the engine
+                await row(item["subject"])
+                done += 1
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    seconds = time.perf_counter() - started
+    await client.close()
+    return done, seconds, before
+
+
+async def engine_loop(
+    root: Path, base_url: str, concurrency: int, calls: int, *, raw_sdk: bool
+) -> tuple[int, float, float]:
+    """Rows done, seconds (reading the input included, imports and project loading not), RSS before."""
+    import pandas  # noqa: F401 (a one-time import, not per-row work)
+
+    from runner.batch.engine import batch_budget, run_batch
+    from runner.batch.executor import TaskExecutor
+    from runner.batch.inputs import InputSource, file_sha256, read_rows
+    from runner.batch.journal import BatchJournal
+    from runner.batch.ratelimit import SharedRateLimiter
+    from runner.config.project import load_project_or_raise
+    from runner.config.specs import Caps
+    from runner.runs.types import RunOptions, RunResult
+
+    project = load_project_or_raise(root)
+    task = project.task_for("triage")
+    source = InputSource.open(root / "tickets.csv", id_column="id")
+    gate = SharedRateLimiter()
+    options = RunOptions(
+        write_report=False, base_url_override=base_url, api_key="sk-bench", store_path=root / "runs.sqlite3"
+    )
+    journal = BatchJournal.open(
+        root / f"journal-{raw_sdk}.sqlite3",
+        task=task.name,
+        input_path=source.path,
+        input_sha256=file_sha256(source.path),
+        options=source.options(),
+        restart=True,
+    )
+    if raw_sdk:
+        row, client = sdk_call(base_url, calls)
+
+        async def executor(inputs: dict[str, Any], opts: RunOptions) -> RunResult:
+            return RunResult(str(opts.run_id), task.name, "completed", output=await row(inputs["subject"]))
+
+        closing: Callable[[], Awaitable[None]] = client.close
+    else:
+        task_executor = TaskExecutor(project, task, rate_gate=gate, store_path=options.store_path)
+        executor, closing = task_executor, task_executor.aclose  # type: ignore[assignment]
+    before = rss_mb()
+    started = time.perf_counter()
+    with journal:
+        summary = await run_batch(
+            read_rows(source, task.inputs),
+            executor,
+            journal=journal,
+            budget=batch_budget(Caps()),
+            concurrency=concurrency,
+            rate_gate=gate,
+            base_options=options,
+        )
+    seconds = time.perf_counter() - started
+    await closing()
+    if summary.counts["done"] != summary.total:
+        raise SystemExit(f"not every row completed: {summary.counts}; first error: {first_error(root, raw_sdk)}")
+    return summary.counts["done"], seconds, before
+
+
+def first_error(root: Path, raw_sdk: bool) -> str | None:
+    import sqlite3
+
+    with sqlite3.connect(root / f"journal-{raw_sdk}.sqlite3") as db:
+        found = db.execute("SELECT error FROM rows WHERE status != 'done' LIMIT 1").fetchone()
+    return found[0] if found else None
+
+
+def child(args: argparse.Namespace) -> None:
+    if args.tracemalloc:
+        tracemalloc.start()
+    if args.child == "hand":
+        done, seconds, before = asyncio.run(hand_loop(args.root, args.base_url, args.concurrency, args.calls))
+    else:
+        raw = args.child == "engine-sdk"
+        run = engine_loop(args.root, args.base_url, args.concurrency, args.calls, raw_sdk=raw)
+        done, seconds, before = asyncio.run(run)
+    heap = tracemalloc.get_traced_memory()[1] / 2**20 if args.tracemalloc else None
+    result = {"rows": done, "seconds": seconds, "rss_before_mb": before, "peak_rss_mb": rss_mb(), "heap_peak_mb": heap}
+    print(json.dumps(result))
+
+
+def rss_mb() -> float:
+    """Peak resident set size of this process so far, MiB (``ru_maxrss`` is KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# --- main ---------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--latency", type=float, default=0.1, help="server latency per call, seconds")
+    parser.add_argument("--calls", type=int, default=1, help="model calls per row (the engine's task makes 1)")
+    parser.add_argument("--modes", default="hand,engine-sdk,engine")
+    parser.add_argument("--tracemalloc", action="store_true", help="also report the Python heap peak (slower)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--base-url", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args)
+    modes = args.modes.split(",")
+    if "engine" in modes and args.calls != 1:
+        raise SystemExit("--calls must be 1 with the 'engine' mode (the bench task answers in one call)")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        _, script = write_fixtures(root, args.rows, args.latency)
+        server, base_url = start_server(script)
+        try:
+            results = {mode: run_mode(mode, args, root, base_url) for mode in modes}
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+    report(args, results)
+
+
+def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
+    limit = args.concurrency / (args.calls * args.latency)
+    print(f"rows {args.rows}, concurrency {args.concurrency}, {args.calls} call(s)/row, latency {args.latency}s")
+    print(f"physical limit: {limit:.1f} rows/s")
+    hand = results.get("hand")
+    for mode, r in results.items():
+        rate = r["rows"] / r["seconds"]
+        ratio = f"{rate / (hand['rows'] / hand['seconds']):.2f}x hand" if hand else "-"
+        heap = f", heap peak {r['heap_peak_mb']:.1f} MiB" if r["heap_peak_mb"] is not None else ""
+        print(
+            f"{mode:11s}: {rate:8.1f} rows/s = {rate / limit:5.1%} of the limit, {ratio:>10s}, "
+            f"peak RSS {r['peak_rss_mb']:.0f} MiB (+{r['peak_rss_mb'] - r['rss_before_mb']:.0f} during the rows){heap}"
+        )
+
+
+if __name__ == "__main__":
+    main()
