@@ -9,7 +9,9 @@ in a fresh process so peak RSS is its own:
 - ``engine``: ``run_batch`` + journal + ``TaskExecutor`` -> ``runner.runs.execute.execute_task``
   (the real thing: a task YAML, the agent loop, the run store);
 - ``engine-sdk``: ``run_batch`` + journal with the hand loop's SDK call as executor (the
-  engine's own overhead, without the agent loop).
+  engine's own overhead, without the agent loop);
+- ``engine-sleep``: ``run_batch`` + journal with an executor that only sleeps the latency
+  per call (no HTTP): the engine's scheduling against the physical limit itself.
 
 Printed per mode: rows/s, fraction of the physical limit, ratio to ``hand``, peak RSS and
 how much it grew while rows ran (``ru_maxrss``: flat memory means the growth does not
@@ -94,6 +96,7 @@ def start_server(script: Path) -> tuple[subprocess.Popen[str], str]:
 def run_mode(mode: str, args: argparse.Namespace, root: Path, base_url: str) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", mode, "--root", str(root), "--base-url", base_url]
     command += ["--rows", str(args.rows), "--concurrency", str(args.concurrency), "--calls", str(args.calls)]
+    command += ["--latency", str(args.latency)]
     command += ["--tracemalloc"] if args.tracemalloc else []
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -147,7 +150,7 @@ async def hand_loop(root: Path, base_url: str, concurrency: int, calls: int) -> 
 
 
 async def engine_loop(
-    root: Path, base_url: str, concurrency: int, calls: int, *, raw_sdk: bool
+    root: Path, base_url: str, concurrency: int, calls: int, *, executor_kind: str, latency: float
 ) -> tuple[int, float, float]:
     """Rows done, seconds (reading the input included, imports and project loading not), RSS before."""
     import pandas  # noqa: F401 (a one-time import, not per-row work)
@@ -169,20 +172,29 @@ async def engine_loop(
         write_report=False, base_url_override=base_url, api_key="sk-bench", store_path=root / "runs.sqlite3"
     )
     journal = BatchJournal.open(
-        root / f"journal-{raw_sdk}.sqlite3",
+        root / f"journal-{executor_kind}.sqlite3",
         task=task.name,
         input_path=source.path,
         input_sha256=file_sha256(source.path),
         options=source.options(),
         restart=True,
     )
-    if raw_sdk:
+    closing: Callable[[], Awaitable[None]]
+    if executor_kind == "sdk":
         row, client = sdk_call(base_url, calls)
 
         async def executor(inputs: dict[str, Any], opts: RunOptions) -> RunResult:
             return RunResult(str(opts.run_id), task.name, "completed", output=await row(inputs["subject"]))
 
-        closing: Callable[[], Awaitable[None]] = client.close
+        closing = client.close
+    elif executor_kind == "sleep":
+
+        async def executor(inputs: dict[str, Any], opts: RunOptions) -> RunResult:
+            await asyncio.sleep(latency * calls)
+            return RunResult(str(opts.run_id), task.name, "completed", output=REPLY)
+
+        async def closing() -> None:
+            pass
     else:
         task_executor = TaskExecutor(project, task, rate_gate=gate, store_path=options.store_path)
         executor, closing = task_executor, task_executor.aclose  # type: ignore[assignment]
@@ -201,14 +213,14 @@ async def engine_loop(
     seconds = time.perf_counter() - started
     await closing()
     if summary.counts["done"] != summary.total:
-        raise SystemExit(f"not every row completed: {summary.counts}; first error: {first_error(root, raw_sdk)}")
+        raise SystemExit(f"not every row completed: {summary.counts}; first error: {first_error(root, executor_kind)}")
     return summary.counts["done"], seconds, before
 
 
-def first_error(root: Path, raw_sdk: bool) -> str | None:
+def first_error(root: Path, executor_kind: str) -> str | None:
     import sqlite3
 
-    with sqlite3.connect(root / f"journal-{raw_sdk}.sqlite3") as db:
+    with sqlite3.connect(root / f"journal-{executor_kind}.sqlite3") as db:
         found = db.execute("SELECT error FROM rows WHERE status != 'done' LIMIT 1").fetchone()
     return found[0] if found else None
 
@@ -219,8 +231,10 @@ def child(args: argparse.Namespace) -> None:
     if args.child == "hand":
         done, seconds, before = asyncio.run(hand_loop(args.root, args.base_url, args.concurrency, args.calls))
     else:
-        raw = args.child == "engine-sdk"
-        run = engine_loop(args.root, args.base_url, args.concurrency, args.calls, raw_sdk=raw)
+        kind = {"engine": "task", "engine-sdk": "sdk", "engine-sleep": "sleep"}[args.child]
+        run = engine_loop(
+            args.root, args.base_url, args.concurrency, args.calls, executor_kind=kind, latency=args.latency
+        )
         done, seconds, before = asyncio.run(run)
     heap = tracemalloc.get_traced_memory()[1] / 2**20 if args.tracemalloc else None
     result = {"rows": done, "seconds": seconds, "rss_before_mb": before, "peak_rss_mb": rss_mb(), "heap_peak_mb": heap}
@@ -241,7 +255,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--latency", type=float, default=0.1, help="server latency per call, seconds")
     parser.add_argument("--calls", type=int, default=1, help="model calls per row (the engine's task makes 1)")
-    parser.add_argument("--modes", default="hand,engine-sdk,engine")
+    parser.add_argument("--modes", default="hand,engine-sdk,engine,engine-sleep")
     parser.add_argument("--tracemalloc", action="store_true", help="also report the Python heap peak (slower)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)

@@ -160,6 +160,8 @@ class _Batch:
         except asyncio.CancelledError:
             self.journal.mark_not_run("interrupted before this row started", INTERRUPTED)
             raise
+        except BaseExceptionGroup as group:  # a bug in the engine or a journal I/O error: surface it plainly
+            raise group.exceptions[0] from None
         finally:
             self.progress.close()
         if self.stop_reason is not None:

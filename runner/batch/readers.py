@@ -20,7 +20,7 @@ import json
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from runner.errors import InputError, UsageError
 
@@ -110,7 +110,7 @@ def _csv_records(path: Path, columns: list[str], chunk_rows: int) -> Iterator[Ra
                 # Project here, not with usecols: with usecols pandas silently drops extra fields.
                 for values in chunk[present].to_dict("records"):
                     number += 1
-                    yield _csv_record(number, values)
+                    yield _csv_record(number, cast(dict[str, Any], values))
     except pd.errors.ParserError as exc:
         raise InputError(f"{path}: malformed CSV after row {number}: {exc}") from None
 

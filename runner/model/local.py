@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import importlib.metadata
 import importlib.util
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -132,6 +133,10 @@ def local_model_available() -> bool:
 
 
 def _import_llama() -> Any:
+    # llama.cpp wheels built from source use OpenMP; its default busy-wait made
+    # generation 4-15x slower with 2 threads on a busy 2-core VM. Passive waiting
+    # only matters when n_threads > 1, and must be set before the library loads.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import llama_cpp
     except ImportError as exc:
@@ -306,6 +311,10 @@ class LocalChatModel:
     The GGUF is loaded once, lazily, on the first call (or :meth:`load`). Calls are
     serialized; each is bounded by ``max_tokens`` (default 256, never above
     ``MAX_TOKENS_CEILING``) and by the context window ``n_ctx``.
+
+    ``n_threads`` defaults to 1: on the 2-core CI VMs, busy with other work, one
+    thread was as fast or faster than two (and two without passive OpenMP waiting
+    collapsed to a few tokens/s).
     """
 
     supports_tools = False
@@ -316,7 +325,7 @@ class LocalChatModel:
         *,
         model_path: str | Path | None = None,
         n_ctx: int = DEFAULT_N_CTX,
-        n_threads: int = 2,
+        n_threads: int = 1,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         sampling: Sampling | None = None,
         seed: int | None = None,

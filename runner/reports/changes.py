@@ -11,6 +11,7 @@ from runner.reports import formatting
 
 MAX_DIFF_LINES = 80
 MAX_FIELDS = 60
+MAX_DIFF_INPUT_LINES = 2000  # difflib is slow on huge inputs; later lines are not compared
 
 
 @dataclass(frozen=True)
@@ -121,5 +122,6 @@ def _as_text(value: Any) -> str:
 
 
 def _text_diff(before: str, after: str) -> list[str]:
-    lines = difflib.unified_diff(before.splitlines(), after.splitlines(), "previous", "this run", n=1, lineterm="")
+    old, new = before.splitlines()[:MAX_DIFF_INPUT_LINES], after.splitlines()[:MAX_DIFF_INPUT_LINES]
+    lines = difflib.unified_diff(old, new, "previous", "this run", n=1, lineterm="")
     return [line for line in lines if not line.startswith(("---", "+++"))]

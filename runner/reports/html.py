@@ -52,14 +52,7 @@ def render_html(record: Mapping[str, Any], images: Mapping[str, bytes]) -> str:
 
 @cache
 def _environment() -> Environment:
-    return Environment(
-        loader=PackageLoader("runner.reports", "templates"),
-        autoescape=True,
-        undefined=StrictUndefined,
-        trim_blocks=False,
-        lstrip_blocks=False,
-        keep_trailing_newline=True,
-    )
+    return Environment(loader=PackageLoader("runner.reports", "templates"), autoescape=True, undefined=StrictUndefined)
 
 
 def _data_uris(view: ReportView, images: Mapping[str, bytes]) -> dict[str, str]:

@@ -18,24 +18,29 @@ from collections.abc import Callable, Iterator
 from markupsafe import Markup, escape
 
 HEADING_SHIFT = 2
+MAX_SPAN = 300
+"""Longest emphasis, link text or address recognised; longer ones stay plain text.
 
-_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
-_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)(\s+#+)?\s*$")
-_RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
-_ITEM = re.compile(r"^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$")
-_QUOTE = re.compile(r"^(?:\s*>)+\s?(.*)$")  # nested quotes flatten: no recursion on hostile input
-_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+Bounding every pattern keeps matching linear in the length of the text, so a hostile
+output cannot make rendering slow (no pattern here can backtrack without bound).
+"""
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*))?$")
+_ITEM = re.compile(r"^([ \t]*)([-*+]|\d{1,9}[.)])[ \t]+(.*)$")
+_QUOTE = re.compile(r"[ \t]*>[ \t>]*")  # nested quotes are flattened into one
+_TABLE_RULE_CELL = re.compile(r":?-+:?")
 _CELL_SPLIT = re.compile(r"(?<!\\)\|")
-_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+_CODE_SPAN = re.compile(r"(`+)(.{1,2000}?)\1")
 
 _INLINE_RULES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"!\[([^\]]*)\]\([^)]*\)"), r"[image: \1]"),
-    (re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)"), r"\1 (\2)"),
-    (re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*"), r"<strong>\1</strong>"),
-    (re.compile(r"__(?=\S)(.+?)(?<=\S)__"), r"<strong>\1</strong>"),
-    (re.compile(r"(?<![*\w])\*(?=\S)(.+?)(?<=\S)\*(?![*\w])"), r"<em>\1</em>"),
-    (re.compile(r"(?<![_\w])_(?=\S)(.+?)(?<=\S)_(?![_\w])"), r"<em>\1</em>"),
-    (re.compile(r"~~(?=\S)(.+?)(?<=\S)~~"), r"<del>\1</del>"),
+    (re.compile(rf"!\[([^\]]{{0,{MAX_SPAN}}})\]\([^)\s]{{0,{MAX_SPAN}}}\)"), r"[image: \1]"),
+    (re.compile(rf"\[([^\]]{{1,{MAX_SPAN}}})\]\(([^)\s]{{1,{MAX_SPAN}}})\)"), r"\1 (\2)"),
+    (re.compile(rf"\*\*(?=\S)(.{{1,{MAX_SPAN}}}?)(?<=\S)\*\*"), r"<strong>\1</strong>"),
+    (re.compile(rf"__(?=\S)(.{{1,{MAX_SPAN}}}?)(?<=\S)__"), r"<strong>\1</strong>"),
+    (re.compile(rf"(?<![*\w])\*(?=\S)(.{{1,{MAX_SPAN}}}?)(?<=\S)\*(?![*\w])"), r"<em>\1</em>"),
+    (re.compile(rf"(?<![_\w])_(?=\S)(.{{1,{MAX_SPAN}}}?)(?<=\S)_(?![_\w])"), r"<em>\1</em>"),
+    (re.compile(rf"~~(?=\S)(.{{1,{MAX_SPAN}}}?)(?<=\S)~~"), r"<del>\1</del>"),
 ]
 
 
@@ -70,7 +75,7 @@ def to_markdown(text: str) -> str:
             heading = _HEADING.match(line)
             if heading:
                 level = min(len(heading.group(1)) + HEADING_SHIFT, 6)
-                line = "#" * level + " " + heading.group(2)
+                line = "#" * level + " " + _heading_text(heading.group(2))
             lines.append(_outside_code(line, lambda part: part.replace("<", "&lt;")))
     return "\n".join(lines)
 
@@ -120,17 +125,33 @@ def _heading(lines: list[str], start: int) -> tuple[int, str]:
     if not match:
         return 0, ""
     level = min(len(match.group(1)) + HEADING_SHIFT, 6)
-    return 1, f"<h{level}>{inline_html(match.group(2))}</h{level}>"
+    return 1, f"<h{level}>{inline_html(_heading_text(match.group(2)))}</h{level}>"
+
+
+def _heading_text(raw: str | None) -> str:
+    """The heading's text without an optional closing run of '#'."""
+    text = (raw or "").strip()
+    unclosed = text.rstrip("#")
+    return unclosed.strip() if unclosed != text and (not unclosed or unclosed[-1] in " \t") else text
+
+
+def _is_rule(line: str) -> bool:
+    if len(line) - len(line.lstrip(" ")) > 3:
+        return False
+    compact = line.replace(" ", "").replace("\t", "")
+    return len(compact) >= 3 and compact[0] in "-*_" and compact == compact[0] * len(compact)
 
 
 def _rule(lines: list[str], start: int) -> tuple[int, str]:
-    return (1, "<hr>") if _RULE.match(lines[start]) else (0, "")
+    return (1, "<hr>") if _is_rule(lines[start]) else (0, "")
 
 
 def _table(lines: list[str], start: int) -> tuple[int, str]:
-    if "|" not in lines[start] or start + 1 >= len(lines) or not _TABLE_RULE.match(lines[start + 1]):
+    if "|" not in lines[start] or start + 1 >= len(lines):
         return 0, ""
     header, rule = _cells(lines[start]), _cells(lines[start + 1])
+    if len(rule) != len(header) or not all(_TABLE_RULE_CELL.fullmatch(cell) for cell in rule):
+        return 0, ""
     right = [cell.endswith(":") and not cell.startswith(":") for cell in rule]
     end = start + 2
     while end < len(lines) and "|" in lines[end] and lines[end].strip():
@@ -161,30 +182,31 @@ def _cell_html(tag: str, text: str, right: bool) -> str:
 
 
 def _quote(lines: list[str], start: int) -> tuple[int, str]:
-    end = start
-    while end < len(lines) and _QUOTE.match(lines[end]):
-        end += 1
-    if end == start:
+    inner = []
+    for line in lines[start:]:
+        marker = _QUOTE.match(line)
+        if not marker:
+            break
+        inner.append(line[marker.end() :])
+    if not inner:
         return 0, ""
-    inner = [match.group(1) for match in map(_QUOTE.match, lines[start:end]) if match]
-    return end - start, "<blockquote>" + "\n".join(_blocks(inner)) + "</blockquote>"
+    return len(inner), "<blockquote>" + "\n".join(_blocks(inner)) + "</blockquote>"
 
 
 def _list(lines: list[str], start: int) -> tuple[int, str]:
-    items: list[tuple[int, str, str]] = []
+    items: list[tuple[int, str, list[str]]] = []
     end = start
     while end < len(lines) and lines[end].strip():
         match = _ITEM.match(lines[end])
         if match:
             tag = "ul" if match.group(2)[0] in "-*+" else "ol"
-            items.append((len(match.group(1).expandtabs(4)), tag, match.group(3)))
+            items.append((len(match.group(1).expandtabs(4)), tag, [match.group(3)]))
         elif items and lines[end].startswith((" ", "\t")):
-            indent, tag, text = items[-1]
-            items[-1] = (indent, tag, f"{text} {lines[end].strip()}")
+            items[-1][2].append(lines[end].strip())
         else:
             break
         end += 1
-    return (end - start, _nested_list(items)) if items else (0, "")
+    return (end - start, _nested_list([(i, t, " ".join(words)) for i, t, words in items])) if items else (0, "")
 
 
 def _nested_list(items: list[tuple[int, str, str]]) -> str:
@@ -220,7 +242,7 @@ def _starts_block(lines: list[str], index: int) -> bool:
     return bool(
         _FENCE.match(line)
         or _HEADING.match(line)
-        or _RULE.match(line)
+        or _is_rule(line)
         or _QUOTE.match(line)
         or _ITEM.match(line)
         or _table(lines, index)[0]

@@ -9,6 +9,7 @@ in the usage rollups (by agent, model, step, total) from the steps when they are
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from functools import cache
@@ -85,6 +86,20 @@ def fill_usage_rollups(record: Mapping[str, Any]) -> dict[str, Any]:
     computed = usage_rollups(record.get("steps") or [])
     given = dict(record.get("usage") or {})
     return {**record, "usage": {key: given.get(key, value) for key, value in computed.items()}}
+
+
+def finite_json(value: Any) -> Any:
+    """A copy of ``value`` with NaN and infinities (which JSON cannot hold) replaced by None.
+
+    Tool data often comes from pandas, where a missing cell is NaN.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {key: finite_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(item) for item in value]
+    return value
 
 
 def _zero() -> dict[str, Any]:

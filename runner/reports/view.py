@@ -164,9 +164,9 @@ def _narrative(output: Any) -> Narrative:
         return Narrative()
     if isinstance(output, str):
         return Narrative(text=output)
-    if all(not isinstance(value, dict | list) for value in output.values()):
+    if isinstance(output, dict) and all(not isinstance(value, dict | list) for value in output.values()):
         return Narrative(fields=key_value_table(output, key_header="Field"))
-    return Narrative(json=json.dumps(output, indent=2, ensure_ascii=False))
+    return Narrative(json=json.dumps(output, indent=2, ensure_ascii=False, default=str))
 
 
 def _plan_goals(record: Mapping[str, Any]) -> dict[str, str]:
@@ -271,6 +271,8 @@ def _step_detail(step: Mapping[str, Any], final_output: Any) -> StepDetail:
     output = step.get("output")
     if output and output == final_output:
         output = "(the summary at the top of this report)"
+    elif output is not None and not isinstance(output, str):
+        output = json.dumps(output, indent=2, ensure_ascii=False, default=str)
     return StepDetail(
         id=step["id"],
         heading=f"{step['id']} ({step['kind']}{', ' + who if who else ''})",

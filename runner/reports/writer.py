@@ -25,7 +25,7 @@ from runner.reports.artifacts import CopiedArtifact, copy_artifacts
 from runner.reports.atomic import write_atomic, write_text_atomic
 from runner.reports.html import render_html
 from runner.reports.markdown import render_markdown
-from runner.reports.record import fill_usage_rollups, validate_record
+from runner.reports.record import fill_usage_rollups, finite_json, validate_record
 
 FORMATS = ("markdown", "html", "json")
 FILE_NAMES = {"markdown": "report.md", "html": "report.html", "json": "report.json"}
@@ -51,14 +51,14 @@ def write_report(
 
     Artifacts are copied from ``workspace`` (see :func:`runner.reports.artifacts.read_artifact`
     for the checks); refused ones are listed in the report and in report.json's
-    ``artifact_problems``, and never stop the report. Raises :class:`ValueError` when the
-    record is invalid or a format is unknown.
+    ``artifact_problems``, and never stop the report. NaN and infinities become null.
+    Raises :class:`ValueError` when the record is invalid or a format is unknown.
     """
     formats = list(dict.fromkeys(formats))
     unknown = [name for name in formats if name not in FORMATS]
     if unknown:
         raise ValueError(f"unknown report format(s) {unknown}; choose from {list(FORMATS)}")
-    record = fill_usage_rollups(record)
+    record = fill_usage_rollups(finite_json(record))
     validate_record(record)
     out_dir.mkdir(parents=True, exist_ok=True)
     copied, problems = copy_artifacts(record.get("artifacts") or [], workspace, out_dir)

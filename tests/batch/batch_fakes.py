@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ class FakeExecutor:
         calls: int = 1,
         cost_per_call: float = 0.0,
         tokens_per_call: tuple[int, int] = (0, 0),
-        fail: dict[str, list[str | None]] | None = None,
+        fail: Mapping[str, Sequence[str | None]] | None = None,
         on_start: Callable[[dict[str, Any], RunOptions], Any] | None = None,
     ) -> None:
         self.delay, self.calls = delay, calls
@@ -103,8 +103,8 @@ class FakeExecutor:
             task="triage",
             status=status,
             cost_usd=total[0],
-            input_tokens=total[1],
-            output_tokens=total[2],
+            input_tokens=int(total[1]),
+            output_tokens=int(total[2]),
             **fields,
         )
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import time
+
+import pytest
 
 from runner.reports.narrative import to_html, to_markdown
 
@@ -48,3 +51,12 @@ def test_markdown_demotes_headings_and_neutralises_html_outside_code() -> None:
         "# not a heading <kept>",
         "```",
     ]
+
+
+@pytest.mark.parametrize("unit", ["*a ", "_a ", "**a", "[a](", "![a](", "`a", "~~a", "|a", "> ", " ", "- "])
+def test_hostile_input_renders_in_linear_time(unit: str) -> None:
+    text = unit * 20_000
+    started = time.perf_counter()
+    to_html(text)
+    to_markdown(text)
+    assert time.perf_counter() - started < 5, "a pattern backtracks without bound"

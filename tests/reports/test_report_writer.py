@@ -77,6 +77,15 @@ def test_invalid_record_or_format_writes_nothing(record: dict[str, Any], workspa
     assert not out.exists()
 
 
+def test_nan_in_tool_data_becomes_null(record: dict[str, Any], out: Path) -> None:
+    record["tables"]["query_sales"]["rows"][0][3] = float("nan")
+    record["steps"][1]["data"]["rows"][1][2] = float("inf")
+    document = json.loads(write_report(record, out, None)["json"].read_text())
+    assert document["tables"]["query_sales"]["rows"][0][3] is None
+    assert document["steps"][1]["data"]["rows"][1][2] is None
+    assert "| North | 412 | 52,310.50 |  |" in (out / "report.md").read_text()
+
+
 def test_rewriting_replaces_files(record: dict[str, Any], workspace: Path, out: Path) -> None:
     write_report(record, out, workspace)
     record["title"] = "Second version"
