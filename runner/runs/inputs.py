@@ -33,7 +33,7 @@ def resolve_inputs(task: TaskSpec, raw: dict[str, Any], today: date) -> dict[str
     values: dict[str, Any] = {}
     for name, spec in declared.items():
         if name in raw and raw[name] is not None:
-            values[name] = coerce_input(spec, raw[name], source=f"input '{name}'")
+            values[name] = coerce_input(spec, raw[name], source="--input")
         elif spec.has_default:
             values[name] = default_value(spec, today)
         elif spec.required:

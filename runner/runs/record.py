@@ -32,8 +32,10 @@ def build_record(
         step["artifacts"] = step["artifacts"] or []
     usage = usage_rollups(steps)
     usage["total"]["tool_calls"] = ctx.budget.spent.tool_calls
+    descriptions = {s.id: s.description for s in ctx.task.pipeline.steps} if ctx.task.pipeline else {}
     artifacts = [
         {"path": path, "media_type": mimetypes.guess_type(path)[0] or "application/octet-stream", "step": step["id"]}
+        | ({"caption": descriptions[step["id"]]} if descriptions.get(step["id"]) else {})
         for step in steps
         for path in step["artifacts"]
     ]

@@ -1,0 +1,111 @@
+"""One call that runs a whole batch: input file -> journal -> rows -> output file + report.
+
+Used by ``runner batch`` and by the Airflow fan-out (one call per shard).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from runner.batch.engine import FailurePolicy, batch_budget, run_batch
+from runner.batch.executor import TaskExecutor
+from runner.batch.inputs import InputSource, file_sha256, parse_mapping, read_rows
+from runner.batch.journal import BatchJournal, default_journal_path
+from runner.batch.output import write_output
+from runner.batch.progress import NoProgress, make_progress
+from runner.batch.ratelimit import SharedRateLimiter
+from runner.batch.summary import batch_report, write_reports
+from runner.config.project import Project
+from runner.config.specs import Caps, TaskSpec
+from runner.runs.types import RunOptions
+
+
+@dataclass
+class BatchRequest:
+    """Everything ``runner batch`` takes, as data."""
+
+    input_path: Path
+    output_path: Path
+    format: str | None = None  # input format (default: from the suffix)
+    output_format: str | None = None  # jsonl | csv | parquet (default: from the suffix)
+    mapping: tuple[str, ...] = ()
+    id_column: str | None = None
+    journal_path: Path | None = None
+    report_dir: Path | None = None
+    restart: bool = False
+    durable: bool = False
+    concurrency: int = 8
+    max_attempts: int = 2
+    stop_after_failures: int | None = None
+    batch_caps: Caps = field(default_factory=Caps)
+    run_caps: Caps = field(default_factory=Caps)
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+    model_override: str | None = None
+    base_url_override: str | None = None
+    api_key: str | None = None
+    store_path: Path | None = None
+    progress: str = "auto"  # auto | bar | log | none
+    log_interval: float = 30.0
+
+
+def _progress(kind: str, stream: IO[str], interval: float) -> Any:
+    from runner.batch.progress import BarProgress, LogProgress
+
+    if kind == "none":
+        return NoProgress()
+    if kind == "bar":
+        return BarProgress(stream)
+    if kind == "log":
+        return LogProgress(stream, interval)
+    return make_progress(stream, interval=interval)
+
+
+async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest) -> dict[str, Any]:
+    """Run ``task`` over every row of the input file; returns a small summary dict."""
+    source = InputSource.open(
+        request.input_path, format=request.format, mapping=parse_mapping(request.mapping, task.inputs),
+        id_column=request.id_column,
+    )
+    journal_path = request.journal_path or default_journal_path(project.root, task.name, source.path)
+    journal = BatchJournal.open(
+        journal_path, task=task.name, input_path=source.path, input_sha256=file_sha256(source.path),
+        options=source.options(), restart=request.restart, durable=request.durable,
+    )
+    gate = SharedRateLimiter(requests_per_minute=request.requests_per_minute, tokens_per_minute=request.tokens_per_minute)
+    base = RunOptions(
+        write_report=False, caps=request.run_caps, model_override=request.model_override,
+        base_url_override=request.base_url_override, api_key=request.api_key, store_path=request.store_path,
+    )
+    try:
+        async with TaskExecutor(project, task, rate_gate=gate, store_path=request.store_path) as executor:
+            summary = await run_batch(
+                read_rows(source, task.inputs), executor, journal=journal,
+                budget=batch_budget(request.batch_caps), concurrency=request.concurrency,
+                max_attempts=request.max_attempts, failure_policy=FailurePolicy(stop_after=request.stop_after_failures),
+                rate_gate=gate, progress=_progress(request.progress, sys.stderr, request.log_interval), base_options=base,
+            )
+        records = write_output(journal, request.output_path, format=request.output_format)
+        report_dir = request.report_dir or project.root / "reports" / task.name / f"batch-{summary.batch_id}"
+        markdown, _ = write_reports(batch_report(journal, summary), report_dir)
+    finally:
+        journal.close()
+    return {
+        "batch_id": summary.batch_id,
+        "task": task.name,
+        "counts": summary.counts,
+        "total": summary.total,
+        "records_written": records,
+        "cost_usd": summary.cost_usd,
+        "input_tokens": summary.input_tokens,
+        "output_tokens": summary.output_tokens,
+        "elapsed_seconds": summary.elapsed_seconds,
+        "stop_reason": summary.stop_reason,
+        "exit_code": summary.exit_code,
+        "output_path": str(request.output_path),
+        "report_path": str(markdown),
+        "journal_path": str(journal_path),
+    }

@@ -1,0 +1,94 @@
+"""``runner batch TASK --input FILE --output FILE``: a task over every row of a file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runner.cli.options import caps_from_flags
+from runner.config.project import find_root, load_project_or_raise
+from runner.config.specs import Caps
+from runner.errors import EXIT_INTERRUPTED
+
+FORMATS = click.Choice(["csv", "jsonl", "parquet"])
+
+
+@click.command()
+@click.argument("task")
+@click.option("--input", "input_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="CSV, JSONL or Parquet file: one task run per row.")
+@click.option("--output", "output_path", required=True, type=click.Path(dir_okay=False, path_type=Path), help="One record per input row: .jsonl, .csv or .parquet.")
+@click.option("--input-format", type=FORMATS, help="Input format (default: from the suffix).")
+@click.option("--output-format", type=FORMATS, help="Output format (default: from the suffix).")
+@click.option("--map", "mapping", multiple=True, metavar="INPUT=COLUMN", help="Take a task input from a differently named column (repeatable).")
+@click.option("--id-column", help="Column holding each row's id (default: a hash of the row's inputs).")
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True, help="Rows in flight at once.")
+@click.option("--rpm", type=click.FloatRange(min=0, min_open=True), help="Model requests per minute, shared by all rows.")
+@click.option("--tpm", type=click.FloatRange(min=0, min_open=True), help="Model tokens per minute, shared by all rows.")
+@click.option("--max-attempts", type=click.IntRange(1, 100), default=2, show_default=True, help="Attempts per row, counting resumed ones.")
+@click.option("--stop-after-failures", type=click.IntRange(min=1), help="Stop starting rows after this many failed rows (default: carry on).")
+@click.option("--max-cost-usd", type=click.FloatRange(min=0), help="Batch cap: total US dollars.")
+@click.option("--max-tokens", type=click.IntRange(min=1), help="Batch cap: total tokens.")
+@click.option("--max-wall-seconds", type=click.FloatRange(min=0, min_open=True), help="Batch cap: wall-clock seconds for this invocation.")
+@click.option("--row-max-cost-usd", type=click.FloatRange(min=0), help="Per-row cap: US dollars (tightens the YAML).")
+@click.option("--row-max-steps", type=click.IntRange(min=1), help="Per-row cap: model calls (tightens the YAML).")
+@click.option("--journal", "journal_path", type=click.Path(dir_okay=False, path_type=Path), help="Resume journal (default: .runner/batches/<task>-<input>.sqlite3).")
+@click.option("--restart", is_flag=True, help="Discard the journal and start over (default: resume).")
+@click.option("--durable", is_flag=True, help="fsync every recorded row (survives power loss, slower).")
+@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), help="Where the batch report goes.")
+@click.option("--progress", type=click.Choice(["auto", "bar", "log", "none"]), default="auto", show_default=True)
+@click.option("--model", help="Use this model id for every agent.")
+@click.option("--base-url", help="Send model calls to this OpenAI-compatible endpoint.")
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), help="Project root.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def batch(task: str, input_path: Path, output_path: Path, input_format: str | None, output_format: str | None,
+          mapping: tuple[str, ...], id_column: str | None, concurrency: int, rpm: float | None, tpm: float | None,
+          max_attempts: int, stop_after_failures: int | None, max_cost_usd: float | None, max_tokens: int | None,
+          max_wall_seconds: float | None, row_max_cost_usd: float | None, row_max_steps: int | None,
+          journal_path: Path | None, restart: bool, durable: bool, report_dir: Path | None, progress: str,
+          model: str | None, base_url: str | None, root: Path | None, as_json: bool) -> None:
+    """Run TASK once per row of --input; write one record per row to --output.
+
+    Rerunning the same command resumes: rows already done are skipped, failed ones are
+    retried up to --max-attempts, nothing is duplicated or lost (also after kill -9).
+    Exit codes: 0 every row done, 1 some row failed or was invalid, 2 usage error,
+    3 a batch cap stopped the batch, 130 interrupted (rerun to resume).
+    """
+    from runner.batch.api import BatchRequest, run_batch_file
+
+    root = (root or find_root(Path(task) if task.endswith((".yaml", ".yml")) else Path.cwd())).resolve()
+    project = load_project_or_raise(root)
+    spec = project.task_for(task)
+    request = BatchRequest(
+        input_path=input_path, output_path=output_path, format=input_format, output_format=output_format,
+        mapping=mapping, id_column=id_column, journal_path=journal_path, report_dir=report_dir, restart=restart,
+        durable=durable, concurrency=concurrency, max_attempts=max_attempts, stop_after_failures=stop_after_failures,
+        batch_caps=caps_from_flags({"max_cost_usd": max_cost_usd, "max_tokens": max_tokens, "max_wall_seconds": max_wall_seconds}),
+        run_caps=Caps(max_cost_usd=row_max_cost_usd, max_steps=row_max_steps),
+        requests_per_minute=rpm, tokens_per_minute=tpm, model_override=model, base_url_override=base_url,
+        progress=progress,
+    )
+    try:
+        summary = asyncio.run(run_batch_file(project, spec, request))
+    except KeyboardInterrupt:
+        click.echo("interrupted: rerun the same command to resume", err=True)
+        raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+    _show(summary, as_json)
+    raise click.exceptions.Exit(summary["exit_code"])
+
+
+def _show(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    counts = ", ".join(f"{n} {status}" for status, n in summary["counts"].items() if n)
+    click.echo(
+        f"batch {summary['batch_id']}: {summary['total']} rows ({counts}); ${summary['cost_usd']:.6f}, "
+        f"{summary['input_tokens'] + summary['output_tokens']} tokens, {summary['elapsed_seconds']}s"
+    )
+    if summary["stop_reason"]:
+        click.echo(f"stopped: {summary['stop_reason']}")
+    click.echo(f"output: {summary['output_path']}\nreport: {summary['report_path']}")
