@@ -96,6 +96,7 @@ class AgentEnv:
     step_id: str = "main"
     rate_gate: RateGate | None = None
     output_schema: dict[str, Any] | None = None
+    model_id: str | None = None  # the model actually called (after overrides / embedded fallback)
 
 
 @dataclass
@@ -162,7 +163,7 @@ class _AgentRun:
         messages[:] = history
         tools = env.tools.schemas() if allow_tools else ()
         request = ModelRequest(
-            model=agent.model.id,
+            model=env.model_id or agent.model.id,
             messages=tuple(history),
             tools=tools if env.model.supports_tools else (),
             tool_choice=agent.tool_choice if tools else "none",
@@ -253,7 +254,7 @@ class _AgentRun:
             ModelCallRecord(
                 step_id=self.env.step_id,
                 agent=self.agent.name,
-                model=self.agent.model.id,
+                model=self.env.model_id or self.agent.model.id,
                 seq=seq,
                 input_tokens=usage.input_tokens if usage else 0,
                 output_tokens=usage.output_tokens if usage else 0,

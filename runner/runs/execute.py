@@ -96,7 +96,7 @@ async def _execute(
         spent = store.spent(run_id)
         budget.add_spend(Spend(int(spent["model_calls"]), 0, int(spent["input_tokens"]), int(spent["output_tokens"]), 0, spent["cost_usd"]))
     workspace = _workspace(project, task, run_id, options)
-    previous = _previous(store, task, run_id)
+    previous = _previous(store, task, run_id, inputs)
     ctx = RunContext(
         project, task, inputs, run_id, attempt, options, store, recorder, budget, pool, registry, workspace, today,
         previous=previous, resumed=store.completed_steps(run_id) if options.resume and attempt > 1 else {},
@@ -263,10 +263,10 @@ def _workspace(project: Project, task: TaskSpec, run_id: str, options: RunOption
     return workspace
 
 
-def _previous(store: RunStore, task: TaskSpec, run_id: str) -> dict[str, Any] | None:
+def _previous(store: RunStore, task: TaskSpec, run_id: str, inputs: dict[str, Any]) -> dict[str, Any] | None:
     if not task.previous_run:
         return None
-    row = store.previous_completed(task.name, run_id)
+    row = store.previous_completed(task.name, run_id, inputs)
     if row is None:
         return None
     return {

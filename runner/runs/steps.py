@@ -138,6 +138,7 @@ async def run_agent_step(
         step_id=step_id,
         rate_gate=ctx.options.rate_gate,
         output_schema=output_schema,
+        model_id=endpoint.model_id,
     )
     outcome = await run_agent(agent, goal, env)
     record.update(

@@ -186,13 +186,14 @@ class RunStore:
         with self._lock:
             return [dict(r) for r in self._db.execute(query, params).fetchall()]
 
-    def previous_completed(self, task: str, before_run: str) -> dict[str, Any] | None:
-        """The latest completed run of ``task`` other than ``before_run`` (memory across runs)."""
+    def previous_completed(self, task: str, before_run: str, inputs: dict[str, Any]) -> dict[str, Any] | None:
+        """The latest completed run of ``task`` with other inputs (memory across runs: a
+        re-run of the same day is not its own "previous")."""
         with self._lock:
             row = self._db.execute(
-                "SELECT * FROM runs WHERE task = ? AND status = 'completed' AND run_id != ?"
+                "SELECT * FROM runs WHERE task = ? AND status = 'completed' AND run_id != ? AND inputs_json != ?"
                 " ORDER BY finished_at DESC LIMIT 1",
-                (task, before_run),
+                (task, before_run, dumps(inputs)),
             ).fetchone()
         return dict(row) if row else None
 

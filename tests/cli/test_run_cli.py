@@ -113,3 +113,21 @@ def test_endpoint_failure_exits_1_without_traceback(project: Path) -> None:
         result = runner(project, server, "run", "daily_report", "--input", "date=2026-11-30", "--no-report")
     assert result.returncode == 1
     assert "auth" in result.stderr and "Traceback" not in result.stderr and CANARY not in result.stderr
+
+
+def test_memory_across_runs_sees_the_previous_day(project: Path) -> None:
+    script = {"rules": [
+        {"when": {"last_message": "2026-11-29"}, "reply": {"content": "Sunday was quiet."}},
+        {"reply": {"content": "Monday beat Sunday."}},
+    ]}
+    with ScriptedServer(script) as server:
+        first = runner(project, server, "run", "daily_report", "--input", "date=2026-11-29", "--json")
+        second = runner(project, server, "run", "daily_report", "--input", "date=2026-11-30", "--json")
+        goals = [r.body["messages"][-1]["content"] for r in server.requests]
+    assert first.returncode == 0 and second.returncode == 0, second.stderr
+    first_id = json.loads(first.stdout.splitlines()[-1])["run_id"]
+    assert "Sunday was quiet." in goals[-1]
+    report_dir = Path(json.loads(second.stdout.splitlines()[-1])["report_dir"])
+    record = json.loads((report_dir / "report.json").read_text())
+    assert record["previous_run"]["run_id"] == first_id
+    assert "Changes since the previous run" in (report_dir / "report.md").read_text()
