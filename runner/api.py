@@ -52,3 +52,45 @@ def run_task(
     manifest = result.manifest()
     manifest["output"] = result.output
     return manifest
+
+
+def run_batch(
+    task: str,
+    *,
+    root: Path,
+    input_path: Path,
+    output_path: Path,
+    concurrency: int = 8,
+    resume: bool = True,
+    journal_path: Path | None = None,
+    caps: dict[str, Any] | None = None,
+    row_caps: dict[str, Any] | None = None,
+    id_column: str | None = None,
+    store_path: Path | None = None,
+    report_dir: Path | None = None,
+    model: str | None = None,
+    model_base_url: str | None = None,
+    api_key: str | None = None,
+    progress: str = "none",
+) -> dict[str, Any]:
+    """Run ``task`` over every row of ``input_path``; rerunning resumes from the journal.
+
+    ``caps`` are batch caps (``max_cost_usd``, ``max_tokens``, ``max_wall_seconds``);
+    ``row_caps`` tighten each row's run. Returns ``{batch_id, counts, total, cost_usd,
+    output_path, report_path, exit_code, ...}``.
+    """
+    from runner.batch.api import BatchRequest, run_batch_file
+
+    project = load_project_or_raise(Path(root))
+    spec = project.task_for(task)
+    request = BatchRequest(
+        input_path=Path(input_path), output_path=Path(output_path), id_column=id_column, journal_path=journal_path,
+        report_dir=report_dir, restart=not resume, concurrency=concurrency, batch_caps=Caps.from_dict(caps),
+        run_caps=Caps.from_dict(row_caps), model_override=model, base_url_override=model_base_url, api_key=api_key,
+        store_path=store_path, progress=progress,
+    )
+    summary = asyncio.run(run_batch_file(project, spec, request))
+    counts = summary["counts"]
+    summary.update(done=counts.get("done", 0), failed=counts.get("failed", 0) + counts.get("invalid", 0),
+                   skipped=counts.get("not_run", 0))
+    return summary

@@ -287,7 +287,7 @@ def _parse_and_validate(answer: str | None, schema: dict[str, Any]) -> tuple[Any
         text = text.removesuffix("```").strip()
     try:
         value = json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return None, f"not valid JSON ({exc.msg} at position {exc.pos})"
     problems = validate_value(value, schema)
     return value, "; ".join(problems[:5])

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
 
+from runner.airflow._compat import AirflowException, AirflowFailException
 from runner.airflow.execution import derive_journal_path, run_batch_for_airflow
 from runner.airflow.operator import dag_run_identity, model_credentials, resolve_root
 from runner.airflow.provider import DEFAULT_CONN_ID
@@ -117,8 +118,6 @@ class RunnerShardOperator(BaseOperator):
         self.max_failed_rows = max_failed_rows
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
         from runner.errors import ConfigError, InputError
 
         dag_id, dag_run_id, task_id, map_index = dag_run_identity(context)

@@ -16,11 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.sdk import BaseHook
-
-try:  # Airflow >= 3.1: masks in the task process *and* tells the supervisor
-    from airflow.sdk.log import mask_secret
-except ImportError:  # pragma: no cover - older task SDKs
-    from airflow.sdk.execution_time.secrets_masker import mask_secret  # type: ignore[no-redef]
+from airflow.sdk.log import mask_secret  # Airflow >= 3.1: masks in the task process and tells the supervisor
 
 from runner.airflow.provider import CONN_TYPE, DEFAULT_CONN_ID
 

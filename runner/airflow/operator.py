@@ -32,8 +32,8 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
+from runner.airflow._compat import AirflowException, AirflowFailException, AirflowNotFoundException
 from runner.airflow.execution import run_task_for_airflow
 from runner.airflow.provider import DEFAULT_CONN_ID
 

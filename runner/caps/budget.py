@@ -71,7 +71,8 @@ class Budget:
         return Budget(caps=caps, scope=scope, parent=self)
 
     def chain(self) -> list[Budget]:
-        out, node = [], self
+        out: list[Budget] = []
+        node: Budget | None = self
         while node is not None:
             out.append(node)
             node = node.parent

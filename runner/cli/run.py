@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from runner.cli.options import caps_options, caps_from_flags, parse_inputs
+from runner.cli.options import caps_from_flags, caps_options, parse_inputs
 from runner.config.project import find_root, load_project_or_raise
 from runner.runs.types import RunOptions
 

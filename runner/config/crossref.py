@@ -234,7 +234,7 @@ def coerce_default(kind: str, value: Any) -> Any:
         except ValueError:
             raise ValueError(f"default {value!r} is not a date; use YYYY-MM-DD, 'today' or 'yesterday'") from None
     expected = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}[kind]
-    if isinstance(value, bool) and kind != "boolean" or not isinstance(value, expected):
+    if (isinstance(value, bool) and kind != "boolean") or not isinstance(value, expected):
         raise ValueError(f"default {value!r} is not of type {kind}")
     return value
 
@@ -249,7 +249,7 @@ def find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
         stack.append(node)
         for dep in graph.get(node, []):
             if state.get(dep) == 1:
-                return stack[stack.index(dep) :] + [dep]
+                return [*stack[stack.index(dep):], dep]
             if dep not in state:
                 found = visit(dep)
                 if found:

@@ -10,9 +10,9 @@ and whose exception chain holds no SDK object (they carry the ``Authorization`` 
 from __future__ import annotations
 
 import asyncio
-import json
 import dataclasses
 import itertools
+import json
 import random
 import re
 import time

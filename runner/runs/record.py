@@ -33,12 +33,13 @@ def build_record(
     usage = usage_rollups(steps)
     usage["total"]["tool_calls"] = ctx.budget.spent.tool_calls
     descriptions = {s.id: s.description for s in ctx.task.pipeline.steps} if ctx.task.pipeline else {}
-    artifacts = [
-        {"path": path, "media_type": mimetypes.guess_type(path)[0] or "application/octet-stream", "step": step["id"]}
-        | ({"caption": descriptions[step["id"]]} if descriptions.get(step["id"]) else {})
-        for step in steps
-        for path in step["artifacts"]
-    ]
+    artifacts: list[dict[str, Any]] = []
+    for step in steps:
+        caption = descriptions.get(str(step["id"]))
+        for path in step["artifacts"] or []:
+            media_type = mimetypes.guess_type(path)[0] or "application/octet-stream"
+            artifact = {"path": path, "media_type": media_type, "step": step["id"]}
+            artifacts.append(artifact | {"caption": caption} if caption else artifact)
     tables = {sid: table for sid in ctx.task.report.tables if (table := _table(ctx.done.get(sid, {}).get("data")))}
     return {
         "schema_version": SCHEMA_VERSION,

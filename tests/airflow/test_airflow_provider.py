@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 pytest.importorskip("airflow", reason="apache-airflow is not installed (pip install 'runner[airflow]')")
 
 from runner.airflow.provider import get_provider_info  # noqa: E402
@@ -58,8 +58,7 @@ def test_hook_builds_base_url_from_uri_parts(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_missing_default_connection_falls_back_but_named_one_fails() -> None:
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
+    from runner.airflow._compat import AirflowNotFoundException
     from runner.airflow.operator import model_credentials
 
     assert model_credentials(None) == (None, None)
@@ -69,8 +68,7 @@ def test_missing_default_connection_falls_back_but_named_one_fails() -> None:
 
 
 def test_status_policy() -> None:
-    from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
+    from runner.airflow._compat import AirflowException, AirflowFailException
     from runner.airflow.operator import check_status
 
     manifest = {"run_id": "r", "status": "completed", "exit_code": 0, "cost_usd": 0.0, "report_path": None}
@@ -114,7 +112,10 @@ def test_batch_fanout_dag_shape() -> None:
 
 def test_dag_folder_parses_without_import_errors() -> None:
     """The Airflow 3 DagBag over the shipped example DAGs and the test DAGs."""
-    from airflow.dag_processing.dagbag import DagBag
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 3.1
+        from airflow.models.dagbag import DagBag
 
     for folder in (
         Path(importlib.import_module("runner.airflow").__file__).parent / "example_dags",

@@ -42,11 +42,11 @@ def test_help_and_validate_stay_light() -> None:
     code = (
         "import sys\n"
         "from runner.cli import main\n"
-        "try:\n    main(['validate', '--root', %r])\n"
+        "try:\n    main(['validate', '--root', {!r}])\n"
         "except SystemExit:\n    pass\n"
         "heavy = [m for m in ('openai', 'pandas', 'airflow', 'matplotlib', 'mcp', 'numpy') if m in sys.modules]\n"
         "print('HEAVY=' + ','.join(heavy))\n"
-    ) % str(HERE / "project")
+    ).format(str(HERE / "project"))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert result.stdout.strip().splitlines()[-1] == "HEAVY=", result.stdout + result.stderr
     help_code = "import sys\nfrom runner.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\nprint([m for m in ('openai','pandas','airflow') if m in sys.modules])"

@@ -204,7 +204,7 @@ async def test_replanning_is_bounded(project_dir: Path) -> None:
         {"when": {"system": "You plan"}, "reply": {"content": plan(("a", "writer", []))}},
         {"reply": {"fault": {"status": 400}}},
     ]}
-    result, model, events = await run(project_dir, "planned", script)
+    result, _model, events = await run(project_dir, "planned", script)
     assert result.status == "failed"
     assert "max_replans reached" in (result.error or "")
     assert len([e for e in events if e["event"] == "plan"]) == 2
