@@ -155,7 +155,7 @@ _PATCH_LOCK = threading.Lock()
 
 @contextlib.contextmanager
 def _model_params_patch(llama_cpp: Any, extra_buffer_types: bool) -> Iterator[None]:
-    """Load with ``use_extra_bufts = False`` when asked.
+    """Load with llama.cpp's ``use_extra_bufts = False`` unless ``extra_buffer_types``.
 
     ``Llama()`` does not expose llama.cpp's ``use_extra_bufts`` model parameter; a
     natively built llama.cpp crashed in its AMX extra-buffer path on some CPUs, so this
@@ -315,6 +315,10 @@ class LocalChatModel:
     serialized; each is bounded by ``max_tokens`` (default 256, never above
     ``MAX_TOKENS_CEILING``) and by the context window ``n_ctx``.
 
+    ``extra_buffer_types`` defaults to off: a natively built llama.cpp (plain ``pip
+    install llama-cpp-python``) crashed in its AMX extra-buffer path on some VMs; the
+    buffers only repack Q4_0-style weights, so for this Q4_1 file they cost nothing.
+
     ``n_threads`` defaults to 1: on the 2-core CI VMs, busy with other work, one
     thread was as fast or faster than two (and two without passive OpenMP waiting
     collapsed to a few tokens/s).
@@ -332,7 +336,7 @@ class LocalChatModel:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         sampling: Sampling | None = None,
         seed: int | None = None,
-        extra_buffer_types: bool = True,
+        extra_buffer_types: bool = False,
     ):
         if n_ctx < MIN_PROMPT_BUDGET * 2:
             raise ValueError(f"n_ctx must be at least {MIN_PROMPT_BUDGET * 2}, got {n_ctx}")
