@@ -101,7 +101,7 @@ def task_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
         "status": str(manifest.get("status")),
         "cost_usd": float(manifest.get("cost_usd") or 0.0),
         "report_path": str(report) if report else None,
-        "exit_code": int(manifest.get("exit_code") if manifest.get("exit_code") is not None else 1),
+        "exit_code": int(exit_code) if (exit_code := manifest.get("exit_code")) is not None else 1,
     }
 
 

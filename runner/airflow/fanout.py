@@ -14,7 +14,9 @@
 * :class:`RunnerShardOperator` is mapped over those paths (``.partial(...).expand(shard_path=...)``)
   and runs :func:`runner.api.run_batch` on one shard with ``resume=True`` and a journal whose
   path depends on the dag run, task and map index but not the try, so a retried shard skips
-  the rows it already finished and re-pays none of them.
+  the rows it already finished and re-pays none of them. (Rows the batch itself gave up on --
+  a permanent error, or retryable ones whose attempts are used up -- stay failed on resume:
+  that is the batch journal's policy; ``max_failed_rows`` only decides whether they fail the task.)
 * :class:`RunnerMergeOperator` concatenates the shard outputs in shard order into one file and
   writes a batch report (JSON + Markdown) with per-shard and total counts and cost.
 
@@ -155,8 +157,8 @@ class RunnerShardOperator(BaseOperator):
         if self.max_failed_rows is not None and manifest["failed"] > self.max_failed_rows:
             context["ti"].xcom_push(key="manifest", value=manifest)
             raise AirflowException(
-                f"shard {shard.name}: {manifest['failed']} failed row(s) > {self.max_failed_rows}; "
-                "a retry resumes the shard and re-runs only unfinished rows"
+                f"shard {shard.name}: {manifest['failed']} failed row(s) > {self.max_failed_rows} "
+                "(a retry resumes the shard: finished rows are not re-run)"
             )
         return manifest
 

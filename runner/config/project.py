@@ -32,6 +32,7 @@ class Project:
     prices: dict[str, Price] = field(default_factory=default_prices)
     documents: dict[tuple[str, str], Document] = field(default_factory=dict)
     task_files: dict[Path, str] = field(default_factory=dict)
+    hashes: dict[str, str] = field(default_factory=dict)  # task name -> resolved config hash
 
     def document(self, kind: str, name: str) -> Document:
         return self.documents[(kind, name)]

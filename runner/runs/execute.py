@@ -48,7 +48,15 @@ def new_run_id(task: str) -> str:
 
 
 def config_hash(project: Project, task: TaskSpec) -> str:
-    """A hash of the resolved configuration this run used (task + every agent + prices)."""
+    """A hash of the resolved configuration this run used (task + every agent + tools);
+    computed once per project and task (a batch asks for it on every row)."""
+    cached = project.hashes.get(task.name)
+    if cached is None:
+        cached = project.hashes[task.name] = _config_hash(project, task)
+    return cached
+
+
+def _config_hash(project: Project, task: TaskSpec) -> str:
     agents = {n: repr(a) for n, a in sorted(project.agents.items())}
     tools = {n: t.data for n, t in sorted(project.tools.items())}
     payload = json.dumps({"task": repr(task), "agents": agents, "tools": tools}, sort_keys=True, default=str)

@@ -7,6 +7,7 @@ accident never reaches the store, the event stream or a report.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -20,15 +21,25 @@ REDACTED = "[REDACTED]"
 
 def redact(value: Any, secrets: Sequence[str]) -> Any:
     """``value`` with every secret string replaced, recursively."""
+    secrets = [s for s in secrets if s and len(s) >= 6]
+    if not secrets:
+        return value
+    if not isinstance(value, str):
+        text = json.dumps(value, default=str, ensure_ascii=False)
+        if not any(secret in text for secret in secrets):
+            return value  # the common case: one serialisation instead of a walk
+    return _redact(value, secrets)
+
+
+def _redact(value: Any, secrets: Sequence[str]) -> Any:
     if isinstance(value, str):
         for secret in secrets:
-            if secret and len(secret) >= 6:
-                value = value.replace(secret, REDACTED)
+            value = value.replace(secret, REDACTED)
         return value
     if isinstance(value, dict):
-        return {k: redact(v, secrets) for k, v in value.items()}
+        return {k: _redact(v, secrets) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [redact(v, secrets) for v in value]
+        return [_redact(v, secrets) for v in value]
     return value
 
 

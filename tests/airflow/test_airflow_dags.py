@@ -160,3 +160,37 @@ def test_batch_fanout_dag_end_to_end(
     assert summary["total"] == summary["done"] == 6 and summary["failed"] == 0 and summary["shards"] == 3
     assert len(Path(summary["output_path"]).read_text().splitlines()) == 6
     assert Path(summary["report_path"]).is_file() and Path(summary["report_path"]).with_suffix(".md").is_file()
+
+
+def test_retried_shard_resumes_its_journal(
+    airflow_db: float, project: Path, tmp_path: Path, scripted_server: Any, model_connection: Any,
+    require_api: Any, test_dags: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    require_api("run_batch")
+    from runner.airflow import fanout
+    from runner.airflow._compat import AirflowException
+
+    real_batch = fanout.run_batch_for_airflow
+    died: list[str] = []
+
+    def dies_once_after_the_batch(task: str, **kwargs: Any) -> dict[str, Any]:
+        manifest = real_batch(task, **kwargs)
+        if Path(kwargs["input_path"]).name.startswith("shard-00001") and not died:
+            died.append(str(kwargs["journal_path"]))
+            raise AirflowException("simulated worker loss after the shard's batch finished")
+        return manifest
+
+    monkeypatch.setattr(fanout, "run_batch_for_airflow", dies_once_after_the_batch)
+    source = _rows(tmp_path / "tickets.jsonl", 4)  # shard 0: tickets 0-1, shard 1: tickets 2-3
+    with scripted_server({"fallback": "label: ok"}) as server:
+        model_connection(server.base_url)
+        dag_run = test_dags.fanout_retry_dag.test(run_conf={"input_path": str(source)})
+        requests = server.requests
+    _assert_success(dag_run)
+    tries = {k: ti.try_number for k, ti in _tis(dag_run).items() if k[0] == "run_shard"}
+    assert tries == {("run_shard", 0): 1, ("run_shard", 1): 2}
+    assert len(died) == 1 and Path(died[0]).is_file()  # the journal the retry resumed
+    assert len(requests) == 4, "the retried shard must not pay for its rows again"
+    summary = _xcom(dag_run, "merge")
+    assert summary["done"] == summary["total"] == 4 and summary["failed"] == 0
+    assert len(Path(summary["output_path"]).read_text().splitlines()) == 4

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG
 
+from runner.airflow.fanout import batch_fanout
 from runner.airflow.operator import RunnerTaskOperator
 
 with DAG(
@@ -36,3 +37,15 @@ with DAG(
     RunnerTaskOperator.partial(task_id="classify", task="classify").expand(
         inputs=[{"text": "alpha"}, {"text": "beta"}, {"text": "gamma"}]
     )
+
+with DAG(
+    dag_id="runner_test_fanout_retry",
+    schedule=None,
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
+    catchup=False,
+    params={"input_path": ""},
+    default_args={"retry_delay": timedelta(seconds=0)},
+) as fanout_retry_dag:
+    # The test makes shard 1's first try die right after its batch finished (a lost worker);
+    # the retry must resume the shard's journal and pay for no row again.
+    batch_fanout(task="classify", input_path="{{ params.input_path }}", num_shards=2, concurrency=1, retries=1)
