@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from runner.agent.checks import figures_fallback, missing_figures, ungrounded_numbers
 from runner.agent.context import compact, history_budget, truncate_output
 from runner.agent.stuck import StuckDetector
 from runner.caps.budget import Budget
@@ -33,6 +34,14 @@ FINAL_TURN = (
 REPAIR_TURN = (
     "Your final answer must be JSON that validates against this JSON Schema:\n{schema}\n"
     "It did not: {problems}\nReply with the corrected JSON only."
+)
+ORDER_TURN = (
+    "Your answer is missing figures or gives them out of order: {numbers}. Use every figure, "
+    "exactly as written, in the order given, one sentence each."
+)
+NUMBERS_TURN = (
+    "Your answer contains numbers that are not in the figures you were given: {numbers}. "
+    "Write the answer again using only the figures given, exactly as written."
 )
 
 
@@ -120,7 +129,10 @@ class AgentOutcome:
 async def run_agent(agent: AgentSpec, goal: str, env: AgentEnv) -> AgentOutcome:
     """Run ``agent`` on ``goal`` until it answers, gets stuck, fails or reaches a cap."""
     run = _AgentRun(agent, env)
-    messages = [Message("system", agent.system_prompt or "You are a helpful agent."), Message("user", goal)]
+    messages = [Message("system", agent.system_prompt or "You are a helpful agent.")]
+    for example_input, example_output in agent.examples:
+        messages += [Message("user", example_input), Message("assistant", example_output)]
+    messages.append(Message("user", goal))
     stuck = StuckDetector(agent.max_repeats, agent.max_invalid_calls)
     try:
         for _ in itertools.count(1):
@@ -154,7 +166,7 @@ class _AgentRun:
         self.agent, self.env = agent, env
         self.outcome = AgentOutcome(status="running")
         self.tool_seq = 0
-        self.repaired = False
+        self.repairs = 0
 
     async def think(self, messages: list[Message], *, allow_tools: bool) -> ModelResponse:
         """One model call, reserved against every cap before it is sent."""
@@ -221,18 +233,44 @@ class _AgentRun:
         return None
 
     async def final_answer(self, messages: list[Message], answer: str | None) -> AgentOutcome:
-        """Validate the answer against the output schema, with one repair turn."""
+        """Check the answer (output schema, then grounding), with bounded repair turns."""
         schema = self.env.output_schema or self.agent.output_schema
-        if schema is None:
-            return self.finish("completed", answer)
-        value, problems = _parse_and_validate(answer, schema)
-        if not problems:
-            return self.finish("completed", value)
-        if self.repaired:
-            return self.finish("failed", answer, error=f"output does not match the schema: {problems}", kind="output_schema")
-        self.repaired = True
-        messages.append(Message("user", REPAIR_TURN.format(schema=json.dumps(schema), problems=problems)))
-        response = await self.think(messages, allow_tools=False)
+        value: Any = answer
+        if schema is not None:
+            value, problems = _parse_and_validate(answer, schema)
+            if problems:
+                request = REPAIR_TURN.format(schema=json.dumps(schema), problems=problems)
+                return await self.repair(messages, request, answer, f"output does not match the schema: {problems}", "output_schema")
+        if self.agent.numbers_from_prompt:
+            goal = messages[len(self.agent.examples) * 2 + 1]
+            sources = [goal.content or ""] + [m.content or "" for m in messages if m.role == "tool"]
+            invented = ungrounded_numbers(answer or "", sources)
+            if invented:
+                request = NUMBERS_TURN.format(numbers=", ".join(invented))
+                return await self.repair(messages, request, answer, f"numbers not in the prompt: {', '.join(invented)}", "ungrounded")
+        if self.agent.figures_in_order:
+            goal_text = messages[len(self.agent.examples) * 2 + 1].content or ""
+            missing = missing_figures(answer or "", goal_text)
+            if missing:
+                request = ORDER_TURN.format(numbers=", ".join(missing))
+                return await self.repair(messages, request, answer, f"figures missing or out of order: {', '.join(missing)}", "ungrounded")
+        return self.finish("completed", value)
+
+    async def repair(self, messages: list[Message], request: str, answer: str | None, error: str, kind: str) -> AgentOutcome:
+        """One more turn asking the model to fix its answer, or fail when repairs are used up."""
+        if self.repairs >= self.agent.max_repairs:
+            if kind == "ungrounded" and self.agent.checks_fallback == "figures":
+                goal = messages[len(self.agent.examples) * 2 + 1].content or ""
+                return self.finish("completed", figures_fallback(goal))
+            return self.finish("failed", answer, error=error, kind=kind)
+        self.repairs += 1
+        if kind == "ungrounded" and self.agent.checks_repair == "resample":
+            if messages and messages[-1].role == "assistant" and not messages[-1].tool_calls:
+                messages.pop()  # ask again without the rejected answer
+            response = await self.think(messages, allow_tools=False)
+        else:
+            messages.append(Message("user", request))
+            response = await self.think(messages, allow_tools=False)
         messages.append(Message("assistant", response.content))
         return await self.final_answer(messages, response.content)
 

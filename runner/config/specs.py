@@ -116,6 +116,12 @@ class AgentSpec:
     max_repeats: int = 3
     max_invalid_calls: int = 3
     output_schema: dict[str, Any] | None = None
+    examples: tuple[tuple[str, str], ...] = ()
+    numbers_from_prompt: bool = False
+    figures_in_order: bool = False
+    checks_fallback: str = "fail"
+    checks_repair: str = "feedback"
+    max_repairs: int = 1
     source: str = ""
 
     def with_tools(self, tools: tuple[ToolRef, ...]) -> AgentSpec:
@@ -267,6 +273,12 @@ def build_agent(doc: Document) -> AgentSpec:
         max_repeats=stuck.get("max_repeats", 3),
         max_invalid_calls=stuck.get("max_invalid_calls", 3),
         output_schema=d.get("output_schema"),
+        examples=tuple((e["input"], e["output"]) for e in d.get("examples", ())),
+        numbers_from_prompt=bool(d.get("checks", {}).get("numbers_from_prompt", False)),
+        figures_in_order=bool(d.get("checks", {}).get("figures_in_order", False)),
+        checks_fallback=d.get("checks", {}).get("fallback", "fail"),
+        checks_repair=d.get("checks", {}).get("repair", "feedback"),
+        max_repairs=d.get("checks", {}).get("max_repairs", 1),
         source=doc.source.file,
     )
 

@@ -4,8 +4,9 @@ Variables available to templates:
 
 * ``inputs.NAME``: the task's typed inputs;
 * ``steps.ID.output`` (and ``steps.ID.data``): outputs of steps the template's step depends on;
-* ``previous``: the previous completed run of the task (``previous.outputs``, ``previous.run_id``,
-  ``previous.date``), when the task enables ``memory.previous_run``; otherwise ``None``;
+* ``previous``: the previous completed run of the task with other inputs (``previous.outputs``,
+  ``previous.tables``, ``previous.inputs``, ``previous.run_id``, ``previous.date``), when the task
+  enables ``memory.previous_run``; otherwise ``None``;
 * ``today``: the run's date (ISO), ``run_id``.
 
 Filters beyond Jinja's own: ``add_days`` (``{{ inputs.date | add_days(-7) }}``).

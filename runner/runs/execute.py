@@ -283,6 +283,7 @@ def _previous(store: RunStore, task: TaskSpec, run_id: str, inputs: dict[str, An
         "date": json.loads(row["inputs_json"]).get("date"),
         "inputs": json.loads(row["inputs_json"]),
         "outputs": json.loads(row["output_json"] or "null"),
+        "tables": json.loads(row["record_json"] or "{}").get("tables", {}),
     }
 
 

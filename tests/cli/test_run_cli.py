@@ -17,7 +17,23 @@ from runner.model.server import ScriptedServer
 
 REPO = Path(__file__).resolve().parents[2]
 CANARY = "sk-canary-cli-0123456789"
-NARRATIVE = "Revenue fell against last week; South led the regions and Electronics the categories."
+
+
+def narrative() -> str:
+    """What a good model writes for 2026-11-30, from figures computed here with pandas."""
+    sales = pd.read_csv(REPO / "examples/data/sales.csv", dtype={"date": str})
+    day = sales[sales["date"] == "2026-11-30"]
+    week = sales[sales["date"] == "2026-11-23"]
+    change = (day["revenue"].sum() - week["revenue"].sum()) / week["revenue"].sum() * 100
+    region = day.groupby("region")["revenue"].sum().idxmax()
+    category = day.groupby("product_category")["revenue"].sum().idxmax()
+    return (
+        f"Revenue on 2026-11-30 was {day['revenue'].sum():.2f}. That is {change:+.1f}% compared with the same day "
+        f"last week. The strongest region was {region}. The best-selling category was {category}."
+    )
+
+
+NARRATIVE = narrative()
 
 
 @pytest.fixture
@@ -126,7 +142,7 @@ def test_memory_across_runs_sees_the_previous_day(project: Path) -> None:
         goals = [r.body["messages"][-1]["content"] for r in server.requests]
     assert first.returncode == 0 and second.returncode == 0, second.stderr
     first_id = json.loads(first.stdout.splitlines()[-1])["run_id"]
-    assert "Sunday was quiet." in goals[-1]
+    assert "Sunday was quiet." not in goals[-1]  # the narrative prompt carries figures only
     report_dir = Path(json.loads(second.stdout.splitlines()[-1])["report_dir"])
     record = json.loads((report_dir / "report.json").read_text())
     assert record["previous_run"]["run_id"] == first_id

@@ -225,3 +225,13 @@ async def test_canary_key_never_reaches_store_events_or_report(project_dir: Path
     for path in result.report_dir.rglob("*"):  # type: ignore[union-attr]
         if path.is_file():
             assert canary.encode() not in path.read_bytes(), path
+
+
+async def test_memory_across_runs_renders_the_previous_output(project_dir: Path) -> None:
+    store = project_dir / "store.sqlite3"
+    first, _, _ = await run(project_dir, "diary", {"fallback": "Quiet day."}, {"day": "2026-11-29"}, store_path=store)
+    assert first.status == "completed"
+    again, model, _ = await run(project_dir, "diary", {"fallback": "Busy day."}, {"day": "2026-11-30"}, store_path=store)
+    assert again.status == "completed"
+    goal = model.requests[0].messages[1].content or ""
+    assert "Last time (2026-11-29) you wrote: Quiet day." in goal
