@@ -1,6 +1,6 @@
 """Fan a runner batch out over workers: split the input into shards, one mapped batch per shard, merge.
 
-Trigger with a conf such as ``{"task": "classify", "input_path": "/shared/in/rows.csv", "num_shards": 4}``.
+Trigger with a conf such as ``{"task": "triage_ticket", "input_path": "/shared/in/tickets.csv", "num_shards": 4}``.
 Needs on the workers: ``RUNNER_ROOT``, a work directory every worker shares
 (``RUNNER_AIRFLOW_WORK_DIR``, default ``/tmp/runner-airflow``: fine for one machine only) and
 the model connection as in ``daily_report``. Each shard resumes from its journal when retried.
@@ -24,7 +24,7 @@ with DAG(
     catchup=False,
     default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
     params={
-        "task": Param("classify", type="string", description="runner task name or tasks.d/*.yaml path"),
+        "task": Param("triage_ticket", type="string", description="runner task name or tasks.d/*.yaml path"),
         "input_path": Param("", type="string", description="CSV, JSONL or Parquet file on a shared path"),
         "num_shards": Param(4, type="integer", minimum=1),
         "concurrency": Param(4, type="integer", minimum=1, description="concurrent rows within one shard"),
