@@ -53,7 +53,8 @@ def compact(messages: list[Message], budget_tokens: int, keep_last: int) -> list
         return messages
     out = list(messages)
     protected_from = max(len(out) - keep_last, 2)
-    for i in range(2, protected_from):
+    # oldest first; the recent messages only if that was not enough; never the newest result
+    for i in [*range(2, protected_from), *range(protected_from, len(out) - 1)]:
         message = out[i]
         if message.role != "tool" or message.content is None or message.content.startswith("[compacted"):
             continue

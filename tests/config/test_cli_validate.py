@@ -60,3 +60,10 @@ def test_schema_command_writes_schemas(tmp_path: Path) -> None:
     names = sorted(p.name for p in tmp_path.iterdir())
     assert "agent.schema.json" in names and "task.schema.json" in names
     assert json.loads((tmp_path / "agent.schema.json").read_text())["title"] == "runner Agent"
+
+
+def test_list_shows_agents_tasks_and_tools() -> None:
+    result = runner("list")
+    assert result.returncode == 0, result.stderr
+    for name in ("report_writer", "daily_report", "triage_ticket", "query_table", "calculator"):
+        assert name in result.stdout

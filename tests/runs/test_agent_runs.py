@@ -235,3 +235,33 @@ async def test_memory_across_runs_renders_the_previous_output(project_dir: Path)
     assert again.status == "completed"
     goal = model.requests[0].messages[1].content or ""
     assert "Last time (2026-11-29) you wrote: Quiet day." in goal
+
+
+async def test_independent_steps_run_concurrently_and_task_caps_cover_the_pipeline(project_dir: Path) -> None:
+    script = {"fallback": {"content": "done", "latency_seconds": 0.2}}
+    result, _, events = await run(project_dir, "fan", script)
+    order = [(e["event"], e.get("step")) for e in events if e["event"] in ("step_started", "step_finished")]
+    starts = order.index(("step_started", "right"))
+    assert starts < order.index(("step_finished", "left")), order  # both started before either finished
+    # the task allows 2 model calls: left and right use them, join cannot start
+    assert result.status == "capped" and result.error_kind == "max_steps"
+    assert result.model_calls == 2
+    join = next(e for e in events if e["event"] == "step_finished" and e["step"] == "join")
+    assert join["status"] == "capped"
+
+
+def test_history_is_compacted_before_it_exceeds_the_budget() -> None:
+    from runner.agent.context import compact, message_tokens, truncate_output
+    from runner.model.base import Message
+
+    big = "x" * 4000
+    messages = [Message("system", "s"), Message("user", "goal")]
+    for i in range(10):
+        messages += [Message("assistant", None), Message("tool", big + str(i), tool_call_id=str(i))]
+    compacted = compact(messages, budget_tokens=3000, keep_last=4)
+    assert sum(message_tokens(m) for m in compacted) <= 3000
+    assert len(compacted) == len(messages)
+    assert compacted[1].content == "goal" and compacted[-1].content == big + "9"
+    assert compacted[3].content is not None and compacted[3].content.startswith("[compacted")
+    cut = truncate_output("a" * 10000, 1000)
+    assert len(cut) < 1100 and "characters truncated" in cut
