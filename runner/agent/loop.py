@@ -12,18 +12,19 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from runner.agent.checks import figures_fallback, missing_figures, ungrounded_numbers
 from runner.agent.context import compact, history_budget, truncate_output
 from runner.agent.stuck import StuckDetector
-from runner.caps.budget import Budget
+from runner.caps.budget import Budget, Estimate
 from runner.caps.pricing import Pricer
 from runner.config.schema import validate_value
 from runner.config.specs import AgentSpec
 from runner.errors import CapReached, ModelError, ToolFailure
-from runner.model.base import ChatModel, Message, ModelRequest, ModelResponse, ToolCall
+from runner.model.base import ChatModel, Message, ModelRequest, ModelResponse, ToolCall, Usage
+from runner.model.tokens import estimate_completion_tokens
 from runner.runs.types import RateGate
 from runner.tools.base import ToolResult
 
@@ -183,19 +184,26 @@ class _AgentRun:
             temperature=agent.model.temperature,
         )
         estimate = env.pricer.estimate(request, agent.model.max_tokens)
-        reservation = env.budget.reserve(estimate)
-        if env.rate_gate is not None:
+        if env.rate_gate is not None:  # wait first, so the caps (wall time too) are checked after the wait
             await env.rate_gate.acquire(estimate.input_tokens + estimate.output_tokens)
+        reservation = env.budget.reserve(estimate)
         started = time.monotonic()
         seq = self.outcome.model_calls + 1
         try:
             response = await env.model.complete(request)
         except ModelError as exc:
-            reservation.release()
+            if exc.kind == "timeout":  # the endpoint may have billed a call we never saw: count the worst case
+                reservation.settle(estimate.input_tokens, estimate.output_tokens, 0, estimate.cost_usd)
+            else:
+                reservation.release()
             self._record_model(seq, None, 0.0, time.monotonic() - started, error=str(exc))
             raise
-        cost = env.pricer.cost(response.usage)
-        usage = response.usage
+        except BaseException:
+            reservation.release()  # cancelled, or our own bug: never leave the amount held
+            raise
+        usage = _trusted_usage(response, estimate)
+        response = replace(response, usage=usage)
+        cost = env.pricer.cost(usage)
         reservation.settle(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, cost)
         self._record_model(seq, response, cost, time.monotonic() - started)
         return response
@@ -203,7 +211,7 @@ class _AgentRun:
     async def act(self, call: ToolCall, messages: list[Message], stuck: StuckDetector) -> str | None:
         """Run one tool call and append its observation. Returns the answer of a terminating tool."""
         env = self.env
-        env.budget.check_tool_call()
+        env.budget.take_tool_call()
         stuck.observe_call(call.name, call.arguments)
         started = time.monotonic()
         self.tool_seq += 1
@@ -213,7 +221,6 @@ class _AgentRun:
         except ToolFailure as failure:
             result, content, status = None, f"error: {failure}", "error"
             valid = "invalid arguments" not in content and "unknown tool" not in content
-        env.budget.record_tool_call()
         self.outcome.tool_calls += 1
         content = truncate_output(content, self.agent.context.max_tool_output_chars)
         stuck.observe_result(content, valid=valid)
@@ -305,6 +312,17 @@ class _AgentRun:
                 content=response.content if response else None,
             )
         )
+
+
+def _trusted_usage(response: ModelResponse, estimate: Estimate) -> Usage:
+    """The response's usage, or our estimate when the endpoint reported none (a missing or
+    zero ``usage`` must not make calls free against a money cap)."""
+    usage = response.usage
+    input_tokens, output_tokens = max(usage.input_tokens, 0), max(usage.output_tokens, 0)
+    if input_tokens == 0 and output_tokens == 0:
+        calls = tuple((c.name, c.arguments) for c in response.tool_calls)
+        return Usage(estimate.input_tokens, estimate_completion_tokens(response.content, calls), 0)
+    return Usage(input_tokens, output_tokens, min(max(usage.cached_input_tokens, 0), input_tokens))
 
 
 def _terminate_answer(arguments: str) -> str:

@@ -66,6 +66,9 @@ def _progress(kind: str, stream: IO[str], interval: float) -> Any:
 
 async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest) -> dict[str, Any]:
     """Run ``task`` over every row of the input file; returns a small summary dict."""
+    from runner.batch.output import output_format
+
+    output_format(request.output_path, request.output_format)  # a bad output name fails before any row runs
     source = InputSource.open(
         request.input_path, format=request.format, mapping=parse_mapping(request.mapping, task.inputs),
         id_column=request.id_column,

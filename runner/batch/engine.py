@@ -40,7 +40,7 @@ from runner.batch.progress import BatchProgress, NoProgress
 from runner.batch.summary import BatchSummary
 from runner.caps.budget import Budget
 from runner.config.specs import Caps
-from runner.errors import CapReached, InputError, ModelError
+from runner.errors import CapReached, ConfigError, InputError, ModelError, SandboxUnavailable, UsageError
 from runner.model.redact import redact
 from runner.runs.types import RateGate, RunOptions, RunResult
 
@@ -209,6 +209,7 @@ class _Batch:
         self.attempts += 1
         options = replace(self.base_options, run_id=run_id, parent_budget=self.budget, rate_gate=self.rate_gate)
         started = time.monotonic()
+        crashed = False
         try:
             result = await self.executor(dict(row.inputs), options)
         except asyncio.CancelledError:
@@ -217,8 +218,10 @@ class _Batch:
         except CapReached as exc:  # the contract is a 'capped' result, but treat it the same
             result = RunResult(run_id, "", "capped", error=str(exc), error_kind=exc.cap)
         except Exception as exc:  # the row's isolation boundary: a bug in one row must not stop the batch
-            result = _crash_result(run_id, exc)
+            result, crashed = _crash_result(run_id, exc), True
         outcome = replace(self._outcome(result), duration_seconds=round(time.monotonic() - started, 6))
+        if crashed:  # spend unknown: keep what earlier attempts recorded rather than erase it
+            outcome = replace(outcome, cost_usd=None, input_tokens=None, output_tokens=None)
         self.journal.record(row.number, outcome)
         self._after(attempt, outcome)
 
@@ -285,4 +288,6 @@ def _crash_result(run_id: str, exc: Exception) -> RunResult:
         return RunResult(run_id, "", "failed", error=str(exc), error_kind="input")
     if isinstance(exc, ModelError):
         return RunResult(run_id, "", "failed", error=str(exc), error_kind=exc.kind)
+    if isinstance(exc, ConfigError | UsageError | SandboxUnavailable):
+        return RunResult(run_id, "", "failed", error=str(exc), error_kind="config")
     return RunResult(run_id, "", "failed", error=f"{type(exc).__name__}: {exc}", error_kind="internal_error")

@@ -103,18 +103,23 @@ class Budget:
                 budget._lock.release()
         return Reservation(self, estimate, count_step)
 
-    def check_tool_call(self) -> None:
-        """Raise ``CapReached`` if one more tool call would exceed a tool-call cap."""
-        for budget in self.chain():
-            limit = budget.caps.max_tool_calls
-            with budget._lock:
+    def take_tool_call(self) -> None:
+        """Count one tool call in every scope, or raise ``CapReached`` (counting nothing) if
+        it would exceed a tool-call cap. Check and count are one step, so concurrent steps
+        sharing a budget cannot both take the last call."""
+        chain = self.chain()
+        for budget in chain:
+            budget._lock.acquire()
+        try:
+            for budget in chain:
+                limit = budget.caps.max_tool_calls
                 if limit is not None and budget.spent.tool_calls + 1 > limit:
                     raise CapReached("max_tool_calls", limit, budget.spent.tool_calls, budget.scope)
-
-    def record_tool_call(self) -> None:
-        for budget in self.chain():
-            with budget._lock:
+            for budget in chain:
                 budget.spent.tool_calls += 1
+        finally:
+            for budget in reversed(chain):
+                budget._lock.release()
 
     def _check(self, estimate: Estimate, count_step: bool) -> None:
         caps, spent, held = self.caps, self.spent, self._reserved
@@ -152,9 +157,20 @@ class Budget:
                     s.cached_input_tokens += actual.cached_input_tokens
                     s.cost_usd += actual.cost_usd
 
-    def add_spend(self, actual: Spend) -> None:
-        """Count spend that happened elsewhere (e.g. a resumed run's earlier attempts)."""
-        self._settle(Estimate(0, 0, 0.0), False, actual)
+    def add_spend(self, actual: Spend, *, local: bool = False) -> None:
+        """Count spend that happened elsewhere: in every enclosing scope, or with ``local``
+        only here (a resumed run's earlier attempts, already counted by its parents)."""
+        if not local:
+            self._settle(Estimate(0, 0, 0.0), False, actual)
+            return
+        with self._lock:
+            s = self.spent
+            s.steps += actual.steps
+            s.tool_calls += actual.tool_calls
+            s.input_tokens += actual.input_tokens
+            s.output_tokens += actual.output_tokens
+            s.cached_input_tokens += actual.cached_input_tokens
+            s.cost_usd += actual.cost_usd
 
 
 def _observed(name: str, spent: Spend) -> float:

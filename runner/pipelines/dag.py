@@ -55,7 +55,9 @@ async def run_dag(ctx: RunContext, nodes: Sequence[Node], max_parallel: int) -> 
         finally:
             done_events[node.id].set()
 
-    await asyncio.gather(*(run_node(n) for n in nodes))
+    async with asyncio.TaskGroup() as group:  # one failure cancels the rest: nothing runs on unseen
+        for node in nodes:
+            group.create_task(run_node(node))
     return results
 
 

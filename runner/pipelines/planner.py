@@ -14,7 +14,7 @@ import yaml
 from runner.config.crossref import find_cycle
 from runner.config.schema import schema, validate_value
 from runner.config.specs import PlannerSpec
-from runner.config.templates import render
+from runner.config.templates import TemplateError, render
 from runner.pipelines.dag import Node, run_dag
 from runner.runs.steps import RunContext, run_agent_step
 
@@ -35,8 +35,14 @@ class PlanOutcome:
     error_kind: str | None = None
 
 
-def check_plan(plan: Any, planner: PlannerSpec, taken: set[str]) -> list[str]:
-    """Problems with a plan beyond its schema: unknown agents, dependencies, cycles, size."""
+RESERVED_IDS = ("main", "plan", "synthesis")
+
+
+def check_plan(plan: Any, planner: PlannerSpec, taken: set[str], completed: set[str] | None = None) -> list[str]:
+    """Problems with a plan beyond its schema: unknown agents, ids already used by other
+    steps, dependencies, cycles, size. ``taken`` are ids of steps that already ran;
+    ``completed`` those of them a new step may depend on."""
+    completed = taken if completed is None else completed
     problems = validate_value(plan, schema("plan"))
     if problems:
         return problems
@@ -47,11 +53,13 @@ def check_plan(plan: Any, planner: PlannerSpec, taken: set[str]) -> list[str]:
     if len(set(ids)) != len(ids):
         problems.append("step ids must be unique")
     for step in steps:
+        if step["id"] in taken or step["id"] in RESERVED_IDS or step["id"].startswith("replan_"):
+            problems.append(f"step id '{step['id']}' is already used by another step; choose a new id")
         if step["agent"] not in planner.executors:
             problems.append(f"step {step['id']}: agent '{step['agent']}' is not one of {list(planner.executors)}")
         for dep in step.get("depends_on", []):
-            if dep not in ids and dep not in taken:
-                problems.append(f"step {step['id']}: depends on unknown step '{dep}'")
+            if dep not in ids and dep not in completed:
+                problems.append(f"step {step['id']}: depends on unknown or unfinished step '{dep}'")
     cycle = find_cycle({s["id"]: [d for d in s.get("depends_on", []) if d in ids] for s in steps})
     if cycle:
         problems.append(f"dependency cycle: {' -> '.join(cycle)}")
@@ -64,8 +72,13 @@ async def run_planned(ctx: RunContext, planner: PlannerSpec, max_parallel: int) 
     reason: str | None = None
     for attempt in range(planner.max_replans + 1):
         step_id = "plan" if attempt == 0 else f"replan_{attempt}"
+        try:
+            goal = _planner_goal(ctx, planner, reason)
+        except TemplateError as exc:
+            outcome.status, outcome.error, outcome.error_kind = "failed", f"planner goal: {exc}", "template"
+            return outcome
         record = await run_agent_step(
-            ctx, step_id, "planner", planner.agent, _planner_goal(ctx, planner, reason),
+            ctx, step_id, "planner", planner.agent, goal,
             visible=None, tools=(), output_schema=schema("plan"), literal_goal=True,
         )
         if record["status"] != "completed":
@@ -75,7 +88,8 @@ async def run_planned(ctx: RunContext, planner: PlannerSpec, max_parallel: int) 
             reason = f"the planner failed: {record['error']}"
             continue
         plan = record["output"]
-        problems = check_plan(plan, planner, set(ctx.done))
+        finished = {sid for sid, r in ctx.done.items() if r["status"] == "completed"}
+        problems = check_plan(plan, planner, {sid for sid, r in ctx.done.items() if r["kind"] != "planner" or sid == step_id} | {step_id}, finished)
         ctx.store.add_plan(ctx.run_id, ctx.attempt, plan if isinstance(plan, dict) else {"raw": plan}, reason)
         ctx.recorder.emit("plan", attempt=attempt, valid=not problems, problems=problems, plan=plan)
         if attempt == 0:
@@ -97,7 +111,8 @@ async def run_planned(ctx: RunContext, planner: PlannerSpec, max_parallel: int) 
             return outcome
         first = next((r for r in bad if r["status"] != "skipped"), bad[0])
         reason = f"step {first['id']} {first['status']}: {first['error']}"
-        outcome.status, outcome.error, outcome.error_kind = first["status"], reason, first["error_kind"]
+        status = "failed" if first["status"] == "skipped" else first["status"]
+        outcome.status, outcome.error, outcome.error_kind = status, reason, first["error_kind"]
     outcome.error = f"{outcome.error} (re-planned {planner.max_replans} time(s); max_replans reached)"
     return outcome
 

@@ -12,8 +12,11 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import os
+import re
 import secrets
 import shutil
+import sqlite3
 import time
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -21,9 +24,9 @@ from typing import Any
 
 from runner.caps.budget import Budget, Spend
 from runner.config.project import Project
-from runner.config.specs import TaskSpec
+from runner.config.specs import Caps, TaskSpec
 from runner.config.templates import TemplateError, render
-from runner.errors import ConfigError
+from runner.errors import ConfigError, UsageError
 from runner.model.factory import ModelPool
 from runner.pipelines.dag import Node, run_dag
 from runner.pipelines.planner import PlanOutcome, run_planned
@@ -76,8 +79,10 @@ async def execute_task(
     today = date.today()
     inputs = resolve_inputs(task, raw_inputs, today)
     run_id = options.run_id or new_run_id(task.name)
+    if not RUN_ID.fullmatch(run_id):
+        raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' only (at most 128)")
     own_store = store is None
-    store = store or RunStore(options.store_path or default_store_path(project.root))
+    store = store or _open_store(options.store_path or default_store_path(project.root))
     own_pool = pool is None
     pool = pool or ModelPool(notice=_notice(options))
     try:
@@ -98,11 +103,25 @@ async def _execute(
     caps = task.caps.tighten(options.caps)
     chash = config_hash(project, task)
     attempt = store.start_run(run_id, task.name, inputs, chash, caps.as_dict())
-    recorder = RunRecorder(store, run_id, attempt, options.events, [options.api_key or "", *pool.secrets()])
+    recorder = RunRecorder(store, run_id, attempt, options.events, known_secrets(project, options))
+    try:
+        return await _attempt(project, task, inputs, run_id, options, store, pool, today, registry, caps, attempt, recorder)
+    except BaseException as exc:  # record why the run stopped, then let the error reach the caller
+        store.finish_run(run_id, {"status": "failed", "error": redact(f"{type(exc).__name__}: {exc}", recorder.secrets)})
+        raise
+
+
+async def _attempt(
+    project: Project, task: TaskSpec, inputs: dict[str, Any], run_id: str, options: RunOptions, store: RunStore,
+    pool: ModelPool, today: date, registry: ToolRegistry, caps: Caps, attempt: int, recorder: RunRecorder,
+) -> RunResult:
     budget = (options.parent_budget.child(caps, "task") if options.parent_budget else Budget(caps, scope="task"))
-    if attempt > 1:
+    if attempt > 1:  # caps carry over; the parents (a batch) counted this spend when it happened
         spent = store.spent(run_id)
-        budget.add_spend(Spend(int(spent["model_calls"]), 0, int(spent["input_tokens"]), int(spent["output_tokens"]), 0, spent["cost_usd"]))
+        budget.add_spend(
+            Spend(int(spent["model_calls"]), 0, int(spent["input_tokens"]), int(spent["output_tokens"]), 0, spent["cost_usd"]),
+            local=True,
+        )
     workspace = _workspace(project, task, run_id, options)
     previous = _previous(store, task, run_id, inputs)
     ctx = RunContext(
@@ -255,6 +274,26 @@ def _agents_used(task: TaskSpec) -> list[str]:
         if task.pipeline.synthesis:
             names.append(task.pipeline.synthesis.agent)
     return list(dict.fromkeys(names))
+
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def known_secrets(project: Project, options: RunOptions) -> list[str]:
+    """Every key this run could hold: given, the SDK's standard variable, and each variable
+    an agent or tool names. Redacted from everything the run records."""
+    names = {"OPENAI_API_KEY"}
+    names |= {a.model.api_key_env for a in project.agents.values() if a.model.api_key_env}
+    names |= {t.data.get("http", {}).get("api_key_env") for t in project.tools.values() if t.type == "http"} - {None}
+    values = [options.api_key or ""] + [os.environ.get(n, "") for n in sorted(names)]
+    return [v for v in values if len(v) >= 6]
+
+
+def _open_store(path: Path) -> RunStore:
+    try:
+        return RunStore(path)
+    except (OSError, sqlite3.Error) as exc:
+        raise UsageError(f"cannot open the run store {path}: {exc}; pass --store PATH") from None
 
 
 def _workspace(project: Project, task: TaskSpec, run_id: str, options: RunOptions) -> Path:

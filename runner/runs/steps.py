@@ -131,7 +131,7 @@ async def run_agent_step(
     endpoint = ctx.endpoint(agent)
     env = AgentEnv(
         model=ctx.pool.get(endpoint, agent.model),
-        tools=ToolBox(ctx.registry, agent, tool_context(ctx.workspace, agent, ctx.pool.secrets())),
+        tools=ToolBox(ctx.registry, agent, tool_context(ctx.workspace, agent, ctx.recorder.secrets)),
         budget=ctx.budget.child(agent.caps.tighten(caps or Caps()), scope=f"step '{step_id}'"),
         pricer=ctx.pricer(endpoint),
         recorder=ctx.recorder,
@@ -167,14 +167,13 @@ async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dic
     try:
         rendered = {k: _render_arg(v, ctx.template_context(visible)) for k, v in args.items()}
         ctx.budget.check_can_start()
-        ctx.budget.check_tool_call()
-        context = tool_context(ctx.workspace, None, ctx.pool.secrets())
+        ctx.budget.take_tool_call()
+        context = tool_context(ctx.workspace, None, ctx.recorder.secrets)
         result = await ctx.registry.invoke(tool_name, rendered, context)
     except (TemplateError, ToolFailure) as exc:
         return _finish(ctx, record, started, "failed", error=str(exc), kind="tool")
     except CapReached as cap:
         return _finish(ctx, record, started, "capped", error=str(cap), kind=cap.cap)
-    ctx.budget.record_tool_call()
     record.update(output=result.content, data=result.data, artifacts=list(result.artifacts))
     record["tool_calls"] = [
         {"name": tool_name, "arguments": rendered, "status": "ok", "duration_seconds": time.monotonic() - started,

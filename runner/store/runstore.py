@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from runner.errors import UsageError
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
   run_id TEXT PRIMARY KEY,
@@ -150,7 +152,12 @@ class RunStore:
     def start_run(self, run_id: str, task: str, inputs: dict[str, Any], config_hash: str, caps: dict[str, Any]) -> int:
         """Record a run's start; return the attempt number (2+ when resuming)."""
         with self.transaction() as db:
-            row = db.execute("SELECT attempts FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            row = db.execute("SELECT attempts, task, inputs_json FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is not None and (row["task"] != task or json.loads(row["inputs_json"]) != json.loads(dumps(inputs))):
+                raise UsageError(
+                    f"run id {run_id!r} belongs to a run of task '{row['task']}' with inputs {row['inputs_json']}; "
+                    "a resumed run must have the same task and inputs (use another --run-id)"
+                )
             if row is None:
                 db.execute(
                     "INSERT INTO runs (run_id, task, status, started_at, inputs_json, config_hash, caps_json)"
