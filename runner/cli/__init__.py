@@ -82,4 +82,8 @@ def main(argv: list[str] | None = None) -> Any:
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(EXIT_FAILED)
+    except OSError as exc:  # a path given on the command line that cannot be read or written
+        where = f" {exc.filename}" if exc.filename else ""
+        click.echo(f"error: cannot use{where}: {exc.strerror or exc}; check the path and its permissions", err=True)
+        sys.exit(EXIT_CONFIG)
     sys.exit(code if isinstance(code, int) else 0)
