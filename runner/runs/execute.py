@@ -122,11 +122,13 @@ async def _attempt(
             Spend(int(spent["model_calls"]), 0, int(spent["input_tokens"]), int(spent["output_tokens"]), 0, spent["cost_usd"]),
             local=True,
         )
-    workspace = _workspace(project, task, run_id, options)
+    resumed = store.completed_steps(run_id) if options.resume and attempt > 1 else {}
+    workspace = _workspace(project, task, run_id, options, fresh=attempt > 1 and not resumed)
     previous = _previous(store, task, run_id, inputs)
     ctx = RunContext(
         project, task, inputs, run_id, attempt, options, store, recorder, budget, pool, registry, workspace, today,
-        previous=previous, resumed=store.completed_steps(run_id) if options.resume and attempt > 1 else {},
+        previous=previous, config_hash=config_hash(project, task),
+        resumed=resumed,
     )
     recorder.emit("run_started", task=task.name, attempt=attempt, inputs=inputs, caps=caps.as_dict(), resumed_steps=sorted(ctx.resumed))
     started_at, started = now_iso(), time.monotonic()
@@ -296,9 +298,18 @@ def _open_store(path: Path) -> RunStore:
         raise UsageError(f"cannot open the run store {path}: {exc}; pass --store PATH") from None
 
 
-def _workspace(project: Project, task: TaskSpec, run_id: str, options: RunOptions) -> Path:
-    """The run's own workspace; task files are copied in (never linked)."""
+def _workspace(project: Project, task: TaskSpec, run_id: str, options: RunOptions, *, fresh: bool) -> Path:
+    """The run's own workspace; task files are copied in (never linked). Created only when
+    the task uses tools or files. A retry that reuses no earlier step starts from an empty
+    workspace (tool side effects of a failed attempt are wiped); one that reuses steps keeps
+    it, since later steps need what earlier ones wrote."""
     workspace = (options.workspace_dir or project.root / RUN_DIR / "workspaces" / run_id).resolve()
+    if fresh and workspace.is_dir() and options.workspace_dir is None:
+        shutil.rmtree(workspace)
+    uses_tools = bool(task.workspace_files) or any(project.agents[a].tools for a in _agents_used(task))
+    uses_tools = uses_tools or bool(task.pipeline and any(s.tool or s.tools for s in task.pipeline.steps))
+    if not uses_tools:
+        return workspace
     workspace.mkdir(parents=True, exist_ok=True)
     for rel in task.workspace_files:
         source = (project.root / rel).resolve()
@@ -342,7 +353,8 @@ def _write_report(ctx: RunContext, record: dict[str, Any]) -> Path | None:
 
     base = ctx.options.reports_dir or ctx.project.root / "reports"
     out_dir = base / ctx.task.name / ctx.run_id
-    write_report(record, out_dir, ctx.workspace, formats=ctx.task.report.formats)
+    workspace = ctx.workspace if ctx.workspace.is_dir() else None
+    write_report(record, out_dir, workspace, formats=ctx.task.report.formats)
     return out_dir
 
 

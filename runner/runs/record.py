@@ -53,7 +53,7 @@ def build_record(
         "finished_at": now_iso(),
         "duration_seconds": round(duration, 3),
         "inputs": ctx.inputs,
-        "config_hash": ctx.store.run(ctx.run_id)["config_hash"],  # type: ignore[index]
+        "config_hash": ctx.config_hash,
         "final_output": output,
         "plan": plan.plan if plan else None,
         "replans": plan.replans if plan else [],

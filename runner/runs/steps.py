@@ -47,6 +47,7 @@ class RunContext:
     workspace: Path
     today: date
     previous: dict[str, Any] | None = None
+    config_hash: str = ""
     done: dict[str, dict[str, Any]] = field(default_factory=dict)  # step id -> record
     resumed: dict[str, dict[str, Any]] = field(default_factory=dict)  # completed in an earlier attempt
 
@@ -131,7 +132,7 @@ async def run_agent_step(
     endpoint = ctx.endpoint(agent)
     env = AgentEnv(
         model=ctx.pool.get(endpoint, agent.model),
-        tools=ToolBox(ctx.registry, agent, tool_context(ctx.workspace, agent, ctx.recorder.secrets)),
+        tools=ToolBox(ctx.registry, agent, tool_context(ctx.workspace, agent, ctx.recorder.secrets) if agent.tools else None),
         budget=ctx.budget.child(agent.caps.tighten(caps or Caps()), scope=f"step '{step_id}'"),
         pricer=ctx.pricer(endpoint),
         recorder=ctx.recorder,

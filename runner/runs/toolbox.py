@@ -40,7 +40,7 @@ def tool_context(workspace: Path, agent: AgentSpec | None, secrets: Sequence[str
 class ToolBox:
     """The loop's view of tools: only the agent's own, by name."""
 
-    def __init__(self, registry: ToolRegistry, agent: AgentSpec, context: ToolContext):
+    def __init__(self, registry: ToolRegistry, agent: AgentSpec, context: ToolContext | None):
         self.registry, self.context = registry, context
         self.allowed = _expand(registry, [ref.name for ref in agent.tools])
         self._schemas = tuple(registry.openai_tools(self.allowed)) if self.allowed else ()
@@ -55,6 +55,7 @@ class ToolBox:
         if name not in self.allowed:
             available = ", ".join(self.allowed) or "none"
             raise ToolFailure(f"unknown tool '{name}'; the tools available to you are: {available}")
+        assert self.context is not None  # an agent with tools always has a context
         return await self.registry.invoke(name, arguments, self.context)
 
 

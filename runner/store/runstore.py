@@ -150,23 +150,27 @@ class RunStore:
     # -- runs -----------------------------------------------------------------------
 
     def start_run(self, run_id: str, task: str, inputs: dict[str, Any], config_hash: str, caps: dict[str, Any]) -> int:
-        """Record a run's start; return the attempt number (2+ when resuming)."""
-        with self.transaction() as db:
-            row = db.execute("SELECT attempts, task, inputs_json FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-            if row is not None and (row["task"] != task or json.loads(row["inputs_json"]) != json.loads(dumps(inputs))):
-                raise UsageError(
-                    f"run id {run_id!r} belongs to a run of task '{row['task']}' with inputs {row['inputs_json']}; "
-                    "a resumed run must have the same task and inputs (use another --run-id)"
-                )
+        """Record a run's start; return the attempt number (2+ when resuming).
+
+        A run id seen before must belong to the same task and inputs: resuming another
+        run's record would return its results for different inputs.
+        """
+        with self._lock:
+            row = self._db.execute("SELECT attempts, task, inputs_json FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
-                db.execute(
+                self._db.execute(
                     "INSERT INTO runs (run_id, task, status, started_at, inputs_json, config_hash, caps_json)"
                     " VALUES (?, ?, 'running', ?, ?, ?, ?)",
                     (run_id, task, now_iso(), dumps(inputs), config_hash, dumps(caps)),
                 )
                 return 1
+            if row["task"] != task or json.loads(row["inputs_json"]) != json.loads(dumps(inputs)):
+                raise UsageError(
+                    f"run id {run_id!r} belongs to a run of task '{row['task']}' with inputs {row['inputs_json']}; "
+                    "a resumed run must have the same task and inputs (use another --run-id)"
+                )
             attempt = int(row["attempts"]) + 1
-            db.execute(
+            self._db.execute(
                 "UPDATE runs SET attempts = ?, status = 'running', finished_at = NULL, error = NULL WHERE run_id = ?",
                 (attempt, run_id),
             )
@@ -184,8 +188,8 @@ class RunStore:
 
     def finish_run(self, run_id: str, fields: dict[str, Any]) -> None:
         columns = ", ".join(f"{k} = ?" for k in fields)
-        with self.transaction() as db:
-            db.execute(f"UPDATE runs SET {columns}, finished_at = ? WHERE run_id = ?", (*fields.values(), now_iso(), run_id))
+        with self._lock:  # one statement: its own transaction
+            self._db.execute(f"UPDATE runs SET {columns}, finished_at = ? WHERE run_id = ?", (*fields.values(), now_iso(), run_id))
 
     def list_runs(self, task: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
         query = "SELECT * FROM runs" + (" WHERE task = ?" if task else "") + " ORDER BY started_at DESC LIMIT ?"
@@ -255,8 +259,8 @@ class RunStore:
         }
         columns = ", ".join(row)
         marks = ", ".join("?" for _ in row)
-        with self.transaction() as db:
-            db.execute(f"INSERT OR REPLACE INTO steps ({columns}) VALUES ({marks})", tuple(row.values()))
+        with self._lock:
+            self._db.execute(f"INSERT OR REPLACE INTO steps ({columns}) VALUES ({marks})", tuple(row.values()))
 
     # -- calls and plans ------------------------------------------------------------
 
