@@ -168,7 +168,6 @@ async def _registry(project: Project, task: TaskSpec, stack: contextlib.AsyncExi
     """Built-in and custom tools for this run; MCP servers the task's agents use are started
     here and stopped when the run ends. Fails closed when a sandboxed tool has no sandbox."""
     from runner.tools.custom import build_custom_tool
-    from runner.tools.custom.mcp_server import McpToolset
     from runner.tools.registry import default_registry
     from runner.tools.sandbox import ensure_sandbox
 
@@ -177,6 +176,8 @@ async def _registry(project: Project, task: TaskSpec, stack: contextlib.AsyncExi
     used = _tools_used(project, task)
     for spec in project.tools.values():
         if spec.type == "mcp" and any(name == spec.name or name.startswith(spec.name + "__") for name in used):
+            from runner.tools.custom.mcp_server import McpToolset  # the mcp package is heavy: only when used
+
             registry.extend(await stack.enter_async_context(McpToolset(spec.data, spec.source)))
     sandboxed = [name for name, mode in used.items() if name in registry and registry.get(name).needs_sandbox and mode != "none"]
     if sandboxed:
