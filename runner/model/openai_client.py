@@ -28,6 +28,11 @@ from runner.model.faults import Fault, RetryPolicy
 from runner.model.openai_faults import ENDPOINT_EXCEPTIONS, classify
 from runner.model.wire import InvalidResponse, StreamAccumulator, parse_completion, request_body
 
+try:  # openai >= 3 ships its own httpx fork
+    from httpx2 import Response as _HttpResponse
+except ImportError:  # pragma: no cover - older SDKs
+    from httpx import Response as _HttpResponse  # type: ignore[assignment,no-redef]
+
 Sleep = Callable[[float], Awaitable[None]]
 OnRetry = Callable[[str, int, float], None]
 """``on_retry(kind, attempt, wait_seconds)``: called before each wait; ``attempt`` is 1-based."""
@@ -111,10 +116,12 @@ class OpenAIChatModel:
         try:
             if self.stream:
                 return await self._streamed(body)
-            # The raw body, parsed once: skips building the SDK's pydantic models and
-            # dumping them back to dicts (most of the client CPU per call).
-            raw = await self._client.chat.completions.with_raw_response.create(**body)
-            return parse_completion(_json_body(raw.http_response))
+            # The SDK's documented request for arbitrary endpoints, with the raw response:
+            # same transport, auth and error classes, but it skips the SDK's per-call walk
+            # of the typed request params and its pydantic response models (most of the
+            # client CPU per call); the body is parsed once, here.
+            response = await self._client.post("/chat/completions", body=body, cast_to=_HttpResponse)
+            return parse_completion(_json_body(response))
         except ENDPOINT_EXCEPTIONS as exc:
             return classify(exc, self._secrets)
 
