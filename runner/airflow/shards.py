@@ -16,34 +16,14 @@ import csv
 import io
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from runner.files import write_atomic, write_text_atomic
+
 LINE_SUFFIXES = (".jsonl", ".ndjson")
 SUFFIXES = (*LINE_SUFFIXES, ".csv", ".parquet")
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (temp file in the same directory + ``os.replace``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_text(path: Path, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def _suffix(path: Path) -> str:
@@ -101,7 +81,7 @@ def split_file(
             _write_parquet_slice(source, path, start, end)
         else:
             assert not isinstance(records, int)
-            atomic_write_text(path, header + "".join(records[start:end]))
+            write_text_atomic(path, header + "".join(records[start:end]))
         paths.append(str(path))
     return paths
 
@@ -135,7 +115,7 @@ def _write_parquet_slice(source: Path, target: Path, start: int, end: int) -> No
     table = pq.read_table(source).slice(start, end - start)
     buffer = io.BytesIO()
     pq.write_table(table, buffer)
-    atomic_write_bytes(target, buffer.getvalue())
+    write_atomic(target, buffer.getvalue())
 
 
 def merge_files(parts: Sequence[str | os.PathLike[str]], output_path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -158,7 +138,7 @@ def merge_files(parts: Sequence[str | os.PathLike[str]], output_path: str | os.P
         records = table.num_rows
         buffer = io.BytesIO()
         pq.write_table(table, buffer)
-        atomic_write_bytes(target, buffer.getvalue())
+        write_atomic(target, buffer.getvalue())
     else:
         header, chunks = "", []
         for part in present:
@@ -167,7 +147,7 @@ def merge_files(parts: Sequence[str | os.PathLike[str]], output_path: str | os.P
             header = header or part_header
             chunks.extend(part_records)
         records = len(chunks)
-        atomic_write_text(target, header + "".join(chunks))
+        write_text_atomic(target, header + "".join(chunks))
     return {"output_path": str(target), "records": records, "parts": len(present), "missing": missing}
 
 
@@ -194,7 +174,7 @@ def write_batch_report(
         ],
     }
     path = Path(report_path)
-    atomic_write_text(path, json.dumps(report, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(path, json.dumps(report, indent=2, sort_keys=True) + "\n")
     lines = [
         "# Batch report",
         "",
@@ -211,5 +191,5 @@ def write_batch_report(
             f"| {Path(str(m['shard'])).name} | {m['total']} | {m['done']} | {m['failed']} | {m['skipped']} "
             f"| {float(m['cost_usd'] or 0):.6f} |"
         )
-    atomic_write_text(path.with_suffix(".md"), "\n".join(lines) + "\n")
+    write_text_atomic(path.with_suffix(".md"), "\n".join(lines) + "\n")
     return {"report_path": str(path), **totals, "output_path": report["output_path"], "shards": report["shards"]}

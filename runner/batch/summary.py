@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.batch.files import replacing
 from runner.batch.journal import STATUSES, BatchJournal
 from runner.errors import EXIT_CAPPED, EXIT_FAILED, EXIT_OK
+from runner.files import replacing
 
 _EXAMPLE_IDS = 5
 

@@ -168,13 +168,13 @@ class TaskChecker:
         if cycle:
             first = ids[cycle[0]]
             self._add(f"/pipeline/steps/{first}/depends_on", f"dependency cycle: {' -> '.join(cycle)}")
-        ancestors = {s.id: _ancestors(s.id, pipeline.steps) for s in pipeline.steps} if not cycle else {}
+        upstream = {s.id: ancestors(s.id, pipeline.steps) for s in pipeline.steps} if not cycle else {}
         for i, step in enumerate(pipeline.steps):
             if step.goal:
-                self._template(f"/pipeline/steps/{i}/goal", step.goal, ancestors.get(step.id, set()))
+                self._template(f"/pipeline/steps/{i}/goal", step.goal, upstream.get(step.id, set()))
             for key, value in step.args.items():
                 if isinstance(value, str):
-                    self._template(f"/pipeline/steps/{i}/args/{key}", value, ancestors.get(step.id, set()))
+                    self._template(f"/pipeline/steps/{i}/args/{key}", value, upstream.get(step.id, set()))
         if pipeline.planner:
             self._agent_ref("/pipeline/planner/agent", pipeline.planner.agent)
             for j, name in enumerate(pipeline.planner.executors):
@@ -266,7 +266,8 @@ def find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
     return None
 
 
-def _ancestors(step_id: str, steps: tuple[StepSpec, ...]) -> set[str]:
+def ancestors(step_id: str, steps: tuple[StepSpec, ...]) -> set[str]:
+    """Every step ``step_id`` depends on, directly or not."""
     deps = {s.id: s.depends_on for s in steps}
     seen: set[str] = set()
     todo = list(deps.get(step_id, ()))

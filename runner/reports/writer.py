@@ -20,9 +20,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from runner.files import write_atomic, write_text_atomic
 from runner.reports import costs
 from runner.reports.artifacts import CopiedArtifact, copy_artifacts
-from runner.reports.atomic import write_atomic, write_text_atomic
 from runner.reports.html import render_html
 from runner.reports.markdown import render_markdown
 from runner.reports.record import fill_usage_rollups, finite_json, validate_record

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.caps.budget import Budget, Spend
+from runner.config.crossref import ancestors
 from runner.config.project import Project
 from runner.config.specs import Caps, TaskSpec
 from runner.config.templates import TemplateError, render
@@ -239,7 +240,7 @@ def _declared_runner(ctx: RunContext, step_id: str) -> Any:
     step = next(s for s in ctx.task.pipeline.steps if s.id == step_id)  # type: ignore[union-attr]
 
     async def run() -> dict[str, Any]:
-        visible = set(step.depends_on) | _ancestors(ctx, step_id)
+        visible = ancestors(step_id, ctx.task.pipeline.steps)  # type: ignore[union-attr]
         if step.tool is not None:
             return await run_tool_step(ctx, step.id, step.tool, step.args, visible)
         assert step.agent is not None and step.goal is not None
@@ -249,18 +250,6 @@ def _declared_runner(ctx: RunContext, step_id: str) -> Any:
         )
 
     return run
-
-
-def _ancestors(ctx: RunContext, step_id: str) -> set[str]:
-    deps = {s.id: s.depends_on for s in ctx.task.pipeline.steps}  # type: ignore[union-attr]
-    seen: set[str] = set()
-    todo = list(deps.get(step_id, ()))
-    while todo:
-        node = todo.pop()
-        if node not in seen:
-            seen.add(node)
-            todo.extend(deps.get(node, ()))
-    return seen
 
 
 def _worst(records: list[dict[str, Any]]) -> dict[str, Any]:

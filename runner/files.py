@@ -1,9 +1,12 @@
-"""Files written whole or not at all: a temporary file in the same directory, then os.replace."""
+"""Files written whole or not at all: a temporary file in the same directory, synced, then
+os.replace. Readers see the old file or the complete new one, never a half-written one."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 FILE_MODE = 0o644
@@ -32,3 +35,22 @@ def write_atomic(path: Path, data: bytes) -> Path:
 def write_text_atomic(path: Path, text: str) -> Path:
     """:func:`write_atomic` for UTF-8 text."""
     return write_atomic(path, text.encode("utf-8"))
+
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A temporary path next to ``path``; when the block succeeds it is synced and renamed over ``path``.
+
+    Readers see the old file or the complete new one, never a half-written one; on error the
+    temporary file is removed and ``path`` is left as it was.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    temp = Path(name)
+    try:
+        yield temp
+        with temp.open("rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
