@@ -153,7 +153,6 @@ async def engine_loop(
     root: Path, base_url: str, concurrency: int, calls: int, *, executor_kind: str, latency: float
 ) -> tuple[int, float, float]:
     """Rows done, seconds (reading the input included, imports and project loading not), RSS before."""
-    import pandas  # noqa: F401 (a one-time import, not per-row work)
 
     from runner.batch.engine import batch_budget, run_batch
     from runner.batch.executor import TaskExecutor
