@@ -90,6 +90,13 @@ class TaskChecker:
         if task.agent is not None and task.pipeline is not None:
             self._add("/pipeline", "a task has either 'agent' and 'goal', or 'pipeline', not both; remove one", key=True)
         self._check_inputs()
+        names: dict[str, int] = {}
+        for i, rel in enumerate(task.workspace_files):
+            base = rel.replace("\\", "/").rsplit("/", 1)[-1]
+            if base in names:
+                self._add(f"/workspace/files/{i}", f"'{rel}' has the same file name as workspace file {names[base]}; "
+                          "files are copied into the workspace by name, so rename one")
+            names.setdefault(base, i)
         if task.agent is not None:
             self._agent_ref("/agent", task.agent)
             self._template("/goal", task.goal or "", steps_visible=set())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import filecmp
 import hashlib
 import json
 import os
@@ -306,7 +307,7 @@ def _workspace(project: Project, task: TaskSpec, run_id: str, options: RunOption
         if not source.is_relative_to(project.root) or not source.is_file():
             raise ConfigError(f"{task.source}: workspace file '{rel}' is not a file inside the project")
         target = workspace / Path(rel).name
-        if not target.exists():
+        if not target.exists() or not filecmp.cmp(source, target, shallow=False):
             shutil.copyfile(source, target)
     return workspace
 
