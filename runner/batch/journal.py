@@ -232,13 +232,12 @@ class BatchJournal:
 
     def mark_running(self, number: int, run_id: str) -> int:
         """Start an attempt at row ``number``; returns its attempt number (1-based)."""
-        with self._transaction() as db:
-            db.execute(
-                "UPDATE rows SET status = 'running', attempts = attempts + 1, run_id = ?, started_at = ?"
-                " WHERE row_number = ?",
-                (run_id, _now(), number),
-            )
-            (attempts,) = db.execute("SELECT attempts FROM rows WHERE row_number = ?", (number,)).fetchone()
+        # One statement (autocommit), so it is its own transaction.
+        (attempts,) = self._db.execute(
+            "UPDATE rows SET status = 'running', attempts = attempts + 1, run_id = ?, started_at = ?"
+            " WHERE row_number = ? RETURNING attempts",
+            (run_id, _now(), number),
+        ).fetchone()
         return int(attempts)
 
     def record(self, number: int, outcome: RowOutcome) -> bool:
@@ -246,26 +245,26 @@ class BatchJournal:
         if outcome.status not in ("done", "failed", "not_run"):
             raise ValueError(f"cannot record status {outcome.status!r}")
         output = None if outcome.output is None else json.dumps(outcome.output, ensure_ascii=False, default=str)
-        with self._transaction() as db:
-            updated = db.execute(
-                "UPDATE rows SET status = ?, output = ?, error = ?, error_kind = ?, retryable = ?,"
-                " cost_usd = COALESCE(?, cost_usd), input_tokens = COALESCE(?, input_tokens),"
-                " output_tokens = COALESCE(?, output_tokens),"
-                " duration_seconds = ?, finished_at = ? WHERE row_number = ? AND status = 'running'",
-                (
-                    outcome.status,
-                    output,
-                    _clean(outcome.error),
-                    outcome.error_kind,
-                    int(outcome.retryable),
-                    outcome.cost_usd,
-                    outcome.input_tokens,
-                    outcome.output_tokens,
-                    outcome.duration_seconds,
-                    _now(),
-                    number,
-                ),
-            ).rowcount
+        # One statement (autocommit): the result and the status land together or not at all.
+        updated = self._db.execute(
+            "UPDATE rows SET status = ?, output = ?, error = ?, error_kind = ?, retryable = ?,"
+            " cost_usd = COALESCE(?, cost_usd), input_tokens = COALESCE(?, input_tokens),"
+            " output_tokens = COALESCE(?, output_tokens),"
+            " duration_seconds = ?, finished_at = ? WHERE row_number = ? AND status = 'running'",
+            (
+                outcome.status,
+                output,
+                _clean(outcome.error),
+                outcome.error_kind,
+                int(outcome.retryable),
+                outcome.cost_usd,
+                outcome.input_tokens,
+                outcome.output_tokens,
+                outcome.duration_seconds,
+                _now(),
+                number,
+            ),
+        ).rowcount
         return updated == 1
 
     def mark_not_run(self, reason: str, kind: str) -> int:
