@@ -41,7 +41,7 @@ from runner.batch.summary import BatchSummary
 from runner.caps.budget import Budget
 from runner.config.specs import Caps
 from runner.errors import CapReached, ConfigError, InputError, ModelError, SandboxUnavailable, UsageError
-from runner.model.redact import redact
+from runner.redact import redact
 from runner.runs.types import RateGate, RunOptions, RunResult
 
 FINAL_ERROR_KINDS = frozenset({"input", "auth", "bad_request", "not_found", "config", "stuck"})

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 import openai
 
 from runner.model.faults import Fault, kind_for_status, parse_retry_after
-from runner.model.redact import excerpt
 from runner.model.wire import InvalidResponse
+from runner.redact import excerpt
 
 # What a call through the SDK may raise that is the endpoint's fault rather than ours.
 # json errors: a 200 whose body or stream event is not JSON is decoded outside the SDK's

@@ -32,11 +32,12 @@ from runner.errors import ConfigError, UsageError
 from runner.model.factory import ModelPool
 from runner.pipelines.dag import Node, run_dag
 from runner.pipelines.planner import PlanOutcome, run_planned
+from runner.redact import redact_secrets
 from runner.runs.inputs import resolve_inputs
 from runner.runs.record import build_record
 from runner.runs.steps import RunContext, preflight_prices, run_agent_step, run_tool_step
 from runner.runs.types import RunOptions, RunResult
-from runner.store.recorder import RunRecorder, redact
+from runner.store.recorder import RunRecorder
 from runner.store.runstore import RunStore, now_iso
 from runner.tools.registry import ToolRegistry
 
@@ -109,7 +110,7 @@ async def _execute(
     try:
         return await _attempt(project, task, inputs, run_id, options, store, pool, today, registry, caps, attempt, recorder)
     except BaseException as exc:  # record why the run stopped, then let the error reach the caller
-        store.finish_run(run_id, {"status": "failed", "error": redact(f"{type(exc).__name__}: {exc}", recorder.secrets)})
+        store.finish_run(run_id, {"status": "failed", "error": redact_secrets(f"{type(exc).__name__}: {exc}", recorder.secrets)})
         raise
 
 
@@ -144,8 +145,8 @@ async def _attempt(
         status, error, kind, output, plan = await _run_pipeline(ctx)
     duration = time.monotonic() - started
     title = _title(ctx)
-    output, error = redact(output, recorder.secrets), redact(error, recorder.secrets)
-    record_ = redact(
+    output, error = redact_secrets(output, recorder.secrets), redact_secrets(error, recorder.secrets)
+    record_ = redact_secrets(
         build_record(ctx, status=status, error=error, output=output, plan=plan, started_at=started_at, duration=duration, title=title),
         recorder.secrets,
     )

@@ -22,9 +22,10 @@ from runner.config.specs import AgentSpec, Caps, TaskSpec, ToolRef
 from runner.config.templates import TemplateError, render
 from runner.errors import CapReached, ConfigError, ToolFailure
 from runner.model.factory import Endpoint, ModelPool, resolve_endpoint
+from runner.redact import redact_secrets
 from runner.runs.toolbox import ToolBox, tool_context
 from runner.runs.types import RunOptions
-from runner.store.recorder import RunRecorder, redact
+from runner.store.recorder import RunRecorder
 from runner.store.runstore import RunStore, now_iso
 from runner.tools.registry import ToolRegistry
 
@@ -210,7 +211,7 @@ def _finish(
             {k: c[k] for k in ("name", "status", "duration_seconds", "output_excerpt")} | {"arguments": _args(c["arguments"])}
             for c in ctx.recorder.tool_calls_by_step.get(record["id"], [])
         ]
-    record.update(redact({k: record[k] for k in ("output", "data", "error")}, ctx.recorder.secrets))
+    record.update(redact_secrets({k: record[k] for k in ("output", "data", "error")}, ctx.recorder.secrets))
     ctx.store.save_step(ctx.run_id, record)
     ctx.done[record["id"]] = record
     ctx.recorder.emit(

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, overload
 
+from runner.redact import redact_secrets
 from runner.tools.arguments import ArgumentSchema, PydanticArguments
 from runner.tools.net import NetworkPolicy
 from runner.tools.sandbox import SandboxPolicy
 
 ToolKind = Literal["builtin", "python", "shell", "http", "mcp"]
-REDACTED = "[REDACTED]"
 
 
 @dataclass(frozen=True)
@@ -111,30 +111,11 @@ def to_result(value: object) -> ToolResult:
 
 def redact_result(result: ToolResult, secrets: Sequence[str]) -> ToolResult:
     """Return ``result`` with every secret replaced by ``[REDACTED]``."""
-    if not any(secrets):
-        return result
     return ToolResult(
-        content=redact_text(result.content, secrets),
+        content=redact_secrets(result.content, secrets),
         artifacts=result.artifacts,
-        data=_redact_value(result.data, secrets),
+        data=redact_secrets(result.data, secrets),
     )
-
-
-def redact_text(text: str, secrets: Sequence[str]) -> str:
-    """Replace every exact secret value (longest first) in ``text``."""
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    return text
-
-
-def _redact_value(value: Any, secrets: Sequence[str]) -> Any:
-    if isinstance(value, str):
-        return redact_text(value, secrets)
-    if isinstance(value, list | tuple):
-        return [_redact_value(v, secrets) for v in value]
-    if isinstance(value, dict):
-        return {k: _redact_value(v, secrets) for k, v in value.items()}
-    return value
 
 
 ToolFunction = Callable[..., Any]

@@ -13,8 +13,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from runner.errors import ConfigError, ToolFailure
+from runner.redact import redact_secrets
 from runner.tools.arguments import ArgumentsInvalid
-from runner.tools.base import Tool, ToolContext, ToolResult, redact_result, redact_text
+from runner.tools.base import Tool, ToolContext, ToolResult, redact_result
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _MAX_ARGUMENTS_CHARS = 1_000_000
@@ -89,7 +90,7 @@ class ToolRegistry:
         try:
             result = await tool.run(ctx, validated)
         except ToolFailure as failure:
-            raise ToolFailure(redact_text(str(failure), ctx.secrets)) from None
+            raise ToolFailure(redact_secrets(str(failure), ctx.secrets)) from None
         return redact_result(result, ctx.secrets)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runner.model.redact import REDACTED, excerpt, redact
+from runner.redact import REDACTED, excerpt, redact
 
 
 def test_listed_secrets_and_credential_shapes_are_removed(canary_key):

@@ -18,8 +18,9 @@ from typing import Any
 from urllib.parse import quote
 
 from runner.errors import ConfigError, ToolFailure
+from runner.redact import redact_secrets
 from runner.tools.arguments import PydanticArguments
-from runner.tools.base import Tool, ToolContext, ToolResult, redact_result, redact_text
+from runner.tools.base import Tool, ToolContext, ToolResult, redact_result
 from runner.tools.net import HttpResponse, fetch
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -56,7 +57,7 @@ def build_http_tool(data: Mapping[str, Any], source: str) -> Tool:
                 json_body=rest if method in _BODY_METHODS else None,
             )  # fmt: skip
         except ToolFailure as failure:
-            raise ToolFailure(redact_text(str(failure), [key] if key else [])) from None
+            raise ToolFailure(redact_secrets(str(failure), [key] if key else [])) from None
         return redact_result(_result(response), [key] if key else [])
 
     description = data.get("description") or f"{method} {url_template}"

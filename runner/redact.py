@@ -7,8 +7,10 @@ message we build from a provider's answer goes through :func:`redact` first.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
+from typing import Any
 
 REDACTED = "[REDACTED]"
 
@@ -38,6 +40,33 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     for pattern in _CREDENTIAL_PATTERNS:
         text = pattern.sub(_replacement, text)
     return text
+
+
+def redact_secrets(value: Any, secrets: Iterable[str | None]) -> Any:
+    """``value`` with every exact secret replaced wherever a string holds it, through dicts,
+    lists and tuples (tuples come back as lists). Unlike :func:`redact`, ordinary text that
+    only looks like a credential is left alone: this is for our own records and tool output.
+    """
+    listed = sorted((s for s in secrets if s and len(s) >= _MIN_SECRET_LENGTH), key=len, reverse=True)
+    if not listed:
+        return value
+    if not isinstance(value, str):
+        text = json.dumps(value, default=str, ensure_ascii=False)
+        if not any(secret in text for secret in listed):
+            return value  # the common case: one serialisation instead of a walk
+    return _replace(value, listed)
+
+
+def _replace(value: Any, secrets: list[str]) -> Any:
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {k: _replace(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_replace(v, secrets) for v in value]
+    return value
 
 
 def excerpt(text: str, secrets: Iterable[str | None] = (), limit: int = 200) -> str:
