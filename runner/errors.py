@@ -17,6 +17,8 @@ Exit codes (documented in the README):
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 EXIT_OK = 0
@@ -129,6 +131,12 @@ class Problem:
             "severity": self.severity,
             "message": self.message,
         }
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """``". Did you mean 'x'?"`` for the closest of ``choices``, or ``""``."""
+    matches = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
+    return f". Did you mean '{matches[0]}'?" if matches else ""
 
 
 def _fmt(value: float) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import difflib
 import math
 import numbers
 import re
@@ -25,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from runner.config.specs import InputSpec
-from runner.errors import InputError
+from runner.errors import InputError, did_you_mean
 
 _INTEGER = re.compile(r"[+-]?\d+")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -244,7 +243,6 @@ def _enum_values(spec: InputSpec) -> tuple[Any, ...]:
 
 
 def _unknown_message(name: str, known: set[str], source: str) -> str:
-    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
-    hint = f". Did you mean '{close[0]}'?" if close else ""
+    hint = did_you_mean(name, sorted(known))
     listed = ", ".join(sorted(known)) or "none"
     return f"{source}: unknown input '{name}'{hint} (task inputs: {listed})"

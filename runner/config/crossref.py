@@ -8,7 +8,6 @@ and money caps on models without a known price.
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -17,15 +16,10 @@ from runner.config.schema import check_schema
 from runner.config.specs import AgentSpec, StepSpec, TaskSpec, ToolRef
 from runner.config.templates import TemplateError, references
 from runner.config.yamlload import Document
-from runner.errors import Problem
+from runner.errors import Problem, did_you_mean
 
 if TYPE_CHECKING:
     from runner.config.project import Project
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f". Did you mean '{matches[0]}'?" if matches else ""
 
 
 def builtin_tool_names() -> list[str]:
@@ -105,7 +99,7 @@ class TaskChecker:
         for pointer, schema in (("/output_schema", task.output_schema),):
             self.problems += _check_schema_field(self.doc, pointer, schema)
         if task.caps.max_cost_usd is not None:
-            for name in self._agents_used():
+            for name in self.task.agents_used():
                 if name in self.project.agents:
                     self.problems += _check_price(self.project, self.doc, self.project.agents[name], "/caps/max_cost_usd")
         if task.report.title:
@@ -125,16 +119,6 @@ class TaskChecker:
 
     def _step_ids(self) -> set[str]:
         return {s.id for s in self.task.pipeline.steps} if self.task.pipeline else set()
-
-    def _agents_used(self) -> list[str]:
-        names = [self.task.agent] if self.task.agent else []
-        if self.task.pipeline:
-            names += [s.agent for s in self.task.pipeline.steps if s.agent]
-            if self.task.pipeline.planner:
-                names += [self.task.pipeline.planner.agent, *self.task.pipeline.planner.executors]
-            if self.task.pipeline.synthesis:
-                names.append(self.task.pipeline.synthesis.agent)
-        return list(dict.fromkeys(names))
 
     def _agent_ref(self, pointer: str, name: str) -> None:
         if name not in self.project.agents:

@@ -15,7 +15,7 @@ from runner.config.prices import default_prices
 from runner.config.schema import validate_document
 from runner.config.specs import AgentSpec, Price, TaskSpec, ToolSpec
 from runner.config.yamlload import Document, YamlError, load_documents
-from runner.errors import ConfigError, Problem
+from runner.errors import ConfigError, Problem, did_you_mean
 
 CONFIG_DIRS = ("agents.d", "tasks.d", "tools.d")
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -47,8 +47,6 @@ class Project:
             raise ConfigError(f"{ref}: no Task document in this file (or it is outside {self.root})")
         if ref in self.tasks:
             return self.tasks[ref]
-        from runner.config.crossref import did_you_mean
-
         raise ConfigError(f"unknown task '{ref}'{did_you_mean(ref, self.tasks)}; `runner list` shows the tasks")
 
 

@@ -8,7 +8,6 @@ nothing else lists the allowed keys. This module loads them (package data), vali
 
 from __future__ import annotations
 
-import difflib
 import json
 from functools import cache
 from importlib import resources
@@ -19,7 +18,7 @@ from jsonschema.exceptions import ValidationError, best_match
 from referencing import Registry, Resource
 
 from runner.config.yamlload import Document, escape_pointer_token
-from runner.errors import Problem
+from runner.errors import Problem, did_you_mean
 
 KINDS = {"Agent": "agent", "Task": "task", "Tool": "tool", "Prices": "prices"}
 SCHEMA_NAMES = ("common", "agent", "task", "tool", "prices", "plan")
@@ -53,7 +52,7 @@ def validate_document(doc: Document) -> list[Problem]:
         return [doc.problem("", "a configuration document must be a mapping with apiVersion and kind")]
     kind = data.get("kind")
     if kind not in KINDS:
-        hint = _did_you_mean(str(kind), KINDS) if isinstance(kind, str) else ""
+        hint = did_you_mean(str(kind), KINDS) if isinstance(kind, str) else ""
         return [doc.problem("/kind" if "kind" in data else "", f"kind must be one of {', '.join(KINDS)}{hint}")]
     errors = sorted(validator(KINDS[kind]).iter_errors(data), key=lambda e: list(e.absolute_path))
     problems: list[Problem] = []
@@ -91,7 +90,7 @@ def _to_problems(doc: Document, error: ValidationError, kind: str) -> list[Probl
         return [
             doc.problem(
                 f"{pointer}/{escape_pointer_token(k)}",
-                f"unknown key '{k}'{_did_you_mean(k, allowed) or _allowed_hint(allowed)}",
+                f"unknown key '{k}'{did_you_mean(k, allowed) or _allowed_hint(allowed)}",
                 key=True,
             )
             for k in unknown
@@ -103,7 +102,7 @@ def _to_problems(doc: Document, error: ValidationError, kind: str) -> list[Probl
     if error.validator == "const" and pointer == "/apiVersion":
         return [doc.problem(pointer, f"apiVersion must be 'runner/v1' (got {error.instance!r})")]
     if error.validator == "enum":
-        hint = _did_you_mean(str(error.instance), [str(v) for v in error.validator_value])
+        hint = did_you_mean(str(error.instance), [str(v) for v in error.validator_value])
         return [doc.problem(pointer, f"{error.instance!r} is not one of {error.validator_value}{hint}")]
     if error.validator == "type" and isinstance(error.instance, bool) and error.validator_value in ("number", "integer"):
         return [doc.problem(pointer, f"{error.instance!r} is a boolean; write a number")]
@@ -124,11 +123,6 @@ def _allowed_keys(subschema: dict[str, Any]) -> list[str]:
 
 def _allowed_hint(allowed: list[str]) -> str:
     return f"; allowed keys: {', '.join(allowed)}" if allowed else ""
-
-
-def _did_you_mean(word: str, choices: Any) -> str:
-    matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f". Did you mean '{matches[0]}'?" if matches else ""
 
 
 def _dedupe(problems: list[Problem]) -> list[Problem]:

@@ -212,6 +212,17 @@ class TaskSpec:
     source: str = ""
     root: Path = field(default_factory=Path)
 
+    def agents_used(self) -> list[str]:
+        """Every agent the task may run (its own, its steps', the planner's, executors', synthesis'), once each."""
+        names = [self.agent] if self.agent else []
+        if self.pipeline:
+            names += [s.agent for s in self.pipeline.steps if s.agent]
+            if self.pipeline.planner:
+                names += [self.pipeline.planner.agent, *self.pipeline.planner.executors]
+            if self.pipeline.synthesis:
+                names.append(self.pipeline.synthesis.agent)
+        return list(dict.fromkeys(names))
+
 
 @dataclass(frozen=True)
 class ToolSpec:

@@ -135,7 +135,7 @@ async def _attempt(
     )
     recorder.emit("run_started", task=task.name, attempt=attempt, inputs=inputs, caps=caps.as_dict(), resumed_steps=sorted(ctx.resumed))
     started_at, started = now_iso(), time.monotonic()
-    preflight_prices(ctx, _agents_used(task))
+    preflight_prices(ctx, task.agents_used())
     plan: PlanOutcome | None = None
     if task.pipeline is None:
         assert task.agent is not None and task.goal is not None
@@ -191,7 +191,7 @@ async def _registry(project: Project, task: TaskSpec, stack: contextlib.AsyncExi
 def _tools_used(project: Project, task: TaskSpec) -> dict[str, str]:
     """Tool name -> sandbox mode of the agent using it, over every agent and step of the task."""
     used: dict[str, str] = {}
-    for name in _agents_used(task):
+    for name in task.agents_used():
         agent = project.agents[name]
         for ref in agent.tools:
             used.setdefault(ref.name, agent.sandbox.mode)
@@ -259,17 +259,6 @@ def _worst(records: list[dict[str, Any]]) -> dict[str, Any]:
     return min(records, key=lambda r: order.get(r["status"], 4))
 
 
-def _agents_used(task: TaskSpec) -> list[str]:
-    names = [task.agent] if task.agent else []
-    if task.pipeline:
-        names += [s.agent for s in task.pipeline.steps if s.agent]
-        if task.pipeline.planner:
-            names += [task.pipeline.planner.agent, *task.pipeline.planner.executors]
-        if task.pipeline.synthesis:
-            names.append(task.pipeline.synthesis.agent)
-    return list(dict.fromkeys(names))
-
-
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -298,7 +287,7 @@ def _workspace(project: Project, task: TaskSpec, run_id: str, options: RunOption
     workspace = (options.workspace_dir or project.root / RUN_DIR / "workspaces" / run_id).resolve()
     if fresh and workspace.is_dir() and options.workspace_dir is None:
         shutil.rmtree(workspace)
-    uses_tools = bool(task.workspace_files) or any(project.agents[a].tools for a in _agents_used(task))
+    uses_tools = bool(task.workspace_files) or any(project.agents[a].tools for a in task.agents_used())
     uses_tools = uses_tools or bool(task.pipeline and any(s.tool or s.tools for s in task.pipeline.steps))
     if not uses_tools:
         return workspace

@@ -54,9 +54,9 @@ async def test_tool_call_then_answer_completes(project_dir: Path) -> None:
 
 
 async def test_inputs_are_typed_and_checked(project_dir: Path) -> None:
-    with pytest.raises(InputError, match="needs input 'a'"):
+    with pytest.raises(InputError, match="input 'a': a value is required"):
         await run(project_dir, "sum", {"rules": []})
-    with pytest.raises(InputError, match="has no input 'c'"):
+    with pytest.raises(InputError, match="unknown input 'c'"):
         await run(project_dir, "sum", {"rules": []}, {"a": "1", "c": "2"})
     with pytest.raises(InputError, match="a"):
         await run(project_dir, "sum", {"rules": []}, {"a": "one"})
