@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 NUMBER = re.compile(r"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?")
@@ -73,3 +74,40 @@ def figures_fallback(goal: str) -> str:
     """A plain rendering of the goal's figures, for when a model's text is rejected."""
     lines = figure_lines(goal)
     return FALLBACK_NOTE + "\n" + "\n".join(lines) if lines else FALLBACK_NOTE
+
+
+NUMBERS_TURN = (
+    "Your answer contains numbers that are not in the figures you were given: {numbers}. "
+    "Write the answer again using only the figures given, exactly as written."
+)
+ORDER_TURN = (
+    "Your answer is missing figures or gives them out of order: {numbers}. Use every figure, "
+    "exactly as written, in the order given, one sentence each."
+)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why an answer was refused: what the model is told, and what the run reports if
+    repairs run out."""
+
+    request: str
+    error: str
+    kind: str  # output_schema | ungrounded
+
+
+def grounding_rejection(
+    answer: str, goal: str, tool_outputs: Iterable[str], *, numbers_from_prompt: bool, figures_in_order: bool
+) -> Rejection | None:
+    """The first grounding check ``answer`` fails, or ``None``."""
+    if numbers_from_prompt:
+        invented = ungrounded_numbers(answer, [goal, *tool_outputs])
+        if invented:
+            listed = ", ".join(invented)
+            return Rejection(NUMBERS_TURN.format(numbers=listed), f"numbers not in the prompt: {listed}", "ungrounded")
+    if figures_in_order:
+        missing = missing_figures(answer, goal)
+        if missing:
+            listed = ", ".join(missing)
+            return Rejection(ORDER_TURN.format(numbers=listed), f"figures missing or out of order: {listed}", "ungrounded")
+    return None

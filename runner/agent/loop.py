@@ -9,13 +9,12 @@ our own code propagate.
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from runner.agent.checks import figures_fallback, missing_figures, ungrounded_numbers
+from runner.agent.checks import Rejection, figures_fallback, grounding_rejection
 from runner.agent.context import compact, history_budget, truncate_output
 from runner.agent.stuck import StuckDetector
 from runner.caps.budget import Budget, Estimate
@@ -35,14 +34,6 @@ FINAL_TURN = (
 REPAIR_TURN = (
     "Your final answer must be JSON that validates against this JSON Schema:\n{schema}\n"
     "It did not: {problems}\nReply with the corrected JSON only."
-)
-ORDER_TURN = (
-    "Your answer is missing figures or gives them out of order: {numbers}. Use every figure, "
-    "exactly as written, in the order given, one sentence each."
-)
-NUMBERS_TURN = (
-    "Your answer contains numbers that are not in the figures you were given: {numbers}. "
-    "Write the answer again using only the figures given, exactly as written."
 )
 
 
@@ -129,14 +120,14 @@ class AgentOutcome:
 
 async def run_agent(agent: AgentSpec, goal: str, env: AgentEnv) -> AgentOutcome:
     """Run ``agent`` on ``goal`` until it answers, gets stuck, fails or reaches a cap."""
-    run = _AgentRun(agent, env)
+    run = _AgentRun(agent, goal, env)
     messages = [Message("system", agent.system_prompt or "You are a helpful agent.")]
     for example_input, example_output in agent.examples:
         messages += [Message("user", example_input), Message("assistant", example_output)]
     messages.append(Message("user", goal))
     stuck = StuckDetector(agent.max_repeats, agent.max_invalid_calls)
     try:
-        for _ in itertools.count(1):
+        while True:
             if stuck.stuck:
                 messages.append(Message("user", FINAL_TURN.format(reason=stuck.reason)))
                 response = await run.think(messages, allow_tools=False)
@@ -157,14 +148,13 @@ async def run_agent(agent: AgentSpec, goal: str, env: AgentEnv) -> AgentOutcome:
         return run.finish("failed", None, error=str(exc), kind=exc.kind)
     finally:
         run.outcome.messages = messages
-    raise AssertionError("unreachable")
 
 
 class _AgentRun:
     """State of one agent run; each method is one named part of the loop."""
 
-    def __init__(self, agent: AgentSpec, env: AgentEnv):
-        self.agent, self.env = agent, env
+    def __init__(self, agent: AgentSpec, goal: str, env: AgentEnv):
+        self.agent, self.goal, self.env = agent, goal, env
         self.outcome = AgentOutcome(status="running")
         self.tool_seq = 0
         self.repairs = 0
@@ -247,37 +237,29 @@ class _AgentRun:
             value, problems = _parse_and_validate(answer, schema)
             if problems:
                 request = REPAIR_TURN.format(schema=json.dumps(schema), problems=problems)
-                return await self.repair(messages, request, answer, f"output does not match the schema: {problems}", "output_schema")
-        if self.agent.numbers_from_prompt:
-            goal = messages[len(self.agent.examples) * 2 + 1]
-            sources = [goal.content or ""] + [m.content or "" for m in messages if m.role == "tool"]
-            invented = ungrounded_numbers(answer or "", sources)
-            if invented:
-                request = NUMBERS_TURN.format(numbers=", ".join(invented))
-                return await self.repair(messages, request, answer, f"numbers not in the prompt: {', '.join(invented)}", "ungrounded")
-        if self.agent.figures_in_order:
-            goal_text = messages[len(self.agent.examples) * 2 + 1].content or ""
-            missing = missing_figures(answer or "", goal_text)
-            if missing:
-                request = ORDER_TURN.format(numbers=", ".join(missing))
-                return await self.repair(messages, request, answer, f"figures missing or out of order: {', '.join(missing)}", "ungrounded")
+                error = f"output does not match the schema: {problems}"
+                return await self.repair(messages, Rejection(request, error, "output_schema"), answer)
+        rejection = grounding_rejection(
+            answer or "", self.goal, [m.content or "" for m in messages if m.role == "tool"],
+            numbers_from_prompt=self.agent.numbers_from_prompt, figures_in_order=self.agent.figures_in_order,
+        )
+        if rejection:
+            return await self.repair(messages, rejection, answer)
         return self.finish("completed", value)
 
-    async def repair(self, messages: list[Message], request: str, answer: str | None, error: str, kind: str) -> AgentOutcome:
-        """One more turn asking the model to fix its answer, or fail when repairs are used up."""
+    async def repair(self, messages: list[Message], rejection: Rejection, answer: str | None) -> AgentOutcome:
+        """One more turn for the model to fix its answer, or fail (or fall back) when repairs are used up."""
+        resample = rejection.kind == "ungrounded" and self.agent.checks_repair == "resample"
         if self.repairs >= self.agent.max_repairs:
-            if kind == "ungrounded" and self.agent.checks_fallback == "figures":
-                goal = messages[len(self.agent.examples) * 2 + 1].content or ""
-                return self.finish("completed", figures_fallback(goal))
-            return self.finish("failed", answer, error=error, kind=kind)
+            if rejection.kind == "ungrounded" and self.agent.checks_fallback == "figures":
+                return self.finish("completed", figures_fallback(self.goal))
+            return self.finish("failed", answer, error=rejection.error, kind=rejection.kind)
         self.repairs += 1
-        if kind == "ungrounded" and self.agent.checks_repair == "resample":
-            if messages and messages[-1].role == "assistant" and not messages[-1].tool_calls:
-                messages.pop()  # ask again without the rejected answer
-            response = await self.think(messages, allow_tools=False)
+        if resample and messages[-1].role == "assistant" and not messages[-1].tool_calls:
+            messages.pop()  # ask again without the rejected answer
         else:
-            messages.append(Message("user", request))
-            response = await self.think(messages, allow_tools=False)
+            messages.append(Message("user", rejection.request))
+        response = await self.think(messages, allow_tools=False)
         messages.append(Message("assistant", response.content))
         return await self.final_answer(messages, response.content)
 

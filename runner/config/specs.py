@@ -76,19 +76,6 @@ class ToolRef:
 
 
 @dataclass(frozen=True)
-class SandboxSpec:
-    """Confinement of code and shell tools."""
-
-    mode: str = "bwrap"
-    cpu_seconds: int = 10
-    memory_mb: int = 512
-    wall_seconds: float = 30.0
-    max_processes: int = 64
-    max_file_mb: int = 64
-    max_output_bytes: int = 65536
-
-
-@dataclass(frozen=True)
 class ContextPolicy:
     """How large tool outputs and history may grow before truncation or compaction."""
 
@@ -108,7 +95,7 @@ class AgentSpec:
     next_step_prompt: str = ""
     tools: tuple[ToolRef, ...] = ()
     tool_choice: str = "auto"
-    sandbox: SandboxSpec = field(default_factory=SandboxSpec)
+    sandbox: dict[str, Any] = field(default_factory=dict)  # overrides of runner.tools.sandbox.SandboxPolicy
     allow_hosts: tuple[str, ...] = ()
     deny_hosts: tuple[str, ...] = ()
     caps: Caps = field(default_factory=Caps)
@@ -123,6 +110,11 @@ class AgentSpec:
     checks_repair: str = "feedback"
     max_repairs: int = 1
     source: str = ""
+
+    @property
+    def sandbox_mode(self) -> str:
+        """``bwrap`` unless the agent chose ``none`` explicitly."""
+        return str(self.sandbox.get("mode", "bwrap"))
 
     def with_tools(self, tools: tuple[ToolRef, ...]) -> AgentSpec:
         return replace(self, tools=tools)
@@ -276,7 +268,7 @@ def build_agent(doc: Document) -> AgentSpec:
         next_step_prompt=read_prompt(d.get("next_step_prompt"), doc),
         tools=tool_refs(d.get("tools"), "/tools"),
         tool_choice=d.get("tool_choice", "auto"),
-        sandbox=SandboxSpec(**d.get("sandbox", {})),
+        sandbox=dict(d.get("sandbox", {})),
         allow_hosts=tuple(network.get("allow_hosts", ())),
         deny_hosts=tuple(network.get("deny_hosts", ())),
         caps=Caps.from_dict(d.get("caps")),

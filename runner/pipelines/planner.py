@@ -38,11 +38,10 @@ class PlanOutcome:
 RESERVED_IDS = ("main", "plan", "synthesis")
 
 
-def check_plan(plan: Any, planner: PlannerSpec, taken: set[str], completed: set[str] | None = None) -> list[str]:
-    """Problems with a plan beyond its schema: unknown agents, ids already used by other
-    steps, dependencies, cycles, size. ``taken`` are ids of steps that already ran;
-    ``completed`` those of them a new step may depend on."""
-    completed = taken if completed is None else completed
+def check_plan(plan: Any, planner: PlannerSpec, completed: set[str]) -> list[str]:
+    """Problems with a plan beyond its schema: unknown agents, ids already used by completed
+    or reserved steps, dependencies on anything but its own or completed steps, cycles, size.
+    (A failed step's id may be planned again: it runs again.)"""
     problems = validate_value(plan, schema("plan"))
     if problems:
         return problems
@@ -53,7 +52,7 @@ def check_plan(plan: Any, planner: PlannerSpec, taken: set[str], completed: set[
     if len(set(ids)) != len(ids):
         problems.append("step ids must be unique")
     for step in steps:
-        if step["id"] in taken or step["id"] in RESERVED_IDS or step["id"].startswith("replan_"):
+        if step["id"] in completed or step["id"] in RESERVED_IDS or step["id"].startswith("replan_"):
             problems.append(f"step id '{step['id']}' is already used by another step; choose a new id")
         if step["agent"] not in planner.executors:
             problems.append(f"step {step['id']}: agent '{step['agent']}' is not one of {list(planner.executors)}")
@@ -88,8 +87,8 @@ async def run_planned(ctx: RunContext, planner: PlannerSpec, max_parallel: int) 
             reason = f"the planner failed: {record['error']}"
             continue
         plan = record["output"]
-        finished = {sid for sid, r in ctx.done.items() if r["status"] == "completed"}
-        problems = check_plan(plan, planner, {sid for sid, r in ctx.done.items() if r["kind"] != "planner" or sid == step_id} | {step_id}, finished)
+        completed = {sid for sid, r in ctx.done.items() if r["status"] == "completed"}
+        problems = check_plan(plan, planner, completed)
         ctx.store.add_plan(ctx.run_id, ctx.attempt, plan if isinstance(plan, dict) else {"raw": plan}, reason)
         ctx.recorder.emit("plan", attempt=attempt, valid=not problems, problems=problems, plan=plan)
         if attempt == 0:
@@ -137,25 +136,15 @@ def _planner_goal(ctx: RunContext, planner: PlannerSpec, reason: str | None) -> 
 
 
 def _nodes(ctx: RunContext, plan: dict[str, Any]) -> list[Node]:
-    nodes = []
-    for step in plan["steps"]:
-        if ctx.done.get(step["id"], {}).get("status") == "completed":
-            continue
-        deps = tuple(step.get("depends_on", ()))
-        goal = render(
-            prompts()["executor_goal"],
-            {"goal": step["goal"], "inputs": {d: "{{OUTPUT:" + d + "}}" for d in deps}},
-        )
-        nodes.append(Node(step["id"], deps, _executor(ctx, step, goal, deps)))
-    return nodes
+    return [Node(step["id"], tuple(step.get("depends_on", ())), _executor(ctx, step)) for step in plan["steps"]]
 
 
-def _executor(ctx: RunContext, step: dict[str, Any], goal: str, deps: tuple[str, ...]) -> Any:
+def _executor(ctx: RunContext, step: dict[str, Any]) -> Any:
     async def run() -> dict[str, Any]:
-        text = goal
-        for dep in deps:
-            text = text.replace("{{OUTPUT:" + dep + "}}", _excerpt(ctx.done.get(dep, {}).get("output"), 4000))
-        return await run_agent_step(ctx, step["id"], "agent", step["agent"], text, visible=None, literal_goal=True)
+        # The plan's text is the model's: it goes in as values, never as a template.
+        inputs = {dep: _excerpt(ctx.done[dep].get("output"), 4000) for dep in step.get("depends_on", ())}
+        goal = render(prompts()["executor_goal"], {"goal": step["goal"], "inputs": inputs})
+        return await run_agent_step(ctx, step["id"], "agent", step["agent"], goal, visible=None, literal_goal=True)
 
     return run
 

@@ -194,13 +194,13 @@ def _tools_used(project: Project, task: TaskSpec) -> dict[str, str]:
     for name in task.agents_used():
         agent = project.agents[name]
         for ref in agent.tools:
-            used.setdefault(ref.name, agent.sandbox.mode)
+            used.setdefault(ref.name, agent.sandbox_mode)
     if task.pipeline:
         for step in task.pipeline.steps:
             if step.tool:
                 used.setdefault(step.tool, "bwrap")
             for ref in step.tools or ():
-                used.setdefault(ref.name, project.agents[step.agent].sandbox.mode if step.agent else "bwrap")
+                used.setdefault(ref.name, project.agents[step.agent].sandbox_mode if step.agent else "bwrap")
     return used
 
 

@@ -19,18 +19,9 @@ def tool_context(workspace: Path, agent: AgentSpec | None, secrets: Sequence[str
 
     if agent is None:
         return ToolContext(workspace=workspace, secrets=tuple(secrets))
-    sandbox = agent.sandbox
     return ToolContext(
         workspace=workspace,
-        sandbox=SandboxPolicy(
-            mode=sandbox.mode,  # type: ignore[arg-type]
-            cpu_seconds=sandbox.cpu_seconds,
-            memory_mb=sandbox.memory_mb,
-            wall_seconds=sandbox.wall_seconds,
-            max_processes=sandbox.max_processes,
-            max_file_mb=sandbox.max_file_mb,
-            max_output_bytes=sandbox.max_output_bytes,
-        ),
+        sandbox=SandboxPolicy(**agent.sandbox),
         network=NetworkPolicy(allow_hosts=tuple(agent.allow_hosts), deny_hosts=tuple(agent.deny_hosts)),
         settings={ref.name: ref.settings for ref in agent.tools},
         secrets=tuple(secrets),

@@ -79,8 +79,8 @@ def test_plans_cannot_reuse_step_ids(project_dir: Path) -> None:
     project = load_project_or_raise(project_dir)
     planner = project.tasks["planned"].pipeline.planner  # type: ignore[union-attr]
     plan = {"steps": [{"id": "plan", "agent": "writer", "goal": "x"}, {"id": "fetch", "agent": "writer", "goal": "y"}]}
-    problems = check_plan(plan, planner, taken={"plan", "fetch"}, completed={"fetch"})
+    problems = check_plan(plan, planner, completed={"fetch"})
     assert len([p for p in problems if "already used" in p]) == 2
     ok = {"steps": [{"id": "next", "agent": "writer", "goal": "y", "depends_on": ["fetch"]}]}
-    assert check_plan(ok, planner, taken={"fetch"}, completed={"fetch"}) == []
-    assert check_plan(ok, planner, taken={"fetch"}, completed=set()) != []
+    assert check_plan(ok, planner, completed={"fetch"}) == []
+    assert check_plan(ok, planner, completed=set()) != []
