@@ -20,7 +20,7 @@ from runner.errors import UsageError
 def report(run_id: str, store_path: Path | None, root: Path, out_dir: Path | None, formats: tuple[str, ...]) -> None:
     """Re-render the report of RUN_ID (Markdown, HTML, JSON) from the run store."""
     from runner.reports.writer import write_report
-    from runner.runs.execute import RUN_DIR
+    from runner.runs.execute import default_workspace
 
     store = open_store(store_path, root)
     run_id = resolve_run_id(store, run_id)
@@ -30,7 +30,7 @@ def report(run_id: str, store_path: Path | None, root: Path, out_dir: Path | Non
         raise UsageError(f"run {run_id} has no record yet (status {run['status']}); it may still be running")
     record = json.loads(run["record_json"])
     target = out_dir or (Path(run["report_dir"]) if run["report_dir"] else root / "reports" / run["task"] / run_id)
-    workspace = root.resolve() / RUN_DIR / "workspaces" / run_id
+    workspace = default_workspace(root.resolve(), run_id)
     written = write_report(record, target, workspace if workspace.is_dir() else None, formats=formats or ("markdown", "html", "json"))
     for path in written.values():
         click.echo(str(path))

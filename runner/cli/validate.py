@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from runner.config.project import find_root, load_project
+from runner.config.project import display_path, find_root, load_project
 from runner.errors import EXIT_CONFIG, EXIT_OK
 
 
@@ -25,7 +25,7 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], root: Path | None, fmt
     root = (root or (find_root(paths[0]) if paths else Path.cwd())).resolve()
     project, problems = load_project(root, list(paths))
     if paths:
-        wanted = {_display(p, root) for p in _expand(paths)}
+        wanted = {display_path(p, root) for p in _expand(paths)}
         problems = [p for p in problems if p.file in wanted]
     if fmt == "json":
         click.echo(json.dumps({"valid": not problems, "problems": [p.as_dict() for p in problems]}, indent=2))
@@ -43,13 +43,3 @@ def _expand(paths: tuple[Path, ...]) -> list[Path]:
     for path in paths:
         out.extend(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")) if path.is_dir() else out.append(path)
     return out
-
-
-def _display(path: Path, root: Path) -> str:
-    resolved = path.resolve()
-    for base in (root, Path.cwd()):
-        try:
-            return str(resolved.relative_to(base))
-        except ValueError:
-            continue
-    return str(resolved)

@@ -11,7 +11,7 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from runner.config.prices import find_price
+from runner.config.prices import find_price, unpriced_message
 from runner.config.schema import check_schema
 from runner.config.specs import AgentSpec, StepSpec, TaskSpec, ToolRef
 from runner.config.templates import TemplateError, references
@@ -60,13 +60,7 @@ def _check_schema_field(doc: Document, pointer: str, value: dict[str, Any] | Non
 def _check_price(project: Project, doc: Document, agent: AgentSpec, pointer: str) -> list[Problem]:
     if agent.model.provider == "local" or find_price(project.prices, agent.model.id):
         return []
-    return [
-        doc.problem(
-            pointer,
-            f"money cap set but model '{agent.model.id}' (agent '{agent.name}') has no known price; "
-            f"add it to a `kind: Prices` document (USD per million tokens) or remove max_cost_usd",
-        )
-    ]
+    return [doc.problem(pointer, unpriced_message(agent.model.id, agent.name))]
 
 
 class TaskChecker:

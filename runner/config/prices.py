@@ -35,3 +35,11 @@ def cost_usd(price: Price, input_tokens: int, output_tokens: int, cached_input_t
     return (
         uncached * price.input_per_mtok + cached_input_tokens * cached_rate + output_tokens * price.output_per_mtok
     ) / 1_000_000
+
+
+def unpriced_message(model_id: str, agent: str) -> str:
+    """Why a money cap cannot be enforced for ``model_id``, and how to fix it."""
+    return (
+        f"money cap set but model '{model_id}' (agent '{agent}') has no known price; add it to a "
+        "`kind: Prices` document (USD per million tokens) or remove max_cost_usd"
+    )

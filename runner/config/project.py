@@ -81,7 +81,7 @@ def load_project(root: Path, extra: list[Path] | None = None) -> tuple[Project, 
     problems: list[Problem] = []
     valid: list[Document] = []
     for path in config_files(project.root, extra):
-        display = _display(path, project.root)
+        display = display_path(path, project.root)
         try:
             documents = load_documents(path, display)
         except YamlError as exc:
@@ -111,14 +111,15 @@ def load_project_or_raise(root: Path, extra: list[Path] | None = None) -> Projec
     return project
 
 
-def _display(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
+def display_path(path: Path, root: Path) -> str:
+    """How messages name a file: relative to the project root, else to the working directory."""
+    resolved = path.resolve()
+    for base in (root, Path.cwd()):
         try:
-            return str(path.relative_to(Path.cwd()))
+            return str(resolved.relative_to(base))
         except ValueError:
-            return str(path)
+            continue
+    return str(resolved)
 
 
 def _build(project: Project, documents: list[Document]) -> list[Problem]:

@@ -111,10 +111,6 @@ class ModelPool:
             on_retry=self._on_retry,
         )
 
-    def secrets(self) -> list[str]:
-        """Keys held by the pool's clients, for redaction."""
-        return [s for m in self._models.values() for s in getattr(m, "_secrets", ()) if isinstance(s, str)]
-
     async def aclose(self) -> None:
         for model in self._models.values():
             await model.aclose()

@@ -8,7 +8,6 @@ before anything is spent.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import filecmp
 import hashlib
@@ -46,6 +45,11 @@ RUN_DIR = ".runner"
 
 def default_store_path(root: Path) -> Path:
     return root / RUN_DIR / "runs.sqlite3"
+
+
+def default_workspace(root: Path, run_id: str) -> Path:
+    """Where run ``run_id`` keeps its files (tables, charts) unless told otherwise."""
+    return root / RUN_DIR / "workspaces" / run_id
 
 
 def new_run_id(task: str) -> str:
@@ -130,7 +134,7 @@ async def _attempt(
     previous = _previous(store, task, run_id, inputs)
     ctx = RunContext(
         project, task, inputs, run_id, attempt, options, store, recorder, budget, pool, registry, workspace, today,
-        previous=previous, config_hash=config_hash(project, task),
+        previous=previous, config_hash=config_hash(project, task),  # cached per project and task
         resumed=resumed,
     )
     recorder.emit("run_started", task=task.name, attempt=attempt, inputs=inputs, caps=caps.as_dict(), resumed_steps=sorted(ctx.resumed))
@@ -284,7 +288,7 @@ def _workspace(project: Project, task: TaskSpec, run_id: str, options: RunOption
     the task uses tools or files. A retry that reuses no earlier step starts from an empty
     workspace (tool side effects of a failed attempt are wiped); one that reuses steps keeps
     it, since later steps need what earlier ones wrote."""
-    workspace = (options.workspace_dir or project.root / RUN_DIR / "workspaces" / run_id).resolve()
+    workspace = (options.workspace_dir or default_workspace(project.root, run_id)).resolve()
     if fresh and workspace.is_dir() and options.workspace_dir is None:
         shutil.rmtree(workspace)
     uses_tools = bool(task.workspace_files) or any(project.agents[a].tools for a in task.agents_used())
@@ -345,8 +349,3 @@ def _notice(options: RunOptions) -> Any:
             options.events({"event": "notice", "message": text})
 
     return notice
-
-
-def run_sync(project: Project, task: TaskSpec, raw_inputs: dict[str, Any], options: RunOptions) -> RunResult:
-    """Blocking wrapper for callers without an event loop (CLI, Airflow)."""
-    return asyncio.run(execute_task(project, task, raw_inputs, options))

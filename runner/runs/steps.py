@@ -16,7 +16,7 @@ from typing import Any
 from runner.agent.loop import AgentEnv, run_agent
 from runner.caps.budget import Budget
 from runner.caps.pricing import Pricer
-from runner.config.prices import find_price
+from runner.config.prices import find_price, unpriced_message
 from runner.config.project import Project
 from runner.config.specs import AgentSpec, Caps, TaskSpec, ToolRef
 from runner.config.templates import TemplateError, render
@@ -236,7 +236,4 @@ def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:
         endpoint = ctx.endpoint(agent)
         capped = money_capped or agent.caps.max_cost_usd is not None
         if capped and endpoint.provider != "local" and not ctx.pricer(endpoint).priced:
-            raise ConfigError(
-                f"agent '{name}': a money cap is set but model '{endpoint.model_id}' has no known price; "
-                "add it to a `kind: Prices` document (USD per million tokens) or remove the cap"
-            )
+            raise ConfigError(unpriced_message(endpoint.model_id, name))

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -135,17 +133,6 @@ class RunStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
-
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
 
     # -- runs -----------------------------------------------------------------------
 
@@ -290,8 +277,8 @@ class RunStore:
             )
 
     def add_plan(self, run_id: str, attempt: int, plan: dict[str, Any], reason: str | None) -> None:
-        with self.transaction() as db:
-            db.execute(
+        with self._lock:
+            self._db.execute(
                 "INSERT INTO plans (run_id, attempt, reason, plan_json, created_at) VALUES (?, ?, ?, ?, ?)",
                 (run_id, attempt, reason, dumps(plan), now_iso()),
             )
