@@ -120,7 +120,7 @@ class RunnerShardOperator(BaseOperator):
         self.max_failed_rows = max_failed_rows
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from runner.errors import ConfigError, InputError
+        from runner.errors import ConfigError, InputError, UsageError
 
         dag_id, dag_run_id, task_id, map_index = dag_run_identity(context)
         work = run_work_dir(self.work_dir, dag_id, dag_run_id)
@@ -142,7 +142,7 @@ class RunnerShardOperator(BaseOperator):
                 model_base_url=base_url,
                 api_key=api_key,
             )
-        except (ConfigError, InputError) as exc:
+        except (ConfigError, InputError, UsageError) as exc:
             raise AirflowFailException(f"runner batch {self.task!r} on {shard.name}: {exc}") from exc
         manifest = {"shard": str(shard), **manifest}
         self.log.info(

@@ -120,7 +120,7 @@ class RunnerTaskOperator(BaseOperator):
         self.no_retry_statuses = tuple(no_retry_statuses)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from runner.errors import ConfigError, InputError
+        from runner.errors import ConfigError, InputError, UsageError
 
         dag_id, dag_run_id, task_id, map_index = dag_run_identity(context)
         root = resolve_root(self.root)
@@ -140,7 +140,7 @@ class RunnerTaskOperator(BaseOperator):
                 model_base_url=base_url,
                 api_key=api_key,
             )
-        except (ConfigError, InputError) as exc:  # found before anything was spent: retrying cannot help
+        except (ConfigError, InputError, UsageError) as exc:  # found before anything was spent: retrying cannot help
             raise AirflowFailException(f"runner task {self.task!r}: {exc}") from exc
         self.log.info(
             "runner run %s: %s (exit %s, %.6f USD), report %s",

@@ -64,7 +64,8 @@ class HumanLog:
             return f"plan (attempt {e['attempt']}, {len(steps)} steps): {state}"
         if kind == "step_finished":
             error = f": {e['error']}" if e.get("error") else ""
-            return f"[{e['step']}] {e['status']} in {e['duration_seconds']}s, ${e['cost_usd']:.4f}{error}"
+            cost = f", ${e['cost_usd']:.4f}" if e["cost_usd"] else ""
+            return f"[{e['step']}] {e['status']} in {e['duration_seconds']}s{cost}{error}"
         if kind == "step_reused":
             return f"[{e['step']}] reused from an earlier attempt ({e['status']})"
         if kind == "run_finished":

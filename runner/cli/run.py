@@ -48,7 +48,9 @@ def run(
     result = asyncio.run(execute_task(project, spec, parse_inputs(inputs), options))
     if not as_json:
         if result.report_dir:
-            click.echo(f"report: {result.report_dir / 'report.md'}", err=True)
+            order = {"html": "report.html", "markdown": "report.md", "json": "report.json"}  # what a person opens first
+            files = [name for fmt, name in order.items() if fmt in spec.report.formats]
+            click.echo(f"report: {result.report_dir / files[0]}" + (f" (also {', '.join(files[1:])})" if files[1:] else ""), err=True)
         output = result.output
         click.echo(output if isinstance(output, str) else json.dumps(output, indent=2, default=str))
     raise click.exceptions.Exit(result.exit_code)
