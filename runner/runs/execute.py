@@ -25,7 +25,7 @@ from typing import Any
 from runner.caps.budget import Budget, Spend
 from runner.config.crossref import ancestors
 from runner.config.project import Project
-from runner.config.specs import Caps, TaskSpec
+from runner.config.specs import TaskSpec
 from runner.config.templates import TemplateError, render
 from runner.errors import ConfigError, UsageError
 from runner.model.factory import ModelPool
@@ -112,32 +112,32 @@ async def _execute(
     attempt = store.start_run(run_id, task.name, inputs, chash, caps.as_dict())
     recorder = RunRecorder(store, run_id, attempt, options.events, known_secrets(project, options))
     try:
-        return await _attempt(project, task, inputs, run_id, options, store, pool, today, registry, caps, attempt, recorder)
+        budget = options.parent_budget.child(caps, "task") if options.parent_budget else Budget(caps, scope="task")
+        if attempt > 1:  # caps carry over; the parents (a batch) counted this spend when it happened
+            spent = store.spent(run_id)
+            budget.add_spend(
+                Spend(int(spent["model_calls"]), 0, int(spent["input_tokens"]), int(spent["output_tokens"]), 0, spent["cost_usd"]),
+                local=True,
+            )
+        resumed = store.completed_steps(run_id) if options.resume and attempt > 1 else {}
+        ctx = RunContext(
+            project, task, inputs, run_id, attempt, options, store, recorder, budget, pool, registry,
+            workspace=_workspace(project, task, run_id, options, fresh=attempt > 1 and not resumed),
+            today=today, previous=_previous(store, task, run_id, inputs), config_hash=chash, resumed=resumed,
+        )
+        return await _attempt(ctx)
     except BaseException as exc:  # record why the run stopped, then let the error reach the caller
         store.finish_run(run_id, {"status": "failed", "error": redact_secrets(f"{type(exc).__name__}: {exc}", recorder.secrets)})
         raise
 
 
-async def _attempt(
-    project: Project, task: TaskSpec, inputs: dict[str, Any], run_id: str, options: RunOptions, store: RunStore,
-    pool: ModelPool, today: date, registry: ToolRegistry, caps: Caps, attempt: int, recorder: RunRecorder,
-) -> RunResult:
-    budget = (options.parent_budget.child(caps, "task") if options.parent_budget else Budget(caps, scope="task"))
-    if attempt > 1:  # caps carry over; the parents (a batch) counted this spend when it happened
-        spent = store.spent(run_id)
-        budget.add_spend(
-            Spend(int(spent["model_calls"]), 0, int(spent["input_tokens"]), int(spent["output_tokens"]), 0, spent["cost_usd"]),
-            local=True,
-        )
-    resumed = store.completed_steps(run_id) if options.resume and attempt > 1 else {}
-    workspace = _workspace(project, task, run_id, options, fresh=attempt > 1 and not resumed)
-    previous = _previous(store, task, run_id, inputs)
-    ctx = RunContext(
-        project, task, inputs, run_id, attempt, options, store, recorder, budget, pool, registry, workspace, today,
-        previous=previous, config_hash=config_hash(project, task),  # cached per project and task
-        resumed=resumed,
+async def _attempt(ctx: RunContext) -> RunResult:
+    """The run proper: its steps, then the record, the report and the store's final word."""
+    task, recorder, budget = ctx.task, ctx.recorder, ctx.budget
+    recorder.emit(
+        "run_started", task=task.name, attempt=ctx.attempt, inputs=ctx.inputs, caps=budget.caps.as_dict(),
+        resumed_steps=sorted(ctx.resumed),
     )
-    recorder.emit("run_started", task=task.name, attempt=attempt, inputs=inputs, caps=caps.as_dict(), resumed_steps=sorted(ctx.resumed))
     started_at, started = now_iso(), time.monotonic()
     preflight_prices(ctx, task.agents_used())
     plan: PlanOutcome | None = None
@@ -156,12 +156,12 @@ async def _attempt(
     )
     report_dir = _write_report(ctx, record_)
     result = RunResult(
-        run_id=run_id, task=task.name, status=status, output=output, error=error, error_kind=kind,
+        run_id=ctx.run_id, task=task.name, status=status, output=output, error=error, error_kind=kind,
         cost_usd=budget.spent.cost_usd, input_tokens=budget.spent.input_tokens, output_tokens=budget.spent.output_tokens,
         model_calls=budget.spent.steps, tool_calls=budget.spent.tool_calls, duration_seconds=duration, report_dir=report_dir,
     )
     record_["exit_code"] = result.exit_code
-    store.finish_run(run_id, {
+    ctx.store.finish_run(ctx.run_id, {
         "status": status, "error": error, "error_kind": kind, "cost_usd": result.cost_usd,
         "input_tokens": result.input_tokens, "output_tokens": result.output_tokens, "model_calls": result.model_calls,
         "tool_calls": result.tool_calls, "output_json": json.dumps(output, default=str),
