@@ -25,7 +25,7 @@ from typing import Any
 from runner.caps.budget import Budget, Spend
 from runner.config.crossref import ancestors
 from runner.config.project import Project
-from runner.config.specs import TaskSpec
+from runner.config.specs import StepSpec, TaskSpec
 from runner.config.templates import TemplateError, render
 from runner.errors import ConfigError, UsageError
 from runner.model.factory import ModelPool
@@ -211,20 +211,16 @@ def _tools_used(project: Project, task: TaskSpec) -> dict[str, str]:
 async def _run_pipeline(ctx: RunContext) -> tuple[str, str | None, str | None, Any, PlanOutcome | None]:
     pipeline = ctx.task.pipeline
     assert pipeline is not None
-    nodes = [
-        Node(s.id, s.depends_on, _declared_runner(ctx, s.id), kind=s.kind)
-        for s in pipeline.steps
-    ]
+    nodes = [Node(s.id, s.depends_on, _declared_runner(ctx, s), kind=s.kind) for s in pipeline.steps]
     results = await run_dag(ctx, nodes, pipeline.max_parallel)
     bad = [r for r in results.values() if r["status"] != "completed"]
-    plan: PlanOutcome | None = None
-    if not bad and pipeline.planner is not None:
-        plan = await run_planned(ctx, pipeline.planner, pipeline.max_parallel)
-        if plan.status != "completed":
-            return plan.status, plan.error, plan.error_kind, None, plan
     if bad:
         worst = _worst(bad)
-        return worst["status"] if worst["status"] != "skipped" else "failed", f"step {worst['id']}: {worst['error']}", worst["error_kind"], None, plan
+        status = "failed" if worst["status"] == "skipped" else worst["status"]
+        return status, f"step {worst['id']}: {worst['error']}", worst["error_kind"], None, None
+    plan = await run_planned(ctx, pipeline.planner, pipeline.max_parallel) if pipeline.planner else None
+    if plan is not None and plan.status != "completed":
+        return plan.status, plan.error, plan.error_kind, None, plan
     output: Any = None
     if pipeline.synthesis is not None:
         record = await run_agent_step(
@@ -242,11 +238,9 @@ async def _run_pipeline(ctx: RunContext) -> tuple[str, str | None, str | None, A
     return "completed", None, None, output, plan
 
 
-def _declared_runner(ctx: RunContext, step_id: str) -> Any:
-    step = next(s for s in ctx.task.pipeline.steps if s.id == step_id)  # type: ignore[union-attr]
-
+def _declared_runner(ctx: RunContext, step: StepSpec) -> Any:
     async def run() -> dict[str, Any]:
-        visible = ancestors(step_id, ctx.task.pipeline.steps)  # type: ignore[union-attr]
+        visible = ancestors(step.id, ctx.task.pipeline.steps)  # type: ignore[union-attr]
         if step.tool is not None:
             return await run_tool_step(ctx, step.id, step.tool, step.args, visible)
         assert step.agent is not None and step.goal is not None
