@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from runner.config.specs import Caps
+from runner.config.specs import CAP_NAMES, Caps
 from runner.errors import UsageError
 
 CAP_FLAGS = (
@@ -31,7 +31,8 @@ def caps_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def caps_from_flags(values: dict[str, Any]) -> Caps:
-    chosen = {k: v for k, v in values.items() if v is not None and k in dict((n, 1) for n, _, _ in CAP_FLAGS)}
+    """The caps given on the command line (others in ``values`` are ignored); NaN and infinity are refused."""
+    chosen = {k: v for k, v in values.items() if v is not None and k in CAP_NAMES}
     for name, value in chosen.items():
         if isinstance(value, float) and not math.isfinite(value):
             raise UsageError(f"--{name.replace('_', '-')} must be a finite number")

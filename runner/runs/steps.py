@@ -167,7 +167,7 @@ async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dic
     started = time.monotonic()
     ctx.recorder.emit("step_started", step=step_id, kind="tool", tool=tool_name)
     try:
-        rendered = {k: _render_arg(v, ctx.template_context(visible)) for k, v in args.items()}
+        rendered = _render_arg(args, ctx.template_context(visible))
         ctx.budget.check_can_start()
         ctx.budget.take_tool_call()
         context = tool_context(ctx.workspace, None, ctx.recorder.secrets)
