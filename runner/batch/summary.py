@@ -17,7 +17,7 @@ from typing import Any
 
 from runner.batch.journal import STATUSES, BatchJournal
 from runner.errors import EXIT_CAPPED, EXIT_FAILED, EXIT_OK
-from runner.files import replacing
+from runner.files import write_text_atomic
 
 _EXAMPLE_IDS = 5
 
@@ -97,36 +97,31 @@ def batch_report(journal: BatchJournal, summary: BatchSummary | None = None, *, 
 
 def render_markdown(report: dict[str, Any]) -> str:
     """``batch_report.md``: counts, spend, slowest rows, errors by kind, rows not run."""
+    from runner.reports.markdown import table
+    from runner.reports.tables import Table
+
+    def section(heading: str, columns: list[str], rows: list[list[Any]], numeric: list[bool]) -> list[str]:
+        cells = [[_short(c) for c in row] for row in rows]
+        return [f"## {heading}", "", table(Table(columns, cells, numeric)), ""]
+
     lines = [f"# Batch {report['batch_id']}: {report['task']}", ""]
     lines += [f"Input: `{report['input']['path']}` (sha256 `{(report['input']['sha256'] or '')[:16]}`)", ""]
-    lines += ["| status | rows |", "|---|---:|"]
-    lines += [f"| {status} | {n} |" for status, n in report["counts"].items() if n]
-    lines += [f"| **total** | **{report['rows']}** |", ""]
-    cost = report["cost_per_row_usd"]
+    counts = [[status, str(n)] for status, n in report["counts"].items() if n] + [["**total**", f"**{report['rows']}**"]]
+    lines += [table(Table(["status", "rows"], counts, [False, True])), ""]
     lines += [f"Spend: ${report['cost_usd']:.4f}, {report['tokens']:,} tokens.", ""]
+    cost = report["cost_per_row_usd"]
     if cost["rows"]:
-        lines += [
-            "| cost per row | mean | p50 | p95 | max |",
-            "|---|---:|---:|---:|---:|",
-            f"| USD | {cost['mean']:.6f} | {cost['p50']:.6f} | {cost['p95']:.6f} | {cost['max']:.6f} |",
-            "",
-        ]
+        stats = [["USD", *(f"{cost[k]:.6f}" for k in ("mean", "p50", "p95", "max"))]]
+        lines += [table(Table(["cost per row", "mean", "p50", "p95", "max"], stats, [False, True, True, True, True])), ""]
     if report["slowest_rows"]:
-        lines += ["## Slowest rows", "", "| id | row | seconds |", "|---|---:|---:|"]
-        lines += [f"| {_cell(r['id'])} | {r['row']} | {r['seconds']:.3f} |" for r in report["slowest_rows"]]
-        lines.append("")
+        rows = [[r["id"], r["row"], f"{r['seconds']:.3f}"] for r in report["slowest_rows"]]
+        lines += section("Slowest rows", ["id", "row", "seconds"], rows, [False, True, True])
     if report["errors_by_kind"]:
-        lines += ["## Errors by kind", "", "| kind | rows | example ids | example |", "|---|---:|---|---|"]
-        for kind, group in report["errors_by_kind"].items():
-            ids = ", ".join(_cell(i) for i in group["example_ids"])
-            lines.append(f"| {_cell(kind)} | {group['count']} | {ids} | {_cell(group['example'])} |")
-        lines.append("")
+        rows = [[k, g["count"], ", ".join(map(str, g["example_ids"])), g["example"]] for k, g in report["errors_by_kind"].items()]
+        lines += section("Errors by kind", ["kind", "rows", "example ids", "example"], rows, [False, True, False, False])
     if report["not_run"]:
-        lines += ["## Rows not run", "", "| reason | rows | example ids |", "|---|---:|---|"]
-        for reason, group in report["not_run"].items():
-            ids = ", ".join(_cell(i) for i in group["example_ids"])
-            lines.append(f"| {_cell(reason)} | {group['count']} | {ids} |")
-        lines.append("")
+        rows = [[reason, g["count"], ", ".join(map(str, g["example_ids"]))] for reason, g in report["not_run"].items()]
+        lines += section("Rows not run", ["reason", "rows", "example ids"], rows, [False, True, False])
     return "\n".join(lines)
 
 
@@ -134,8 +129,8 @@ def write_reports(report: dict[str, Any], directory: Path) -> tuple[Path, Path]:
     """Write ``batch_report.md`` and ``batch_report.json`` into ``directory`` (atomically)."""
     directory.mkdir(parents=True, exist_ok=True)
     markdown, data = directory / "batch_report.md", directory / "batch_report.json"
-    _write_atomic(markdown, render_markdown(report))
-    _write_atomic(data, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    write_text_atomic(markdown, render_markdown(report))
+    write_text_atomic(data, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return markdown, data
 
 
@@ -166,12 +161,6 @@ def _percentile(ordered: list[float], percent: float) -> float:
     return ordered[rank - 1]
 
 
-def _cell(value: Any) -> str:
-    text = "" if value is None else str(value)
-    text = text.replace("|", "\\|").replace("\n", " ")
+def _short(value: Any) -> str:
+    text = "" if value is None else " ".join(str(value).split())
     return text if len(text) <= 120 else text[:117] + "..."
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    with replacing(path) as temp:
-        temp.write_text(text, encoding="utf-8")
