@@ -83,6 +83,17 @@ class ModelPool:
         self._notice = notice
         self._noticed = False
 
+    def endpoint(
+        self, spec: ModelSpec, model_override: str | None, base_url_override: str | None, api_key: str | None
+    ) -> Endpoint:
+        """Where an agent's calls go; with a ``fixed`` model, that model under the agent's model id
+        (so prices and records name the model the agent asked for)."""
+        if self.fixed is not None:
+            return Endpoint("fixed", model_override or spec.id)
+        return resolve_endpoint(
+            spec, model_override=model_override, base_url_override=base_url_override, api_key=api_key
+        )
+
     def get(self, endpoint: Endpoint, spec: ModelSpec) -> ChatModel:
         if self.fixed is not None:
             return self.fixed

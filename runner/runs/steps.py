@@ -21,7 +21,7 @@ from runner.config.project import Project
 from runner.config.specs import AgentSpec, Caps, TaskSpec, ToolRef
 from runner.config.templates import TemplateError, render
 from runner.errors import CapReached, ConfigError, ToolFailure
-from runner.model.factory import Endpoint, ModelPool, resolve_endpoint
+from runner.model.factory import Endpoint, ModelPool
 from runner.redact import redact_secrets
 from runner.runs.toolbox import ToolBox, tool_context
 from runner.runs.types import RunOptions
@@ -67,14 +67,8 @@ class RunContext:
         }
 
     def endpoint(self, agent: AgentSpec) -> Endpoint:
-        if self.pool.fixed is not None:
-            return Endpoint("fixed", self.options.model_override or agent.model.id)
-        return resolve_endpoint(
-            agent.model,
-            model_override=self.options.model_override,
-            base_url_override=self.options.base_url_override,
-            api_key=self.options.api_key,
-        )
+        options = self.options
+        return self.pool.endpoint(agent.model, options.model_override, options.base_url_override, options.api_key)
 
     def pricer(self, endpoint: Endpoint) -> Pricer:
         return Pricer(endpoint.model_id, find_price(self.project.prices, endpoint.model_id))
