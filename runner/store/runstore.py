@@ -46,8 +46,6 @@ CREATE TABLE IF NOT EXISTS steps (
   agent TEXT,
   tool TEXT,
   status TEXT NOT NULL,
-  output_json TEXT,
-  data_json TEXT,
   error TEXT,
   error_kind TEXT,
   started_at TEXT NOT NULL,
@@ -59,8 +57,7 @@ CREATE TABLE IF NOT EXISTS steps (
   model_calls INTEGER NOT NULL DEFAULT 0,
   tool_calls INTEGER NOT NULL DEFAULT 0,
   model TEXT,
-  artifacts_json TEXT NOT NULL DEFAULT '[]',
-  record_json TEXT NOT NULL,
+  record_json TEXT NOT NULL,  -- the whole step record (output, data, tool calls, artifacts)
   PRIMARY KEY (run_id, step_id)
 );
 CREATE TABLE IF NOT EXISTS model_calls (
@@ -217,7 +214,7 @@ class RunStore:
     def steps(self, run_id: str) -> list[dict[str, Any]]:
         with self._lock:
             rows = self._db.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY started_at", (run_id,)).fetchall()
-        return [_decode_step(dict(r)) for r in rows]
+        return [dict(r) | json.loads(r["record_json"]) for r in rows]
 
     def save_step(self, run_id: str, step: dict[str, Any]) -> None:
         """Insert or replace one step's record (status, output, usage, artifacts)."""
@@ -228,8 +225,6 @@ class RunStore:
             "agent": step.get("agent"),
             "tool": step.get("tool"),
             "status": step["status"],
-            "output_json": dumps(step.get("output")),
-            "data_json": dumps(step.get("data")),
             "error": step.get("error"),
             "error_kind": step.get("error_kind"),
             "started_at": step["started_at"],
@@ -241,7 +236,6 @@ class RunStore:
             "model_calls": step.get("usage", {}).get("model_calls", 0),
             "tool_calls": len(step.get("tool_calls", [])),
             "model": step.get("model"),
-            "artifacts_json": dumps(step.get("artifacts", [])),
             "record_json": dumps(step),
         }
         columns = ", ".join(row)
@@ -290,10 +284,3 @@ class RunStore:
     def tool_calls(self, run_id: str) -> list[dict[str, Any]]:
         with self._lock:
             return [dict(r) for r in self._db.execute("SELECT * FROM tool_calls WHERE run_id = ? ORDER BY id", (run_id,))]
-
-
-def _decode_step(row: dict[str, Any]) -> dict[str, Any]:
-    row["output"] = json.loads(row.pop("output_json") or "null")
-    row["data"] = json.loads(row.pop("data_json") or "null")
-    row["artifacts"] = json.loads(row.pop("artifacts_json") or "[]")
-    return row
