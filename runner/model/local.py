@@ -29,7 +29,9 @@ Design notes:
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -147,7 +149,18 @@ def _import_llama() -> Any:
             "not_found",
             f"the local model needs llama-cpp-python ({exc}); install it with: {INSTALL_HINT}",
         ) from exc
+    _close_at_exit(llama_cpp)
     return llama_cpp
+
+
+@functools.cache  # once per process, however many models load
+def _close_at_exit(llama_cpp: Any) -> None:
+    """llama_cpp._utils opens two /dev/null files at import and never closes them, which
+    shows up as ResourceWarnings when the interpreter exits; close them then."""
+    utils = getattr(llama_cpp, "_utils", None)
+    files = [f for f in (getattr(utils, "outnull_file", None), getattr(utils, "errnull_file", None)) if f is not None]
+    if files:
+        atexit.register(lambda: [f.close() for f in files])
 
 
 _PATCH_LOCK = threading.Lock()
