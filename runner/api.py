@@ -11,7 +11,8 @@ from typing import Any
 
 from runner.config.project import load_project_or_raise
 from runner.config.specs import Caps
-from runner.runs.types import EventSink, RunOptions
+from runner.core.ports import EventSink
+from runner.runs.options import RunOptions
 
 
 def run_task(
@@ -79,7 +80,7 @@ def run_batch(
     ``row_caps`` tighten each row's run. Returns ``{batch_id, counts, total, cost_usd,
     output_path, report_path, exit_code, ...}``.
     """
-    from runner.batch.api import BatchRequest, run_batch_file
+    from runner.batch.file_batch import BatchRequest, run_batch_file
 
     project = load_project_or_raise(Path(root))
     spec = project.task_for(task)

@@ -3,7 +3,7 @@
 An executor is ``async (inputs, options) -> RunResult``. It must not raise for run
 failures (it returns ``failed``/``capped``/``stuck``), must spend through
 ``options.parent_budget`` (a child of the batch budget, reserving before each call) and
-consult ``options.rate_gate`` before each call. ``RunResult.cost_usd`` and tokens are the
+consult ``options.rate_gate`` before each call. ``RunResult.usage`` is the
 run's totals over every attempt of ``options.run_id``, which stays the same when a row is
 retried so the run can resume.
 """
@@ -14,7 +14,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.runs.types import RateGate, RunOptions, RunResult
+from runner.core.ports import RateGate
+from runner.core.results import RunResult
+from runner.runs.options import RunOptions
 
 if TYPE_CHECKING:
     from runner.config.project import Project

@@ -57,7 +57,7 @@ def batch(task: str, input_path: Path, output_path: Path, input_format: str | No
     Exit codes: 0 every row done, 1 some row failed or was invalid, 2 usage error,
     3 a batch cap stopped the batch, 130 interrupted (rerun to resume).
     """
-    from runner.batch.api import BatchRequest, run_batch_file
+    from runner.batch.file_batch import BatchRequest, run_batch_file
 
     root = (root or find_root(Path(task) if task.endswith((".yaml", ".yml")) else Path.cwd())).resolve()
     project = load_project_or_raise(root)

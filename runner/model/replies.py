@@ -4,7 +4,7 @@ A :class:`Reply` is data (content, tool calls, a fault, delays, a usage override
 is rendered here into the exact Chat Completions JSON a real endpoint would send, as a
 whole completion or as stream chunks, so both test doubles exercise the same parsing
 code as production. The rule format around replies is documented in
-:mod:`runner.model.script`.
+:mod:`runner.model.script_rules`.
 """
 
 from __future__ import annotations

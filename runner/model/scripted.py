@@ -1,6 +1,6 @@
 """ScriptedModel: an in-process ChatModel for fast tests of agents, shipped for users too.
 
-It answers from the same rules as the scripted HTTP server (:mod:`runner.model.script`)
+It answers from the same rules as the scripted HTTP server (:mod:`runner.model.script_rules`)
 and builds each answer as the same Chat Completions JSON, parsed by the same code as a
 real endpoint's. No HTTP and no retries: a scripted fault raises the
 :class:`~runner.errors.ModelError` the real client raises once its retries are spent::
@@ -29,7 +29,7 @@ from runner.errors import ModelError
 from runner.model.base import ModelRequest, ModelResponse
 from runner.model.faults import kind_for_status
 from runner.model.replies import Reply
-from runner.model.script import DEFAULT_FALLBACK, NoRuleMatched, Script
+from runner.model.script_rules import DEFAULT_FALLBACK, NoRuleMatched, Script
 from runner.model.wire import parse_completion, request_body
 
 FunctionResult: TypeAlias = ModelResponse | Reply | Mapping[str, Any] | str

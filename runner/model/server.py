@@ -14,7 +14,7 @@ or as a process (prints the base URL as its first line, serves until killed)::
 Endpoints: ``POST /v1/chat/completions`` (JSON or, with ``"stream": true``, server-sent
 events, with a final usage chunk when ``stream_options.include_usage``) and
 ``GET /v1/models``. Replies, faults, delays and hangs come from the rules described in
-:mod:`runner.model.script`. Each request is recorded with its JSON body and headers;
+:mod:`runner.model.script_rules`. Each request is recorded with its JSON body and headers;
 credentials (``Authorization``, ``api-key``, cookies) are never stored, only whether
 one was sent and a short SHA-256 fingerprint of it.
 
@@ -38,7 +38,7 @@ from typing import Any
 
 from runner.errors import ConfigError
 from runner.model.replies import INVALID_JSON_BODY, HttpFault, completion_chunks
-from runner.model.script import Match, NoRuleMatched, Script
+from runner.model.script_rules import Match, NoRuleMatched, Script
 
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key", "cookie"})
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.config.specs import AgentSpec
-from runner.errors import ToolFailure
+from runner.errors import InvalidToolCall
 from runner.tools.base import ToolContext, ToolResult
 from runner.tools.registry import ToolRegistry
 
@@ -45,7 +45,7 @@ class ToolBox:
     async def call(self, name: str, arguments: str) -> ToolResult:
         if name not in self.allowed:
             available = ", ".join(self.allowed) or "none"
-            raise ToolFailure(f"unknown tool '{name}'; the tools available to you are: {available}")
+            raise InvalidToolCall(f"unknown tool '{name}'; the tools available to you are: {available}")
         assert self.context is not None  # an agent with tools always has a context
         return await self.registry.invoke(name, arguments, self.context)
 

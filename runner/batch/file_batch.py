@@ -20,7 +20,7 @@ from runner.batch.ratelimit import SharedRateLimiter
 from runner.batch.summary import batch_report, write_reports
 from runner.config.project import Project
 from runner.config.specs import Caps, TaskSpec
-from runner.runs.types import RunOptions
+from runner.runs.options import RunOptions
 
 
 @dataclass
@@ -102,9 +102,10 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
         "counts": summary.counts,
         "total": summary.total,
         "records_written": records,
-        "cost_usd": summary.cost_usd,
-        "input_tokens": summary.input_tokens,
-        "output_tokens": summary.output_tokens,
+        "cost_usd": round(summary.usage.cost_usd, 8),
+        "input_tokens": summary.usage.input_tokens,
+        "output_tokens": summary.usage.output_tokens,
+        "cached_input_tokens": summary.usage.cached_input_tokens,
         "elapsed_seconds": summary.elapsed_seconds,
         "stop_reason": summary.stop_reason,
         "exit_code": summary.exit_code,
