@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.batch.journal import STATUSES, BatchJournal
+from runner.config.specs import CAP_NAMES
 from runner.core.usage import Usage
 from runner.errors import EXIT_CAPPED, EXIT_FAILED, EXIT_OK
 from runner.files import write_text_atomic
@@ -43,7 +44,7 @@ class BatchSummary:
     @property
     def exit_code(self) -> int:
         """0 all done; 3 stopped by a batch cap; 1 any row failed, invalid or not run."""
-        if self.stop_kind and self.stop_kind.startswith("max_"):
+        if self.stop_kind in CAP_NAMES:
             return EXIT_CAPPED
         unfinished = self.total - self.counts.get("done", 0)
         return EXIT_FAILED if unfinished else EXIT_OK
