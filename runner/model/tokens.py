@@ -132,7 +132,7 @@ class TokenCounter:
         return self.count_text(text)
 
 
-UTF8_BYTES_BOUND = TokenCounter("utf8_bytes", False, utf8_length, ANY_TEMPLATE_FRAMING)
+UTF8_BYTES_BOUND = TokenCounter("utf8_bytes_bound", False, utf8_length, ANY_TEMPLATE_FRAMING)
 """The counter for models whose tokenizer is not known: an upper bound."""
 
 
