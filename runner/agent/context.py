@@ -8,11 +8,11 @@ notes; the system prompt, the goal and the latest messages are always kept whole
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from runner.config.specs import AgentSpec
 from runner.model.base import Message
-from runner.model.tokens import estimate_text_tokens
 from runner.prompts import Prompts
 
 
@@ -35,10 +35,20 @@ def history_budget(agent: AgentSpec) -> int:
     return max(int(agent.model.context_window * 0.75) - agent.model.max_tokens, 512)
 
 
+def approx_text_tokens(text: str | None) -> int:
+    """A typical token count for sizing the history: one per 3 ASCII characters, one per
+    other character. Not a bound: caps reserve with :mod:`runner.model.tokens`, which never
+    errs low; compacting by that bound would cut history 3-4x earlier than needed."""
+    if not text:
+        return 0
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    return math.ceil(ascii_chars / 3) + (len(text) - ascii_chars)
+
+
 def message_tokens(message: Message) -> int:
-    tokens = 4 + estimate_text_tokens(message.content)
+    tokens = 4 + approx_text_tokens(message.content)
     for call in message.tool_calls:
-        tokens += estimate_text_tokens(call.name) + estimate_text_tokens(call.arguments) + 4
+        tokens += approx_text_tokens(call.name) + approx_text_tokens(call.arguments) + 4
     return tokens
 
 

@@ -18,7 +18,7 @@ from runner.agent.checks import AnswerCheck, Rejection, Seen, build_checks, figu
 from runner.agent.context import compact, history_budget, truncate_output
 from runner.agent.stuck import StuckDetector
 from runner.caps.budget import Budget, Estimate
-from runner.caps.pricing import Pricer
+from runner.caps.pricing import Pricer, needs_exact_prompt
 from runner.config.specs import AgentSpec
 from runner.core.calls import CallStatus, ModelCallEntry, ToolCallEntry
 from runner.core.ports import RateGate
@@ -142,7 +142,7 @@ class _AgentRun:
             max_tokens=agent.model.max_tokens,
             temperature=agent.model.temperature,
         )
-        estimate = env.pricer.estimate(request, agent.model.max_tokens)
+        estimate = env.pricer.estimate(request, agent.model.max_tokens, exact=needs_exact_prompt(env.budget, env.rate_gate is not None))
         if env.rate_gate is not None:  # wait first, so the caps (wall time too) are checked after the wait
             await env.rate_gate.acquire(estimate.input_tokens + estimate.output_tokens)
         reservation = env.budget.reserve(estimate)

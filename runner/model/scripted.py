@@ -89,7 +89,8 @@ class ScriptedModel:
             raise ModelError(kind_for_status(reply.fault.status), f"HTTP {reply.fault.status}: scripted fault{note}")
         if reply.invalid_json:
             raise ModelError("invalid_response", "the response body is not valid JSON (scripted)")
-        response = parse_completion(reply.completion(body, serial))
+        tokenizer = self.script.tokenizer if self.script is not None else "estimate"
+        response = parse_completion(reply.completion(body, serial, tokenizer))
         return dataclasses.replace(response, latency_seconds=reply.latency_seconds)
 
     async def aclose(self) -> None:

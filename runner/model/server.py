@@ -197,10 +197,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send_fault(reply.fault)
         stream_options = body.get("stream_options") or {}
         if body.get("stream"):
-            return self._send_stream(reply.completion(body, match.serial), reply.invalid_json, stream_options)
+            return self._send_stream(reply.completion(body, match.serial, match.tokenizer), reply.invalid_json, stream_options)
         if reply.invalid_json:
             return self._send(200, INVALID_JSON_BODY.encode(), "application/json")
-        self._send_json(200, reply.completion(body, match.serial))
+        self._send_json(200, reply.completion(body, match.serial, match.tokenizer))
 
     def _send_fault(self, fault: HttpFault) -> None:
         payload, content_type = fault.body_bytes()
