@@ -16,8 +16,9 @@ from typing import Any, Protocol
 
 from runner.agent.checks import AnswerCheck, Rejection, Seen, build_checks, figures_fallback, parse_json_answer
 from runner.agent.context import compact, history_budget, truncate_output
+from runner.agent.ledger import CallLedger
 from runner.agent.stuck import StuckDetector
-from runner.caps.budget import Budget, Estimate
+from runner.caps.budget import Budget, Estimate, within_deadline
 from runner.caps.pricing import Pricer, needs_exact_prompt
 from runner.config.specs import AgentSpec
 from runner.core.calls import CallStatus, ModelCallEntry, ToolCallEntry
@@ -34,7 +35,9 @@ from runner.tools.base import ToolResult
 class Recorder(Protocol):
     """Where the loop reports what happened (the run store and the event stream)."""
 
-    def model_call(self, call: ModelCallEntry) -> None: ...
+    def call_reserved(self, call: ModelCallEntry) -> int: ...
+
+    def model_call(self, call: ModelCallEntry, ledger_id: int | None = None) -> None: ...
 
     def tool_call(self, call: ToolCallEntry) -> None: ...
 
@@ -46,7 +49,8 @@ class Tools(Protocol):
 
     def terminates(self, name: str) -> bool: ...
 
-    async def call(self, name: str, arguments: str) -> ToolResult: ...
+    async def call(self, name: str, arguments: str, deadline: float | None = None) -> ToolResult:
+        """Run one call; ``deadline`` (``time.monotonic()``) bounds sandboxed work."""
 
 
 @dataclass
@@ -77,6 +81,7 @@ class AgentOutcome:
     usage: Usage = field(default_factory=Usage)
     artifacts: list[str] = field(default_factory=list)
     data: list[Any] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,8 @@ class _AgentRun:
         self.model_seq = self.tool_seq = self.repairs = 0
 
     async def think(self, messages: list[Message], *, allow_tools: bool) -> ModelResponse:
-        """One model call, reserved against every cap before it is sent."""
+        """One model call, reserved against every cap (durably) before it is sent, and cut off
+        at the earliest wall-clock deadline of the scopes around it."""
         agent, env = self.agent, self.env
         history = compact(messages, history_budget(agent), agent.context.keep_last_messages, self.prompts)
         messages[:] = history
@@ -143,29 +149,44 @@ class _AgentRun:
             temperature=agent.model.temperature,
         )
         estimate = env.pricer.estimate(request, agent.model.max_tokens, exact=needs_exact_prompt(env.budget, env.rate_gate is not None))
-        if env.rate_gate is not None:  # wait first, so the caps (wall time too) are checked after the wait
-            await env.rate_gate.acquire(estimate.input_tokens + estimate.output_tokens)
-        reservation = env.budget.reserve(estimate)
+        async with within_deadline(env.budget):
+            if env.rate_gate is not None:  # wait first, so the caps are checked after the wait
+                await env.rate_gate.acquire(estimate.input_tokens + estimate.output_tokens)
+            return await self._call(request, estimate)
+
+    async def _call(self, request: ModelRequest, estimate: Estimate) -> ModelResponse:
+        env = self.env
+        template = ModelCallEntry(
+            env.step_id, self.agent.name, env.model_id or self.agent.model.id, self.model_seq + 1, Usage(), 0.0, "reserved"
+        )
+        ledger = CallLedger(env.budget, estimate, env.recorder, template)
+        ledger.open()
         started = time.monotonic()
-        self.model_seq += 1
         try:
-            response = await env.model.complete(request)
+            response = await env.model.complete(request, ledger)
         except ModelError as exc:
-            if exc.kind == "timeout":  # the endpoint may have billed a call we never saw: count the worst case
-                reservation.settle(Usage(estimate.input_tokens, estimate.output_tokens, 0, estimate.cost_usd))
-            else:
-                reservation.release()
-            self._record_model(None, time.monotonic() - started, error=str(exc))
+            ledger.failed(exc.kind, str(exc))
             raise
-        except BaseException:
-            reservation.release()  # cancelled, or our own bug: never leave the amount held
+        except BaseException:  # cancelled in flight (a deadline, Ctrl-C), or our own bug
+            ledger.abandoned("cancelled while the call was in flight")
             raise
+        finally:
+            self.model_seq += ledger.attempts
         usage = _trusted_usage(response, estimate)
         usage = replace(usage, cost_usd=env.pricer.cost(usage))
-        response = replace(response, usage=usage)
-        reservation.settle(usage)
-        self._record_model(response, time.monotonic() - started)
-        return response
+        ledger.answered(usage, time.monotonic() - started, tool_calls=len(response.tool_calls), content=response.content)
+        self._flag_excess(usage, estimate)
+        return replace(response, usage=usage)
+
+    def _flag_excess(self, usage: Usage, estimate: Estimate) -> None:
+        """Usage above the reservation already counts in every scope (no new call starts in a
+        scope now over its cap); say so in the record."""
+        excess = max(usage.input_tokens - estimate.input_tokens, 0) + max(usage.output_tokens - estimate.output_tokens, 0)
+        if excess > 0:
+            self.outcome.warnings.append(
+                f"the endpoint reported {excess} tokens above the reserved worst case "
+                f"(step '{self.env.step_id}', call {self.model_seq}); spend can pass a cap by what such calls report"
+            )
 
     async def act(self, call: ToolCall, messages: list[Message], stuck: StuckDetector) -> Termination | None:
         """Run one tool call and append its observation. Returns the verdict of a terminating tool."""
@@ -177,7 +198,9 @@ class _AgentRun:
         result: ToolResult | None = None
         status: CallStatus
         try:
-            result = await env.tools.call(call.name, call.arguments)
+            async with within_deadline(env.budget):
+                deadline = env.budget.deadline()
+                result = await env.tools.call(call.name, call.arguments, deadline.at if deadline else None)
             content, status, valid = result.content, "ok", True
         except ToolFailure as failure:
             content, status, valid = f"error: {failure}", "error", not isinstance(failure, InvalidToolCall)
@@ -239,22 +262,6 @@ class _AgentRun:
         outcome.status, outcome.output, outcome.error, outcome.error_kind = status, output, error, kind
         outcome.error_scope, outcome.usage = scope, self.env.budget.spent
         return outcome
-
-    def _record_model(self, response: ModelResponse | None, latency: float, error: str | None = None) -> None:
-        self.env.recorder.model_call(
-            ModelCallEntry(
-                step_id=self.env.step_id,
-                agent=self.agent.name,
-                model=self.env.model_id or self.agent.model.id,
-                seq=self.model_seq,
-                usage=response.usage if response else Usage(),
-                latency_seconds=latency,
-                status="ok" if response else "error",
-                error=error,
-                tool_calls=len(response.tool_calls) if response else 0,
-                content=response.content if response else None,
-            )
-        )
 
 
 def _trusted_usage(response: ModelResponse, estimate: Estimate) -> Usage:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from runner.batch.executor import RowExecutor
+from runner.batch.executor import RowExecutor, SpendLedger
 from runner.batch.inputs import Row
 from runner.batch.journal import INTERRUPTED, BatchJournal, JournalRow, RowOutcome
 from runner.batch.progress import BatchProgress, NoProgress
@@ -85,20 +85,27 @@ async def run_batch(
     rate_gate: RateGate | None = None,
     progress: BatchProgress | None = None,
     base_options: RunOptions | None = None,
+    ledger: SpendLedger | None = None,
 ) -> BatchSummary:
     """Run every pending row of ``journal`` (ingesting ``rows`` first if it is new); see the module doc.
 
     ``rows`` is only read when the journal has not ingested the input yet, so a lazy
     :func:`~runner.batch.inputs.read_rows` costs nothing on resume. ``budget`` holds the
-    batch caps; spend already in the journal is added to it first. ``base_options`` is
-    the template for each row's options (default: ``RunOptions(write_report=False)``).
+    batch caps; spend already in the journal is added to it first, and its wall clock counts
+    from the batch's first attempt. ``ledger`` (the run store) corrects the spend of rows a
+    crash interrupted, which the journal never heard of. ``base_options`` is the template for
+    each row's options (default: ``RunOptions(write_report=False)``).
     """
     if concurrency < 1 or max_attempts < 1:
         raise ValueError("concurrency and max_attempts must be at least 1")
     if not journal.ingested:
         journal.ingest(rows)
     resumed = journal.prepare_resume()
+    if ledger is not None:
+        for number, run_id in resumed.interrupted_runs:
+            journal.correct_usage(number, ledger.spent(run_id))
     budget.add_spend(journal.spent())
+    budget.count_from(journal.age_seconds())
     batch = _Batch(
         journal=journal,
         executor=executor,

@@ -90,6 +90,7 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
                 budget=batch_budget(request.batch_caps), concurrency=request.concurrency,
                 max_attempts=request.max_attempts, failure_policy=FailurePolicy(stop_after=request.stop_after_failures),
                 rate_gate=gate, progress=_progress(request.progress, sys.stderr, request.log_interval), base_options=base,
+                ledger=executor,
             )
         records = write_output(journal, request.output_path, format=request.output_format)
         report_dir = request.report_dir or project.root / "reports" / task.name / f"batch-{summary.batch_id}"

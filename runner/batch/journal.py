@@ -125,6 +125,7 @@ class ResumeState:
 
     interrupted: int  # rows left running by a dead process, now failed (retryable)
     requeued: int  # rows not run last time, now pending again
+    interrupted_runs: tuple[tuple[int, str], ...] = ()  # (row number, run id) of the interrupted rows
 
 
 class BatchJournal:
@@ -217,6 +218,10 @@ class BatchJournal:
     def prepare_resume(self) -> ResumeState:
         """Turn rows a dead process left ``running`` into retryable failures; requeue ``not_run``."""
         with self._transaction() as db:
+            runs = tuple(
+                (int(number), str(run_id))
+                for number, run_id in db.execute("SELECT row_number, run_id FROM rows WHERE status = 'running'")
+            )
             interrupted = db.execute(
                 "UPDATE rows SET status = 'failed', retryable = 1, error_kind = ?, finished_at = ?,"
                 " error = 'interrupted: the batch process ended while this row was running'"
@@ -226,7 +231,22 @@ class BatchJournal:
             requeued = db.execute(
                 "UPDATE rows SET status = 'pending', error = NULL, error_kind = NULL WHERE status = 'not_run'"
             ).rowcount
-        return ResumeState(interrupted, requeued)
+        return ResumeState(interrupted, requeued, runs)
+
+    def correct_usage(self, number: int, usage: Usage) -> None:
+        """Replace row ``number``'s usage by its run's ledger (after a crash the journal missed
+        what the interrupted attempt spent)."""
+        self._db.execute(
+            "UPDATE rows SET input_tokens = ?, output_tokens = ?, cached_input_tokens = ?, cost_usd = ?, model_calls = ?,"
+            " tool_calls = ? WHERE row_number = ?",
+            (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.cost_usd, usage.model_calls,
+             usage.tool_calls, number),
+        )
+
+    def age_seconds(self) -> float:
+        """Seconds since this batch was created (its first attempt started)."""
+        created = dt.datetime.fromisoformat(self.meta["created_at"])
+        return (dt.datetime.now(dt.UTC) - created).total_seconds()
 
     def mark_running(self, number: int, run_id: str) -> int:
         """Start an attempt at row ``number``; returns its attempt number (1-based)."""

@@ -10,8 +10,11 @@ parent therefore cannot overshoot it together.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from runner.config.specs import Caps
@@ -54,6 +57,18 @@ class Budget:
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
+
+    def count_from(self, seconds_ago: float) -> None:
+        """Start this scope's wall clock ``seconds_ago`` (a resumed run or batch counts from its
+        first attempt, not the latest)."""
+        self.started = time.monotonic() - max(seconds_ago, 0.0)
+
+    def deadline(self) -> Deadline | None:
+        """The earliest wall-clock deadline of this scope and the scopes around it."""
+        found = [
+            Deadline(b.started + b.caps.max_wall_seconds, b) for b in self.chain() if b.caps.max_wall_seconds is not None
+        ]
+        return min(found, key=lambda d: d.at) if found else None
 
     def check_can_start(self) -> None:
         """Raise :class:`CapReached` if any scope is already exhausted (no estimate needed)."""
@@ -129,6 +144,37 @@ class Budget:
             return
         with self._lock:
             self.spent += actual
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When (``time.monotonic()``) a scope's ``max_wall_seconds`` runs out."""
+
+    at: float
+    budget: Budget
+
+    def reached(self) -> CapReached:
+        caps = self.budget.caps
+        assert caps.max_wall_seconds is not None
+        return CapReached("max_wall_seconds", caps.max_wall_seconds, round(self.budget.elapsed(), 3), self.budget.scope)
+
+
+@contextlib.asynccontextmanager
+async def within_deadline(budget: Budget) -> AsyncIterator[None]:
+    """Cancel what runs inside at the earliest ``max_wall_seconds`` of ``budget``'s scopes and
+    raise ``CapReached``: a hung call, its retries and their backoff end at the cap, not after."""
+    deadline = budget.deadline()
+    if deadline is None:
+        yield
+        return
+    timeout = asyncio.timeout_at(deadline.at)  # the event loop's clock is time.monotonic()
+    try:
+        async with timeout:
+            yield
+    except TimeoutError:
+        if timeout.expired():
+            raise deadline.reached() from None
+        raise
 
 
 def _held(estimate: Estimate, count_step: bool) -> Usage:

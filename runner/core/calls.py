@@ -8,11 +8,16 @@ from typing import Literal
 from runner.core.usage import Usage
 
 CallStatus = Literal["ok", "error"]
+ModelCallStatus = Literal["reserved", "ok", "error", "unsettled"]
+"""``reserved``: written before the call is sent, with its worst case; ``ok`` / ``error``: settled
+with what it used; ``unsettled``: still reserved when its attempt ended (a crash), so counted at
+its worst case."""
 
 
 @dataclass(frozen=True)
 class ModelCallEntry:
-    """One model call: what it used (``usage.cost_usd`` priced) and how it ended."""
+    """One model call (one attempt, when the endpoint was retried): what it used
+    (``usage.cost_usd`` priced, the worst case while ``reserved``) and how it ended."""
 
     step_id: str
     agent: str
@@ -20,7 +25,7 @@ class ModelCallEntry:
     seq: int
     usage: Usage
     latency_seconds: float
-    status: CallStatus
+    status: ModelCallStatus
     error: str | None = None
     tool_calls: int = 0
     content: str | None = None

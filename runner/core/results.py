@@ -24,6 +24,7 @@ class RunResult:
     usage: Usage = field(default_factory=Usage)
     duration_seconds: float = 0.0
     report_dir: Path | None = None
+    warnings: tuple[str, ...] = ()  # spend that is an estimate, usage above the reservation, ...
 
     @property
     def exit_code(self) -> int:
@@ -43,4 +44,5 @@ class RunResult:
             **usage,
             "duration_seconds": round(self.duration_seconds, 3),
             "report_dir": str(self.report_dir) if self.report_dir else None,
+            "warnings": list(self.warnings),
         }

@@ -66,6 +66,7 @@ class StepRecord:
     tool_calls: tuple[ToolCallSummary, ...] = ()
     artifacts: tuple[str, ...] = ()
     resumed: bool = False
+    warnings: tuple[str, ...] = ()  # e.g. an endpoint that reported more than was reserved
 
     @property
     def completed(self) -> bool:
@@ -78,7 +79,7 @@ class StepRecord:
             "error_scope": self.error_scope, "started_at": self.started_at, "finished_at": self.finished_at,
             "duration_seconds": self.duration_seconds, "usage": self.usage.as_dict(), "model": self.model,
             "tool_calls": [call.as_dict() for call in self.tool_calls], "artifacts": list(self.artifacts),
-            "resumed": self.resumed,
+            "resumed": self.resumed, "warnings": list(self.warnings),
         }
 
     @classmethod
@@ -94,5 +95,5 @@ class StepRecord:
             started_at=data.get("started_at"), finished_at=data.get("finished_at"),
             duration_seconds=data.get("duration_seconds") or 0.0, usage=Usage.from_dict(data.get("usage")),
             model=data.get("model"), tool_calls=calls, artifacts=tuple(data.get("artifacts") or ()),
-            resumed=bool(data.get("resumed")),
+            resumed=bool(data.get("resumed")), warnings=tuple(data.get("warnings") or ()),
         )

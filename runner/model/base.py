@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from runner.core.usage import Usage
 
-__all__ = ["ChatModel", "Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"]
+__all__ = ["AttemptHook", "ChatModel", "Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"]
 
 
 @dataclass(frozen=True)
@@ -70,12 +70,20 @@ class ModelResponse:
     latency_seconds: float = 0.0
 
 
+class AttemptHook(Protocol):
+    """Told about each failed attempt a model is about to retry (so every attempt can be
+    reserved against the caps first); raising stops the retries with that exception."""
+
+    def retry(self, kind: str, message: str) -> None: ...
+
+
 class ChatModel(Protocol):
-    """A chat model: one async call per request. Implementations raise ``ModelError``."""
+    """A chat model: one async call per request. Implementations raise ``ModelError``; one
+    that retries calls ``attempts.retry`` before each retry."""
 
     name: str
     supports_tools: bool
 
-    async def complete(self, request: ModelRequest) -> ModelResponse: ...
+    async def complete(self, request: ModelRequest, attempts: AttemptHook | None = None) -> ModelResponse: ...
 
     async def aclose(self) -> None: ...

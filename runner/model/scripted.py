@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
 
 from runner.errors import ModelError
-from runner.model.base import ModelRequest, ModelResponse
+from runner.model.base import AttemptHook, ModelRequest, ModelResponse
 from runner.model.faults import kind_for_status
 from runner.model.replies import Reply
 from runner.model.script_rules import DEFAULT_FALLBACK, NoRuleMatched, Script
@@ -72,7 +72,7 @@ class ScriptedModel:
         """Answer with ``replies`` once each, in order, then with ``fallback``."""
         return cls(Script.sequence(*replies, fallback=fallback), name=name)
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(self, request: ModelRequest, attempts: AttemptHook | None = None) -> ModelResponse:
         """Answer ``request``; scripted faults raise :class:`ModelError`."""
         self.requests.append(request)
         body = request_body(request)

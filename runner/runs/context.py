@@ -41,6 +41,7 @@ class RunContext:
     config_hash: str = ""
     done: dict[str, StepRecord] = field(default_factory=dict)  # step id -> record, in finishing order
     resumed: dict[str, StepRecord] = field(default_factory=dict)  # completed in an earlier attempt
+    warnings: list[str] = field(default_factory=list)  # about the run as a whole (e.g. spend estimated after a crash)
 
     def template_context(self, visible: set[str] | None = None) -> dict[str, Any]:
         """What templates may read: inputs, the visible steps' results, the previous run."""

@@ -113,18 +113,38 @@ async def _execute(
     recorder = RunRecorder(store, run_id, attempt, options.events, known_secrets(project, options))
     try:
         budget = options.parent_budget.child(caps, "task") if options.parent_budget else Budget(caps, scope="task")
-        if attempt > 1:  # caps carry over; the parents (a batch) counted this spend when it happened
-            budget.add_spend(store.spent(run_id), local=True)
+        warnings = _carry_over(store, run_id, budget) if attempt > 1 else []
         resumed = store.completed_steps(run_id) if options.resume and attempt > 1 else {}
         ctx = RunContext(
             project, task, inputs, run_id, attempt, options, store, recorder, budget, pool, registry,
             workspace=_workspace(project, task, run_id, options, fresh=attempt > 1 and not resumed),
             today=today, previous=_previous(store, task, run_id, inputs), config_hash=chash, resumed=resumed,
+            warnings=warnings,
         )
         return await _attempt(ctx)
     except BaseException as exc:  # record why the run stopped, then let the error reach the caller
         store.abort_run(run_id, redact_secrets(f"{type(exc).__name__}: {exc}", recorder.secrets))
         raise
+
+
+def _carry_over(store: RunStore, run_id: str, budget: Budget) -> list[str]:
+    """A resumed run's caps carry over: its wall clock counts from the first attempt, and what
+    earlier attempts spent counts here (the parents, a batch, counted it when it happened, or
+    re-read it from the run store after a crash). Calls a crash left in flight count at their
+    worst case, and the run says so."""
+    row = store.run(run_id)
+    if row is not None:
+        first = datetime.fromisoformat(row["started_at"])
+        budget.count_from((datetime.now(UTC) - first).total_seconds())
+    unsettled = store.unsettled_calls(run_id)
+    budget.add_spend(store.spent(run_id), local=True)
+    if not unsettled.model_calls:
+        return []
+    return [
+        f"{unsettled.model_calls} model call(s) were in flight when an earlier attempt of this run ended; "
+        f"they are counted at their worst case (${unsettled.cost_usd:.6f}, {unsettled.total_tokens} tokens): "
+        "this spend is an estimate"
+    ]
 
 
 async def _attempt(ctx: RunContext) -> RunResult:
@@ -149,7 +169,7 @@ async def _attempt(ctx: RunContext) -> RunResult:
     result = RunResult(
         run_id=ctx.run_id, task=task.name, status=outcome.status, output=output, error=error,
         error_kind=outcome.error_kind, error_scope=outcome.error_scope, usage=budget.spent,
-        duration_seconds=duration, report_dir=_write_report(ctx, record),
+        duration_seconds=duration, report_dir=_write_report(ctx, record), warnings=tuple(record["warnings"]),
     )
     ctx.store.finish_run(result, record)
     recorder.emit("run_finished", **result.manifest())

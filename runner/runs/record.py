@@ -38,6 +38,7 @@ def build_record(
         "title": title,
         "status": status,
         "stop_reason": error,
+        "warnings": ctx.warnings + [w for step in ctx.done.values() for w in step.warnings],
         "exit_code": exit_code(status),
         "started_at": started_at,
         "finished_at": now_iso(),

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from runner.agent.loop import AgentEnv, run_agent
+from runner.caps.budget import within_deadline
 from runner.config.prices import unpriced_message
 from runner.config.specs import AgentSpec, Caps, ToolRef
 from runner.config.templates import TemplateError, render
@@ -112,7 +113,7 @@ async def run_agent_step(
     outcome = await run_agent(agent, goal, env)
     record = replace(
         record, output=outcome.output, data=outcome.data[-1] if outcome.data else None, model=endpoint.model_id,
-        artifacts=tuple(outcome.artifacts), usage=outcome.usage,
+        artifacts=tuple(outcome.artifacts), usage=outcome.usage, warnings=tuple(outcome.warnings),
     )
     return _finish(ctx, record, started, outcome.status, error=outcome.error, kind=outcome.error_kind, scope=outcome.error_scope)
 
@@ -128,8 +129,10 @@ async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dic
         rendered = _render_arg(args, ctx.template_context(visible))
         ctx.budget.check_can_start()
         ctx.budget.take_tool_call()
-        context = tool_context(ctx.workspace, None, ctx.recorder.secrets)
-        result = await ctx.registry.invoke(tool_name, rendered, context)
+        deadline = ctx.budget.deadline()
+        context = replace(tool_context(ctx.workspace, None, ctx.recorder.secrets), deadline=deadline.at if deadline else None)
+        async with within_deadline(ctx.budget):
+            result = await ctx.registry.invoke(tool_name, rendered, context)
     except (TemplateError, ToolFailure) as exc:
         return _finish(ctx, record, started, "failed", error=str(exc), kind="tool")
     except CapReached as cap:

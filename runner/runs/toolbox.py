@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +43,13 @@ class ToolBox:
     def terminates(self, name: str) -> bool:
         return name in self.registry and self.registry.get(name).terminates
 
-    async def call(self, name: str, arguments: str) -> ToolResult:
+    async def call(self, name: str, arguments: str, deadline: float | None = None) -> ToolResult:
         if name not in self.allowed:
             available = ", ".join(self.allowed) or "none"
             raise InvalidToolCall(f"unknown tool '{name}'; the tools available to you are: {available}")
         assert self.context is not None  # an agent with tools always has a context
-        return await self.registry.invoke(name, arguments, self.context)
+        context = self.context if deadline is None else replace(self.context, deadline=deadline)
+        return await self.registry.invoke(name, arguments, context)
 
 
 def _expand(registry: ToolRegistry, names: list[str]) -> list[str]:

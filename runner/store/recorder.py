@@ -30,9 +30,16 @@ class RunRecorder:
         if self.sink is not None:
             self.sink(redact_secrets({"event": event, "run_id": self.run_id, "at": now_iso(), **fields}, self.secrets))
 
-    def model_call(self, call: ModelCallEntry) -> None:
+    def call_reserved(self, call: ModelCallEntry) -> int:
+        """Write a call's worst case before it is sent (durable: it survives a ``kill -9``)."""
+        return self.store.add_model_call(self.run_id, self.attempt, call)
+
+    def model_call(self, call: ModelCallEntry, ledger_id: int | None = None) -> None:
         call = replace(call, error=redact_secrets(call.error, self.secrets), content=redact_secrets(call.content, self.secrets))
-        self.store.add_model_call(self.run_id, self.attempt, call)
+        if ledger_id is None:
+            self.store.add_model_call(self.run_id, self.attempt, call)
+        else:
+            self.store.settle_model_call(ledger_id, call)
         self.emit(
             "model_call", step_id=call.step_id, agent=call.agent, model=call.model, seq=call.seq,
             input_tokens=call.usage.input_tokens, output_tokens=call.usage.output_tokens,

@@ -177,6 +177,18 @@ class RunStore:
             )
             return attempt
 
+    def unsettled_calls(self, run_id: str) -> Usage:
+        """Mark the calls an earlier attempt left ``reserved`` (it died with them in flight) as
+        ``unsettled``; they keep counting at their worst case. Returns what they add up to."""
+        with self._lock:
+            self._db.execute("UPDATE model_calls SET status = 'unsettled' WHERE run_id = ? AND status = 'reserved'", (run_id,))
+            row = self._db.execute(
+                "SELECT COALESCE(SUM(input_tokens),0), COALESCE(SUM(output_tokens),0), COALESCE(SUM(cost_usd),0), COUNT(*)"
+                " FROM model_calls WHERE run_id = ? AND status = 'unsettled'",
+                (run_id,),
+            ).fetchone()
+        return Usage(int(row[0]), int(row[1]), 0, float(row[2]), int(row[3]))
+
     def run(self, run_id: str) -> dict[str, Any] | None:
         with self._lock:
             row = self._db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
@@ -225,11 +237,15 @@ class RunStore:
         return dict(row) if row else None
 
     def spent(self, run_id: str) -> Usage:
-        """What every attempt of a run has used so far (caps carry over)."""
+        """What every attempt of a run has used so far (caps carry over): settled calls as
+        reported, calls a crash left unsettled at their worst case, failed attempts that may
+        have been billed at their worst case."""
         with self._lock:
             row = self._db.execute(
                 "SELECT COALESCE(SUM(cost_usd),0) c, COALESCE(SUM(input_tokens),0) i, COALESCE(SUM(output_tokens),0) o,"
-                " COALESCE(SUM(cached_input_tokens),0) k, COUNT(*) n FROM model_calls WHERE run_id = ? AND status = 'ok'",
+                " COALESCE(SUM(cached_input_tokens),0) k,"
+                " COALESCE(SUM(status != 'error' OR input_tokens + output_tokens > 0), 0) n"
+                " FROM model_calls WHERE run_id = ?",
                 (run_id,),
             ).fetchone()
             (tools,) = self._db.execute("SELECT COUNT(*) FROM tool_calls WHERE run_id = ?", (run_id,)).fetchone()
@@ -267,10 +283,11 @@ class RunStore:
 
     # -- calls and plans ------------------------------------------------------------
 
-    def add_model_call(self, run_id: str, attempt: int, call: ModelCallEntry) -> None:
+    def add_model_call(self, run_id: str, attempt: int, call: ModelCallEntry) -> int:
+        """Insert one model call (``reserved`` ones before they are sent); returns its id."""
         usage = call.usage
         with self._lock:  # one statement: autocommit is its own transaction
-            self._db.execute(
+            cursor = self._db.execute(
                 "INSERT INTO model_calls (run_id, attempt, step_id, agent, model, seq, input_tokens, output_tokens,"
                 " cached_input_tokens, cost_usd, latency_seconds, status, error, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -278,6 +295,20 @@ class RunStore:
                     run_id, attempt, call.step_id, call.agent, call.model, call.seq, usage.input_tokens,
                     usage.output_tokens, usage.cached_input_tokens, usage.cost_usd, call.latency_seconds,
                     call.status, call.error, now_iso(),
+                ),
+            )
+            return int(cursor.lastrowid or 0)
+
+    def settle_model_call(self, call_id: int, call: ModelCallEntry) -> None:
+        """Replace a reserved call's worst case by how it ended."""
+        usage = call.usage
+        with self._lock:
+            self._db.execute(
+                "UPDATE model_calls SET input_tokens = ?, output_tokens = ?, cached_input_tokens = ?, cost_usd = ?,"
+                " latency_seconds = ?, status = ?, error = ? WHERE id = ?",
+                (
+                    usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.cost_usd,
+                    call.latency_seconds, call.status, call.error, call_id,
                 ),
             )
 
