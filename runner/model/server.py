@@ -71,6 +71,7 @@ class ScriptedServer:
         self._address = (host, port)
         self._record_path = Path(record_path) if record_path else None
         self._requests: list[RecordedRequest] = []
+        self._billed: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
         self.closing = threading.Event()
         self._httpd: _HTTPServer | None = None
@@ -89,6 +90,17 @@ class ScriptedServer:
         """A snapshot of the requests received so far, in arrival order."""
         with self._lock:
             return list(self._requests)
+
+    @property
+    def billed(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(model, usage)`` of every completion produced, whether or not the client was still
+        there to read it: what a provider would bill."""
+        with self._lock:
+            return list(self._billed)
+
+    def bill(self, completion: dict[str, Any]) -> None:
+        with self._lock:
+            self._billed.append((str(completion.get("model")), dict(completion.get("usage") or {})))
 
     @staticmethod
     def key_fingerprint(key: str) -> str:
@@ -196,11 +208,13 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.fault is not None:
             return self._send_fault(reply.fault)
         stream_options = body.get("stream_options") or {}
+        completion = reply.completion(body, match.serial, match.tokenizer)
+        self.server.owner.bill(completion)
         if body.get("stream"):
-            return self._send_stream(reply.completion(body, match.serial, match.tokenizer), reply.invalid_json, stream_options)
+            return self._send_stream(completion, reply.invalid_json, stream_options)
         if reply.invalid_json:
             return self._send(200, INVALID_JSON_BODY.encode(), "application/json")
-        self._send_json(200, reply.completion(body, match.serial, match.tokenizer))
+        self._send_json(200, completion)
 
     def _send_fault(self, fault: HttpFault) -> None:
         payload, content_type = fault.body_bytes()
