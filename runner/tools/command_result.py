@@ -64,6 +64,8 @@ class CommandResult:
         code = self.exit_code
         if code is not None and code > 128 and code - 128 in signal.valid_signals():
             name = signal.Signals(code - 128).name
+            if name == "SIGSYS":
+                return "killed by SIGSYS: a system call the sandbox forbids (seccomp filter)"
             return (
                 f"killed by {name} (limits: cpu {self.policy.cpu_seconds}s, "
                 f"memory {self.policy.memory_mb} MB, processes {self.policy.max_processes})"

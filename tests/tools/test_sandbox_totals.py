@@ -13,7 +13,8 @@ import pytest
 
 from runner.errors import ToolFailure
 from runner.tools.base import ToolContext
-from runner.tools.cgroups import CALL_PREFIX, probe_cgroups
+from runner.tools.capture import run_bounded
+from runner.tools.cgroups import CALL_PREFIX, CallCgroup, CgroupLimits, parse_membership, probe_cgroups
 from runner.tools.registry import ToolRegistry
 from runner.tools.sandbox import SandboxPolicy, run_command
 from tests.tools.test_sandbox_escapes import wait_until_gone
@@ -348,3 +349,63 @@ def test_ordinary_programs_still_run_under_the_filter(workspace):
     result = run_command(["/usr/bin/python3", "-c", code], workspace, SandboxPolicy())
     assert result.ok, result.render()
     assert {"thread ok", "child ok", "unix ok"} <= set(result.stdout.split("\n"))
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x32 system calls exist on x86-64 only")
+def test_a_foreign_syscall_table_kills_the_process(workspace):
+    code = "import ctypes\nctypes.CDLL(None).syscall(ctypes.c_long(0x40000000 + 521), 0, 0, 0, 0)\nprint('SURVIVED')"
+    result = run_command(["/usr/bin/python3", "-c", code], workspace, SandboxPolicy())
+    assert result.status() == "killed by SIGSYS: a system call the sandbox forbids (seccomp filter)", result.render()
+    assert "SURVIVED" not in result.stdout
+
+
+@needs_cgroups
+def test_memfd_pages_count_against_the_call(workspace):
+    """memfd_create bypasses the sized tmpfs mounts; the call's memory total still holds."""
+    code = (
+        "import os\nheld = []\n"
+        "for i in range(20):\n"
+        "    fd = os.memfd_create(f'm{i}')\n"
+        "    os.write(fd, b'x' * 30 * 1024 * 1024)\n"
+        "    held.append(fd)\n"
+        "print('HELD', len(held) * 30, 'MB')\n"
+    )
+    result = run_command(["/usr/bin/python3", "-c", code], workspace, SandboxPolicy(memory_mb=128, max_file_mb=32))
+    assert result.exceeded == "memory", result.render()
+    assert "HELD 600 MB" not in result.stdout
+
+
+# --- the start gate: nothing runs before it is in its group ------------------------------------
+
+
+def test_a_command_never_runs_when_it_cannot_be_placed(workspace):
+    marker = workspace / "ran"
+
+    def refuse(pid: int) -> None:
+        raise OSError(errno.EIO, "placement failed")
+
+    with pytest.raises(OSError, match="placement failed"):
+        run_bounded(["/bin/sh", "-c", f"touch {marker}"], env={}, cwd=None, wall_seconds=20, max_output_bytes=1000, before_start=refuse)
+    assert not marker.exists()
+
+
+def test_the_gate_hands_stdin_through_untouched(workspace):
+    placed: list[int] = []
+    data = b"first line\nsecond line\n\x00binary\xff" * 1000
+    result = run_bounded(["/bin/cat"], env={}, cwd=None, wall_seconds=20, max_output_bytes=10**6, stdin_data=data, before_start=placed.append)
+    assert result.returncode == 0 and result.stdout == data
+    assert len(placed) == 1
+
+
+@needs_cgroups
+def test_the_first_thing_a_command_forks_is_already_in_the_calls_group(workspace):
+    group = CallCgroup(probe_cgroups(), CgroupLimits(64 * MIB, 16))
+    with group:
+        result = run_bounded(
+            ["/bin/sh", "-c", "cat /proc/self/cgroup & wait"], env={}, cwd=None, wall_seconds=20,
+            max_output_bytes=10**5, before_start=group.place,
+        )
+    membership = parse_membership(result.stdout.decode())
+    controllers = ["memory", "pids"] if group.version == 1 else [""]
+    assert all(membership[c].endswith("/" + group.paths[0].name) for c in controllers), membership
+    assert not any(path.exists() for path in group.paths)
