@@ -54,16 +54,14 @@ class CallLimits:
         notes = list(unenforced_here(self.policy.network, self.bwrap))
         self._quota = DiskQuota(self.workspace, self.policy.disk_mb * MIB)
         self._next_disk_check = time.monotonic() + DISK_CHECK_SECONDS
-        support = probe_cgroups()
-        if support.usable:
-            tasks = self.policy.max_processes + (BWRAP_TASKS if self.bwrap else 0)
-            try:
-                self._group = CallCgroup(support, CgroupLimits(self.policy.memory_mb * MIB, tasks))
-            except CgroupError as error:
-                notes.append(f"memory and process totals for this call ({error.strerror})")
-        program = working_seccomp(self.bwrap, self.policy.network).program if self.bwrap else None
-        if program is not None:
-            self.seccomp_fd = open_program(program)
+        try:
+            notes += self._open_group()
+            program = working_seccomp(self.bwrap, self.policy.network).program if self.bwrap else None
+            if program is not None:
+                self.seccomp_fd = open_program(program)
+        except BaseException:
+            self._release()
+            raise
         self.unenforced = tuple(notes)
         warn_once(self.unenforced)
         return self
@@ -71,15 +69,31 @@ class CallLimits:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
+        self._release()  # every process of the call is gone after this
+        if kind is None:
+            self.disk = self._quota.settle()
+
+    def _open_group(self) -> list[str]:
+        """The call's control group; a note instead when this call cannot have one."""
+        support = probe_cgroups()
+        if not support.usable:
+            return []  # already in unenforced_here
+        tasks = self.policy.max_processes + (BWRAP_TASKS if self.bwrap else 0)
+        try:
+            self._group = CallCgroup(support, CgroupLimits(self.policy.memory_mb * MIB, tasks))
+        except CgroupError as error:
+            return [f"memory and process totals for this call ({error.strerror})"]
+        return []
+
+    def _release(self) -> None:
         try:
             if self._group is not None:
                 self.events = self._group.events()
-                self._group.close()  # every process of the call is gone after this
+                self._group.close()
         finally:
             if self.seccomp_fd is not None:
                 os.close(self.seccomp_fd)
-        if kind is None:
-            self.disk = self._quota.settle()
+                self.seccomp_fd = None
 
     @property
     def pass_fds(self) -> tuple[int, ...]:

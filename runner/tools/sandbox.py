@@ -37,15 +37,15 @@ from pathlib import Path
 from typing import Literal
 
 from runner.errors import SandboxUnavailable
-from runner.tools.call_limits import CallLimits
+from runner.tools.call_limits import CallLimits, unenforced_here, warn_once
 from runner.tools.capture import ProcessOutcome, run_bounded
 from runner.tools.command_result import CommandResult, Exceeded
+from runner.tools.disk_quota import MIB
 
 NOBODY = 65534
 SANDBOX_WORKSPACE = "/workspace"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 SYSTEM_PYTHON = "/usr/bin/python3"
-MIB = 1024 * 1024
 _INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; it needs unprivileged "
     "user namespaces), or set `sandbox: {mode: none}` explicitly in the agent YAML to run "
@@ -185,6 +185,7 @@ def ensure_sandbox() -> str:
     probe = probe_sandbox(bwrap)
     if not probe.ok:
         raise SandboxUnavailable(f"bubblewrap does not work on this host ({probe.reason}): {_INSTALL_HINT}")
+    warn_once(unenforced_here(False, bwrap))  # at the start of a run, before any model call is paid for
     return bwrap
 
 
