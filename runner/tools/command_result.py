@@ -87,11 +87,17 @@ def _disk_status(disk: DiskReport) -> str:
     status = f"refused: the call {what}, over its disk quota of {_mb(disk.limit)} MB (sandbox.disk_mb)"
     if disk.removed:
         more = len(disk.removed) - _LISTED
-        listed = ", ".join(disk.removed[:_LISTED]) + (f" and {more} more" if more > 0 else "")
+        listed = ", ".join(_shown(path) for path in disk.removed[:_LISTED]) + (f" and {more} more" if more > 0 else "")
         status += f"; removed what the call wrote: {listed}"
     if disk.not_removed:
-        status += f"; could not remove: {', '.join(disk.not_removed[:_LISTED])}"
+        status += f"; could not remove: {', '.join(_shown(path) for path in disk.not_removed[:_LISTED])}"
     return status
+
+
+def _shown(path: str) -> str:
+    """A file name the sandboxed code chose, safe to show: valid UTF-8, no control characters."""
+    text = path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
 
 
 def _mb(size: int) -> str:

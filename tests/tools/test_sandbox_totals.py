@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -409,3 +412,60 @@ def test_the_first_thing_a_command_forks_is_already_in_the_calls_group(workspace
     controllers = ["memory", "pids"] if group.version == 1 else [""]
     assert all(membership[c].endswith("/" + group.paths[0].name) for c in controllers), membership
     assert not any(path.exists() for path in group.paths)
+
+
+# --- what a host cannot enforce is said, in the result and in the log --------------------------
+
+REPORT_ONE_CALL = """
+import sys
+{prelude}
+from pathlib import Path
+from runner.tools.sandbox import SandboxPolicy, run_command
+result = run_command(['/bin/sh', '-c', 'echo ran'], Path(sys.argv[1]), SandboxPolicy())
+print(result.render())
+"""
+
+
+def run_in_fresh_process(workspace: Path, prelude: str, path: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    if path is not None:
+        env["PATH"] = path
+    code = REPORT_ONE_CALL.format(prelude=prelude)
+    return subprocess.run([sys.executable, "-c", code, str(workspace)], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_a_missing_seccomp_binding_is_reported(workspace):
+    ran = run_in_fresh_process(workspace, "sys.modules['pyseccomp'] = None  # as if not installed")
+    assert ran.returncode == 0, ran.stderr
+    assert "note: not enforced on this host: the seccomp filter (pyseccomp is not installed" in ran.stdout
+    assert "runner: sandbox: not enforced on this host: the seccomp filter" in ran.stderr
+    assert "ran" in ran.stdout
+
+
+def test_a_bubblewrap_without_size_still_runs_and_says_so(workspace, outside):
+    old = outside / "bin"
+    old.mkdir()
+    fake = old / "bwrap"
+    real = shutil.which("bwrap")
+    fake.write_text(  # bubblewrap before 0.5: no --size in its help, and refuses it
+        "#!/bin/sh\n"
+        f'if [ "$1" = --help ]; then {real} --help | grep -v -- --size; exit 0; fi\n'
+        'for arg in "$@"; do [ "$arg" = --size ] && { echo "bwrap: Unknown option --size" >&2; exit 1; }; done\n'
+        f'exec {real} "$@"\n'
+    )
+    fake.chmod(0o755)
+    outside.chmod(0o755)
+    ran = run_in_fresh_process(workspace, "", path=f"{old}:{os.environ['PATH']}")
+    assert ran.returncode == 0, ran.stderr
+    assert "note: not enforced on this host: a size for /tmp and /dev/shm" in ran.stdout, ran.stdout
+    assert ran.stdout.startswith("exit code 0") and "ran" in ran.stdout
+
+
+def test_hostile_file_names_in_the_refusal_are_made_safe(workspace):
+    command = "head -c 50000000 /dev/zero > \"$(printf 'bad\\377\\033[2Jname')\""
+    result = run_command(["/bin/sh", "-c", command], workspace, SandboxPolicy(disk_mb=10))
+    assert result.exceeded == "disk", result.render()
+    status = result.status()
+    assert "bad\ufffd?[2Jname" in status
+    status.encode("utf-8")  # no lone surrogates left to break the request to the model
+    assert os.listdir(workspace) == []
