@@ -84,6 +84,8 @@ class DiskQuota:
         self.before = scan(workspace)
         # a workspace seeded over its quota (task files) may be used, but not grown
         self.allowance = max(limit_bytes, self.before.total)
+        self.peak = self.before.total
+        self.went_too_deep = False
 
     def exceeded_now(self) -> bool:
         """Measure while the call runs (stops counting as soon as the allowance is passed)."""
@@ -91,18 +93,22 @@ class DiskQuota:
             now = scan(self.workspace, stop_above=self.allowance)
         except OSError:
             return False  # the call is changing the tree under the walk; the check after it decides
-        return now.total > self.allowance or (now.too_deep and not self.before.too_deep)
+        self.peak = max(self.peak, now.total)
+        self.went_too_deep |= now.too_deep and not self.before.too_deep
+        return now.total > self.allowance or self.went_too_deep
 
     def settle(self) -> DiskReport:
-        """After the call (all its processes gone): remove its writes if it went over quota."""
+        """After the call (all its processes gone): remove its writes if it went over quota
+        at any point it was measured (deleting the flood just before the end does not help)."""
         after = scan(self.workspace)
-        too_deep = after.too_deep and not self.before.too_deep
-        if after.total <= self.allowance and not too_deep:
+        too_deep = self.went_too_deep or (after.too_deep and not self.before.too_deep)
+        used = max(after.total, self.peak)
+        if used <= self.allowance and not too_deep:
             return DiskReport(self.limit, after.total)
         written = [path for path, charge in after.entries.items() if _written(self.before.entries.get(path), charge)]
         targets = topmost(written)
         failed = remove_entries(self.workspace, targets)
-        return DiskReport(self.limit, after.total, True, too_deep, tuple(targets), tuple(failed))
+        return DiskReport(self.limit, used, True, too_deep, tuple(targets), tuple(failed))
 
 
 def scan(root: Path, *, stop_above: int | None = None) -> Inventory:
@@ -140,12 +146,14 @@ def scan(root: Path, *, stop_above: int | None = None) -> Inventory:
 
 
 def topmost(paths: list[str]) -> list[str]:
-    """``paths`` without those inside another listed directory (removing it removes them)."""
-    chosen: list[str] = []
-    for path in sorted(paths):
-        if not chosen or not path.startswith(chosen[-1] + "/"):
-            chosen.append(path)
-    return chosen
+    """``paths`` without those inside another listed directory (removing it removes them), sorted."""
+    listed = set(paths)
+    return sorted(path for path in listed if not any(parent in listed for parent in _parents(path)))
+
+
+def _parents(path: str) -> Iterator[str]:
+    parts = path.split("/")
+    return ("/".join(parts[:end]) for end in range(1, len(parts)))
 
 
 def remove_entries(root: Path, paths: list[str]) -> list[str]:

@@ -18,6 +18,7 @@ from runner.errors import ToolFailure
 from runner.tools.base import ToolContext
 from runner.tools.capture import run_bounded
 from runner.tools.cgroups import CALL_PREFIX, CallCgroup, CgroupLimits, parse_membership, probe_cgroups
+from runner.tools.disk_quota import DiskQuota
 from runner.tools.registry import ToolRegistry
 from runner.tools.sandbox import SandboxPolicy, run_command
 from tests.tools.test_sandbox_escapes import wait_until_gone
@@ -469,3 +470,16 @@ def test_hostile_file_names_in_the_refusal_are_made_safe(workspace):
     assert "bad\ufffd?[2Jname" in status
     status.encode("utf-8")  # no lone surrogates left to break the request to the model
     assert os.listdir(workspace) == []
+
+
+def test_a_flood_measured_while_running_fails_the_call_even_if_deleted_before_the_end(workspace):
+    (workspace / "input.txt").write_text("kept")
+    quota = DiskQuota(workspace, 10 * MIB)
+    (workspace / "flood").write_bytes(b"x" * 30 * MIB)
+    assert quota.exceeded_now()  # what the watch sees while the call runs
+    (workspace / "flood").unlink()
+    (workspace / "note.txt").write_text("tidied up")
+    report = quota.settle()
+    assert report.exceeded and report.used >= 30 * MIB
+    assert report.removed == ("note.txt",)
+    assert sorted(os.listdir(workspace)) == ["input.txt"]
