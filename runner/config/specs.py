@@ -96,7 +96,7 @@ class AgentSpec:
     next_step_prompt: str = ""
     tools: tuple[ToolRef, ...] = ()
     tool_choice: str = "auto"
-    sandbox: dict[str, Any] = field(default_factory=dict)  # overrides of runner.tools.sandbox.SandboxPolicy
+    sandbox: dict[str, Any] = field(default_factory=dict)  # overrides of runner.tools.sandbox.SandboxPolicy (limits, tmp_mb, disk_mb)
     allow_hosts: tuple[str, ...] = ()
     deny_hosts: tuple[str, ...] = ()
     caps: Caps = field(default_factory=Caps)
