@@ -20,7 +20,7 @@ from runner.errors import UsageError
 def report(run_id: str, store_path: Path | None, root: Path, out_dir: Path | None, formats: tuple[str, ...]) -> None:
     """Re-render the report of RUN_ID (Markdown, HTML, JSON) from the run store."""
     from runner.reports.writer import write_report
-    from runner.runs.execute import default_workspace
+    from runner.runs.workspace import default_workspace
 
     store = open_store(store_path, root)
     run_id = resolve_run_id(store, run_id)
