@@ -261,7 +261,7 @@ def _write_report(ctx: RunContext, record: dict[str, Any]) -> Path | None:
     base = ctx.options.reports_dir or ctx.project.root / "reports"
     out_dir = base / ctx.task.name / ctx.run_id
     workspace = ctx.workspace if ctx.workspace.is_dir() else None
-    write_report(record, out_dir, workspace, formats=ctx.task.report.formats)
+    write_report(record, out_dir, workspace, formats=ctx.task.report.formats, secrets=ctx.recorder.secrets)
     return out_dir
 
 
