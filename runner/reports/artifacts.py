@@ -57,6 +57,7 @@ MEDIA_TYPES = {
     ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
     ".parquet": "application/vnd.apache.parquet",
     ".zip": "application/zip",
+    ".gz": "application/gzip",
 }
 """Media types by suffix; other suffixes ask :mod:`mimetypes`, then fall back to octet-stream."""
 MEDIA_TYPE = re.compile(r"^[a-z]+/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$")
@@ -129,9 +130,13 @@ def read_artifact(workspace: Path, relative: str, *, max_bytes: int = MAX_ARTIFA
     """
     _check_path(relative)
     fd = _open(workspace, relative)
+    try:
+        _check_file(relative, os.fstat(fd), max_bytes)  # the very file opened, before any read
+    except ArtifactRefused:
+        os.close(fd)
+        raise
+    os.set_blocking(fd, True)
     with os.fdopen(fd, "rb") as stream:
-        _check_file(relative, os.fstat(stream.fileno()), max_bytes)
-        os.set_blocking(stream.fileno(), True)
         content = stream.read(max_bytes + 1)
     if len(content) > max_bytes:
         raise ArtifactRefused(relative, f"is larger than {max_bytes:,} bytes")
@@ -182,9 +187,9 @@ def report_path_of(relative: str, report_dir: Path) -> str:
     if not too_long and all(len(os.fsencode(part)) <= 200 for part in relative.split("/")):
         return natural
     digest = hashlib.sha256(relative.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    name = PurePosixPath(relative).name
-    suffix = PurePosixPath(name).suffix if len(PurePosixPath(name).suffix) <= 16 else ""
-    return f"artifacts/_long/{digest}-{name[:40].rstrip('.')}{suffix}"
+    name = PurePosixPath(relative)
+    suffix = name.suffix if len(name.suffix) <= 16 else ""
+    return f"artifacts/_long/{digest}-{name.name.removesuffix(suffix)[:40]}{suffix}"
 
 
 def _copy(artifact: Mapping[str, Any], content: bytes, report_dir: Path, secrets: Sequence[str]) -> CopiedArtifact:
