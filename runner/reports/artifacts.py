@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from runner.files import write_atomic
+from runner.redact import redact_secrets
 from runner.reports.screen import SecretFound, screen_artifact
 from runner.tools.paths import WorkspacePathError, open_beneath, reportable_path
 
@@ -196,8 +197,9 @@ def _copy(artifact: Mapping[str, Any], content: bytes, report_dir: Path, secrets
     path = artifact["path"]
     try:
         screened = screen_artifact(content, secrets)
-    except SecretFound as found:
-        raise ArtifactRefused(path, f"was withheld: {found}; secrets are never copied into reports") from None
+    except SecretFound as found:  # its text may quote a zip member's name, which may hold the key
+        reason = redact_secrets(str(found), secrets)
+        raise ArtifactRefused(path, f"was withheld: {reason}; secrets are never copied into reports") from None
     report_path = report_path_of(path, report_dir)
     try:
         write_atomic(report_dir / report_path, screened.content)

@@ -24,6 +24,7 @@ from pathlib import Path
 from runner.config.project import Project
 from runner.config.specs import TaskSpec
 from runner.errors import EXIT_FAILED, ConfigError, RunnerError
+from runner.redact import redact
 from runner.runs.options import RunOptions
 from runner.tools.paths import open_beneath
 
@@ -62,7 +63,12 @@ def run_workspace(project: Project, task: TaskSpec, run_id: str, options: RunOpt
         source = (project.root / rel).resolve()
         if not source.is_relative_to(project.root) or not source.is_file():
             raise ConfigError(f"{task.source}: workspace file '{rel}' is not a file inside the project")
-        copy_into_workspace(workspace, source, Path(rel).name)
+        try:
+            copy_into_workspace(workspace, source, Path(rel).name)
+        except WorkspaceTampered as tampered:  # a link's target is model-written text: it may hold a key
+            from runner.runs.secrets import known_secrets
+
+            raise WorkspaceTampered(redact(str(tampered), known_secrets(project, options))) from None
     return workspace
 
 

@@ -14,6 +14,7 @@ valid.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from dataclasses import dataclass, field, replace
@@ -38,6 +39,7 @@ class Snapshot:
     files: dict[str, FileState] = field(default_factory=dict)
     complete: bool = True
     unreportable: set[str] = field(default_factory=set)  # repr() of names a report cannot show
+    unreadable: set[str] = field(default_factory=set)  # repr() of directories that could not be listed
 
 
 def take_snapshot(root: Path, max_entries: int = MAX_ENTRIES) -> Snapshot:
@@ -69,6 +71,10 @@ def with_written_files(result: ToolResult, before: Snapshot, after: Snapshot) ->
     if unreportable:
         shown = ", ".join(unreportable[:5]) + (", ..." if len(unreportable) > 5 else "")
         notes.append(f"names with control characters or bytes that are not UTF-8 are not reported: {shown}")
+    if after.unreadable:
+        notes.append(
+            f"directories that could not be listed were not checked for new files: {', '.join(sorted(after.unreadable)[:5])}"
+        )
     if not after.complete:
         notes.append(f"the workspace has more than {MAX_ENTRIES} entries; only part of it was checked for new files")
     return _with_notes(replace(result, artifacts=artifacts), notes)
@@ -104,7 +110,10 @@ def _list_directory(root_fd: int, directory: str, snapshot: Snapshot, pending: l
             if entry.name.startswith(".") or entry.name in _SKIPPED_DIRECTORIES:
                 continue
             path = f"{directory}/{entry.name}" if directory else entry.name
-            _add_entry(snapshot, pending, path, entry.stat(follow_symlinks=False))
+            with contextlib.suppress(OSError):  # removed since it was listed
+                _add_entry(snapshot, pending, path, entry.stat(follow_symlinks=False))
+    except OSError:
+        snapshot.unreadable.add(repr(directory or "."))  # its owner made it unreadable
     finally:
         os.close(fd)
     return seen

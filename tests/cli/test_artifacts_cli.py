@@ -221,3 +221,31 @@ print('wrote')
     assert rerender.returncode == 0, rerender.stderr
     assert_no_key_anywhere(project / "again")
     assert "[REDACTED]" in (project / "again/artifacts/notes.md").read_text()
+
+
+@pytest.mark.timeout(300)
+def test_a_directory_swapped_for_a_link_after_its_files_were_reported(project: Path) -> None:
+    """A later call replaces ``out/`` by a link to a host directory shaped like it: the
+    report copies nothing from the host."""
+    host = Path(tempfile.mkdtemp(prefix="runner-host-", dir="/tmp"))
+    try:
+        (host / "nested").mkdir()
+        (host / "nested" / "result.csv").write_text("HOST SECRET\n")
+        first = "import os; os.makedirs('out/nested'); open('out/nested/result.csv', 'w').write('mine\\n'); print(1)"
+        second = f"import os, shutil; shutil.rmtree('out'); os.symlink({str(host)!r}, 'out'); print(2)"
+        calls = [
+            [{"name": "python", "arguments": {"code": first}}],
+            [{"name": "python", "arguments": {"code": second}}],
+        ]
+        with ScriptedServer(script(*calls)) as server:
+            result = runner(project, server, "run", "files")
+        assert result.returncode == 0, result.stderr
+        report_dir = only_report(project)
+        record = json.loads((report_dir / "report.json").read_text())
+        problems = {p["path"]: p["reason"] for p in record["artifact_problems"]}
+        assert problems["out/nested/result.csv"] == "goes through a symbolic link ('out')"
+        for path in report_dir.rglob("*"):
+            assert not path.is_file() or b"HOST SECRET" not in path.read_bytes()
+        assert (host / "nested" / "result.csv").read_text() == "HOST SECRET\n"
+    finally:
+        shutil.rmtree(host, ignore_errors=True)

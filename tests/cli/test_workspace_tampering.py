@@ -123,6 +123,7 @@ def assert_host_untouched(host: Path, before: os.stat_result) -> None:
 ATTACKS = {
     "symlink to a host file": ("rm input.csv && ln -s {victim} input.csv", "a symbolic link"),
     "symlink to a missing host path": ("rm input.csv && ln -s {missing} input.csv", "a symbolic link"),
+    "symlink whose target spells the key": (f"rm input.csv && ln -s /tmp/{KEY} input.csv", "a symbolic link"),
     "relative symlink out of the workspace": (
         "rm input.csv && ln -s ../../../../..{victim} input.csv",
         "a symbolic link",
@@ -153,6 +154,7 @@ def test_resume_refuses_a_tampered_task_file(attack: str, host: Path, projects: 
     assert resumed.returncode == 1, resumed.stderr
     assert f"error: workspace file 'input.csv' was replaced by {what}" in resumed.stderr
     assert "not followed or overwritten" in resumed.stderr and "Traceback" not in resumed.stderr
+    assert KEY not in resumed.stderr + resumed.stdout + json.dumps(dict(stored_run(root, "r1")))
     assert_host_untouched(host, before)
     assert not missing.exists() and not missing.is_symlink()
     row = stored_run(root, "r1")

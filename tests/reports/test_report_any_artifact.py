@@ -118,3 +118,19 @@ def test_secrets_are_redacted_from_text_and_binaries_withheld(
     assert "dump.bin: was withheld" in written["html"].read_text()
     for path in out.rglob("*"):
         assert not path.is_file() or KEY.encode() not in path.read_bytes()
+
+
+def test_a_withheld_reason_never_quotes_the_key(record: dict[str, Any], workspace: Path, out: Path) -> None:
+    """Reasons may name a zip member; one named after the key must not carry it into the report."""
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(f"{KEY}.txt", KEY)
+    (workspace / "named.zip").write_bytes(buffer.getvalue())
+    add(record, "named.zip")
+    written = write_report(record, out, workspace, secrets=[KEY])
+    for path in out.rglob("*"):
+        assert not path.is_file() or KEY.encode() not in path.read_bytes(), path
+    assert "named.zip: was withheld" in written["markdown"].read_text()
