@@ -8,8 +8,10 @@ profiles) the path is walked one component at a time with ``O_NOFOLLOW`` directo
 Files with more than one hard link are refused. Writes go to a temporary name in the
 target directory and are renamed over the target, both relative to the directory fd.
 
-The report writer and artifact collection use :func:`read_workspace_file` and
-:func:`list_workspace_files`, which follow the same rules.
+Host-side work on a workspace follows the same rules through :func:`open_beneath`: the
+run's workspace set-up (:mod:`runner.runs.workspace`), the snapshot that finds what
+sandboxed code wrote (:mod:`runner.tools.written`) and artifact collection for reports
+(:mod:`runner.reports.artifacts`).
 """
 
 from __future__ import annotations
