@@ -44,8 +44,8 @@ def _secrets(root: Path) -> list[str]:
     """The keys the project's agents and tools name, as a run of it would redact them;
     when the project cannot be read, at least the standard variable."""
     from runner.config.project import load_project
-    from runner.runs.execute import known_secrets
-    from runner.runs.types import RunOptions
+    from runner.runs.options import RunOptions
+    from runner.runs.secrets import known_secrets
 
     try:
         return known_secrets(load_project(root)[0], RunOptions())
