@@ -286,3 +286,26 @@ def test_fresh_retry_wipes_links_without_following_them(host: Path, projects: li
     assert sorted(p.name for p in workspace.iterdir()) == ["input.csv"]
     assert (workspace / "input.csv").read_text() == "a,b\n1,2\n" and not (workspace / "input.csv").is_symlink()
     assert_host_untouched(host, before)
+
+
+@pytest.mark.timeout(300)
+def test_an_airflow_retry_resumes_the_same_run_and_refuses_the_link(
+    host: Path, projects: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow derives the run id from dag, run and task ids (not the try number), so its
+    retry takes the resume path; it must stop there too."""
+    from runner.airflow.execution import run_task_for_airflow
+    from runner.runs.workspace import WorkspaceTampered
+
+    victim = host / "host.txt"
+    root = make_project(TOOL_TASK.format(command=json.dumps(f"rm input.csv && ln -s {victim} input.csv")))
+    projects.append(root)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    before = victim.stat()
+    ids = {"dag_id": "daily", "dag_run_id": "scheduled__2026-12-01", "task_id": "tamper"}
+    first = run_task_for_airflow("tamper", root=root, inputs={}, **ids)
+    assert first["status"] == "failed"
+    with pytest.raises(WorkspaceTampered, match="was replaced by a symbolic link"):
+        run_task_for_airflow("tamper", root=root, inputs={}, **ids)
+    assert_host_untouched(host, before)
+    assert stored_run(root, first["run_id"])["status"] == "failed"
