@@ -20,6 +20,7 @@ from runner.batch.ratelimit import SharedRateLimiter
 from runner.batch.summary import batch_report, write_reports
 from runner.config.project import Project
 from runner.config.specs import Caps, TaskSpec
+from runner.model.factory import check_endpoints
 from runner.runs.options import RunOptions
 
 
@@ -69,6 +70,9 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
     from runner.batch.output import output_format
 
     output_format(request.output_path, request.output_format)  # a bad output name fails before any row runs
+    check_endpoints(
+        project, task, model_override=request.model_override, base_url_override=request.base_url_override, api_key=request.api_key,
+    )
     source = InputSource.open(
         request.input_path, format=request.format, mapping=parse_mapping(request.mapping, task.inputs),
         id_column=request.id_column,

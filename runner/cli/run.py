@@ -35,11 +35,13 @@ def run(
     Exit codes: 0 completed, 1 failed, 2 configuration or usage error, 3 stopped by a cap, 4 stuck.
     """
     from runner.cli.render import HumanLog, JsonLines
+    from runner.model.factory import check_endpoints
     from runner.runs.execute import execute_task
 
     root = (root or find_root(Path(task) if task.endswith((".yaml", ".yml")) else Path.cwd())).resolve()
     project = load_project_or_raise(root)
     spec = project.task_for(task)
+    check_endpoints(project, spec, model_override=model, base_url_override=base_url)
     sink = JsonLines() if as_json else HumanLog()
     options = RunOptions(
         run_id=run_id, caps=caps_from_flags(caps), store_path=store_path, reports_dir=reports_dir,
