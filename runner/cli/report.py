@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from runner.cli.runs import open_store, resolve_run_id
+from runner.cli.terminal import safe_line
 from runner.errors import UsageError
 
 
@@ -33,4 +34,4 @@ def report(run_id: str, store_path: Path | None, root: Path, out_dir: Path | Non
     workspace = default_workspace(root.resolve(), run_id)
     written = write_report(record, target, workspace if workspace.is_dir() else None, formats=formats or ("markdown", "html", "json"))
     for path in written.values():
-        click.echo(str(path))
+        click.echo(safe_line(path))
