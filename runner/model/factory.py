@@ -16,9 +16,7 @@ from typing import TYPE_CHECKING
 
 from runner.config.prices import LOCAL_MODEL_ID
 from runner.config.specs import ModelSpec
-from runner.errors import ConfigError, Problem
-from runner.model.base import ChatModel
-from runner.model.endpoints import (
+from runner.endpoints import (
     DEFAULT_BASE_URL,
     STANDARD_KEY_VARIABLES,
     KeyCandidate,
@@ -27,6 +25,8 @@ from runner.model.endpoints import (
     same_endpoint,
     standard_endpoint,
 )
+from runner.errors import ConfigError, Problem
+from runner.model.base import ChatModel
 
 if TYPE_CHECKING:
     from runner.config.project import Project
@@ -58,7 +58,7 @@ def resolve_endpoint(
 ) -> Endpoint:
     """Decide provider, model id, base URL and key for one agent.
 
-    The key is one that belongs to the chosen endpoint (see :mod:`runner.model.endpoints`);
+    The key is one that belongs to the chosen endpoint (see :mod:`runner.endpoints`);
     an agent whose own ``base_url`` would receive another endpoint's key is refused.
     """
     env = os.environ if environ is None else environ

@@ -21,9 +21,9 @@ from typing import Any
 
 import openai
 
+from runner.endpoints import safe_url
 from runner.errors import ModelError
 from runner.model.base import AttemptHook, ModelRequest, ModelResponse
-from runner.model.endpoints import safe_url
 from runner.model.faults import Fault, RetryPolicy
 from runner.model.openai_faults import ENDPOINT_EXCEPTIONS, classify
 from runner.model.wire import InvalidResponse, StreamAccumulator, parse_completion, request_body

@@ -238,3 +238,51 @@ def test_the_refusal_is_reported_as_json_free_of_keys(tmp_path: Path, servers: t
     assert STANDARD_KEY not in result.stdout + result.stderr
     for line in result.stdout.splitlines():
         json.loads(line)
+
+
+# --- the same rule for custom http tools -------------------------------------------------------
+
+
+def http_tool(url: str, variable: str) -> str:
+    return (
+        "apiVersion: runner/v1\nkind: Tool\nname: lookup\ndescription: Look up.\ntype: http\n"
+        f'http: {{url: "{url}", api_key_env: {variable}}}\n'
+        "parameters:\n  item: {type: string, description: what}\n  host: {type: string, description: where}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "variable", "words"),
+    [
+        ("https://example.com/api/{item}", "OPENAI_API_KEY", "a standard variable sent only to the standard"),
+        ("https://{host}/api/{item}", "OTHER_KEY", "parameter in its scheme or host"),
+        ("https://api.example.com@{host}/x", "OTHER_KEY", "parameter in its scheme or host"),
+        ("https://{host}.example.com/x", "OTHER_KEY", "parameter in its scheme or host"),
+    ],
+)
+def test_an_http_tool_key_cannot_leave_its_declared_host(
+    tmp_path: Path, servers: tuple[ScriptedServer, ScriptedServer], url: str, variable: str, words: str
+) -> None:
+    standard, _ = servers
+    root = project(tmp_path, "{id: gpt-4o-mini}\ntools: [lookup]")
+    (root / "tools.d").mkdir()
+    (root / "tools.d" / "lookup.yaml").write_text(http_tool(url, variable))
+    result = runner(
+        root, "run", "ask", OPENAI_BASE_URL=standard.base_url, OPENAI_API_KEY=STANDARD_KEY, OTHER_KEY=OTHER_KEY
+    )
+    assert result.returncode == 2, result.stderr
+    assert "tools.d/lookup.yaml" in result.stderr and words in result.stderr
+    assert standard.requests == []  # refused before the first model call
+    assert STANDARD_KEY not in result.stderr and OTHER_KEY not in result.stderr
+
+
+def test_an_http_tool_with_its_own_key_and_a_literal_host_still_runs(
+    tmp_path: Path, servers: tuple[ScriptedServer, ScriptedServer]
+) -> None:
+    standard, _ = servers
+    root = project(tmp_path, "{id: gpt-4o-mini}\ntools: [lookup]")
+    (root / "tools.d").mkdir()
+    (root / "tools.d" / "lookup.yaml").write_text(http_tool("https://api.example.com/v1/{item}", "OTHER_KEY"))
+    result = runner(root, "run", "ask", OPENAI_BASE_URL=standard.base_url, OPENAI_API_KEY=STANDARD_KEY, OTHER_KEY=OTHER_KEY)
+    assert result.returncode == 0, result.stderr
+    assert fingerprints(standard) == {fp(STANDARD_KEY)}

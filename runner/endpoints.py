@@ -46,6 +46,14 @@ def same_endpoint(a: str, b: str) -> bool:
     return endpoint_identity(a) == endpoint_identity(b)
 
 
+def under_endpoint(url: str, base_url: str) -> bool:
+    """Whether ``url`` is ``base_url`` or a path below it (same scheme, host and port)."""
+    scheme, host, port, path = endpoint_identity(url)
+    base_scheme, base_host, base_port, base_path = endpoint_identity(base_url)
+    same_origin = (scheme, host, port) == (base_scheme, base_host, base_port)
+    return same_origin and (path == base_path or path.startswith(base_path + "/"))
+
+
 @dataclass(frozen=True)
 class KeyCandidate:
     """A key that could be sent, where it belongs, and how to name it to a person."""
