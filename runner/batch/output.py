@@ -93,7 +93,13 @@ def _busy_message(path: Path, fd: int) -> str:
 
 
 def check_output_target(path: Path, *, input_path: Path, journal_path: Path) -> None:
-    """Refuse an output that would overwrite the input, the journal, or a SQLite database."""
+    """Refuse an output that would overwrite the input, the journal, a SQLite database, or that is
+    not a regular file (``/dev/stdout`` is a symlink the atomic rename would replace)."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise UsageError(
+            f"--output {path} exists and is not a regular file (a symlink, directory, FIFO or device); "
+            "give the path of a regular file"
+        )
     target = path.resolve()
     if path.exists() and os.path.samefile(path, input_path):
         raise UsageError(f"--output {path} is the input file; the batch would overwrite its own input. Choose another --output")

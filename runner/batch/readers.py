@@ -255,5 +255,12 @@ def _batch_rows(batch: Any, present: list[str]) -> Iterator[tuple[dict[str, Any]
 
 
 def _check_readable(path: Path) -> None:
-    if not path.is_file():
+    check_input_file(path)
+
+
+def check_input_file(path: Path) -> None:
+    """:class:`InputError` unless ``path`` is a regular file (a FIFO or device would block or never end)."""
+    if not path.exists():
         raise InputError(f"{path}: no such input file")
+    if not path.is_file():
+        raise InputError(f"{path}: not a regular file (a directory, FIFO or device); give a CSV, JSONL or Parquet file")

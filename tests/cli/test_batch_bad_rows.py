@@ -216,3 +216,11 @@ def test_parquet_corrupt_row_group_and_unreadable_values_are_row_errors(root: Pa
     records = output(root)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "unreadable value in column 'n'" in str(records[1]["error"])
+
+
+def test_an_input_fifo_is_refused_without_blocking(root: Path, server: ScriptedServer) -> None:
+    fifo = root / "rows.csv"
+    os.mkfifo(fifo)
+    result = batch(root, server, fifo)
+    assert result.returncode == 2, result.stderr
+    assert "not a regular file" in result.stderr and server.requests == []

@@ -162,3 +162,15 @@ def test_a_planted_lock_symlink_is_not_followed(root: Path, server: ScriptedServ
     result = run(root, server, *argv("a.csv", "out.jsonl"))
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert victim.read_text() == "precious" and server.requests == []
+
+
+def test_an_output_that_is_not_a_regular_file_is_refused(root: Path, server: ScriptedServer) -> None:
+    """``--output /dev/stdout`` would have the atomic rename replace the device's symlink."""
+    os.mkfifo(root / "pipe.jsonl")
+    (root / "link.jsonl").symlink_to(root / "elsewhere.jsonl")
+    for output in ("/dev/stdout", "/dev/null", str(root / "pipe.jsonl"), str(root / "link.jsonl")):
+        result = run(root, server, *argv("a.csv", output, "--output-format", "jsonl"))
+        assert result.returncode == 2, (output, result.stderr)
+        assert "not a regular file" in result.stderr
+    assert Path("/dev/stdout").is_symlink() and Path("/dev/null").is_char_device()
+    assert not (root / "elsewhere.jsonl").exists() and server.requests == []
