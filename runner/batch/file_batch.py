@@ -10,16 +10,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from runner.batch.engine import FailurePolicy, batch_budget, run_batch
+from runner.batch.engine import BatchSummary, FailurePolicy, batch_budget, run_batch
 from runner.batch.executor import TaskExecutor
 from runner.batch.inputs import InputSource, file_sha256, parse_mapping, read_rows
 from runner.batch.journal import BatchJournal, default_journal_path
-from runner.batch.output import write_output
+from runner.batch.output import check_output_target, exclusive_output, write_output
 from runner.batch.progress import NoProgress, make_progress
 from runner.batch.ratelimit import SharedRateLimiter
 from runner.batch.summary import batch_report, write_reports
 from runner.config.project import Project
 from runner.config.specs import Caps, TaskSpec
+from runner.model.factory import check_endpoints
 from runner.runs.options import RunOptions
 
 
@@ -69,11 +70,41 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
     from runner.batch.output import output_format
 
     output_format(request.output_path, request.output_format)  # a bad output name fails before any row runs
+    check_endpoints(
+        project, task, model_override=request.model_override, base_url_override=request.base_url_override, api_key=request.api_key,
+    )
     source = InputSource.open(
         request.input_path, format=request.format, mapping=parse_mapping(request.mapping, task.inputs),
         id_column=request.id_column,
     )
     journal_path = request.journal_path or default_journal_path(project.root, task.name, source.path)
+    check_output_target(request.output_path, input_path=source.path, journal_path=journal_path)
+    holder = {"task": task.name, "input": str(source.path.resolve()), "journal": str(journal_path.resolve())}
+    with exclusive_output(request.output_path, holder):
+        summary, records, markdown = await _run_locked(project, task, request, source, journal_path)
+    return {
+        "batch_id": summary.batch_id,
+        "task": task.name,
+        "counts": summary.counts,
+        "total": summary.total,
+        "records_written": records,
+        "cost_usd": round(summary.usage.cost_usd, 8),
+        "input_tokens": summary.usage.input_tokens,
+        "output_tokens": summary.usage.output_tokens,
+        "cached_input_tokens": summary.usage.cached_input_tokens,
+        "elapsed_seconds": summary.elapsed_seconds,
+        "stop_reason": summary.stop_reason,
+        "exit_code": summary.exit_code,
+        "output_path": str(request.output_path),
+        "report_path": str(markdown),
+        "journal_path": str(journal_path),
+    }
+
+
+async def _run_locked(
+    project: Project, task: TaskSpec, request: BatchRequest, source: InputSource, journal_path: Path
+) -> tuple[BatchSummary, int, Path]:
+    """The batch proper, while this process holds the output file: rows, output, report."""
     journal = BatchJournal.open(
         journal_path, task=task.name, input_path=source.path, input_sha256=file_sha256(source.path),
         options=source.options(), restart=request.restart, durable=request.durable,
@@ -97,20 +128,4 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
         markdown, _ = write_reports(batch_report(journal, summary), report_dir)
     finally:
         journal.close()
-    return {
-        "batch_id": summary.batch_id,
-        "task": task.name,
-        "counts": summary.counts,
-        "total": summary.total,
-        "records_written": records,
-        "cost_usd": round(summary.usage.cost_usd, 8),
-        "input_tokens": summary.usage.input_tokens,
-        "output_tokens": summary.usage.output_tokens,
-        "cached_input_tokens": summary.usage.cached_input_tokens,
-        "elapsed_seconds": summary.elapsed_seconds,
-        "stop_reason": summary.stop_reason,
-        "exit_code": summary.exit_code,
-        "output_path": str(request.output_path),
-        "report_path": str(markdown),
-        "journal_path": str(journal_path),
-    }
+    return summary, records, markdown

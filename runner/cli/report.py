@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from runner.cli.runs import open_store, resolve_run_id
+from runner.cli.terminal import safe_line
 from runner.errors import RunnerError, UsageError
 
 
@@ -37,7 +38,7 @@ def report(run_id: str, store_path: Path | None, root: Path, out_dir: Path | Non
         formats=formats or ("markdown", "html", "json"), secrets=_secrets(root),
     )  # fmt: skip
     for path in written.values():
-        click.echo(str(path))
+        click.echo(safe_line(path))
 
 
 def _secrets(root: Path) -> list[str]:
