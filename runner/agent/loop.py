@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from runner import untrusted_json
 from runner.agent.checks import Rejection, figures_fallback, grounding_rejection
 from runner.agent.context import compact, history_budget, truncate_output
 from runner.agent.stuck import StuckDetector
@@ -309,7 +310,7 @@ def _trusted_usage(response: ModelResponse, estimate: Estimate) -> Usage:
 
 def _terminate_answer(arguments: str) -> str:
     try:
-        parsed = json.loads(arguments)
+        parsed = untrusted_json.loads(arguments)
     except ValueError:
         return arguments
     if isinstance(parsed, dict):
@@ -324,8 +325,10 @@ def _parse_and_validate(answer: str | None, schema: dict[str, Any]) -> tuple[Any
         text = text.split("\n", 1)[1] if "\n" in text else text
         text = text.removesuffix("```").strip()
     try:
-        value = json.loads(text)
+        value = untrusted_json.loads(text)
     except json.JSONDecodeError as exc:
         return None, f"not valid JSON ({exc.msg} at position {exc.pos})"
+    except untrusted_json.JsonTooDeep as exc:
+        return None, f"not accepted: {exc}"
     problems = validate_value(value, schema)
     return value, "; ".join(problems[:5])

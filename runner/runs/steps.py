@@ -6,13 +6,13 @@ in the run store, so a resumed run can skip what already completed.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Any
 
+from runner import untrusted_json
 from runner.agent.loop import AgentEnv, run_agent
 from runner.caps.budget import Budget
 from runner.caps.pricing import Pricer
@@ -166,7 +166,9 @@ async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dic
         ctx.budget.take_tool_call()
         context = tool_context(ctx.workspace, None, ctx.recorder.secrets)
         result = await ctx.registry.invoke(tool_name, rendered, context)
-    except (TemplateError, ToolFailure) as exc:
+    except TemplateError as exc:
+        return _finish(ctx, record, started, "failed", error=str(exc), kind="template")
+    except ToolFailure as exc:
         return _finish(ctx, record, started, "failed", error=str(exc), kind="tool")
     except CapReached as cap:
         return _finish(ctx, record, started, "capped", error=str(cap), kind=cap.cap)
@@ -217,7 +219,7 @@ def _finish(
 
 def _args(raw: str) -> Any:
     try:
-        return json.loads(raw)
+        return untrusted_json.loads(raw)
     except ValueError:
         return {"raw": raw}
 

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from runner.caps.budget import Budget
 
 STATUS_EXIT = {"completed": 0, "failed": 1, "capped": 3, "stuck": 4}
+CONFIG_ERROR_KINDS = frozenset({"template"})  # a failure that is a configuration error: exit 2
 
 
 class RateGate(Protocol):
@@ -68,6 +69,8 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
+        if self.status == "failed" and self.error_kind in CONFIG_ERROR_KINDS:
+            return 2
         return STATUS_EXIT.get(self.status, 1)
 
     def manifest(self) -> dict[str, Any]:

@@ -9,7 +9,6 @@ everything the tool returns.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -17,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
+from runner import untrusted_json
 from runner.errors import ConfigError, ToolFailure
 from runner.redact import redact_secrets
 from runner.tools.arguments import PydanticArguments
@@ -85,7 +85,7 @@ def _result(response: HttpResponse) -> ToolResult:
     data: Any = text
     if response.content_type.endswith("json"):
         try:
-            data = json.loads(text)
+            data = untrusted_json.loads(text)
         except ValueError:
             data = text
     shown = text[:_MAX_CHARS]

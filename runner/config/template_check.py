@@ -1,0 +1,196 @@
+"""Finding, at validate time, the templates that would fail at run time.
+
+Two passes over a template whose variables are already known to exist (see
+:func:`runner.config.templates.references`):
+
+1. static: ``include``/``import``/``extends``, attributes the sandbox refuses (``_...``,
+   ``format``, also through ``|attr``), unknown filters and tests, each with its line;
+2. dynamic: a render against the context a run would give (``inputs`` from the declared
+   types, ``steps``, ``previous``, ``today``, ``run_id``) with sample values.
+
+Step outputs and the previous run's values have no declared shape, so they are
+:class:`SampleUnknown`: any attribute, item or iteration works on them. An error that may
+come from such a value's shape is not reported (it depends on the run); the sandbox's
+refusals, loaders, recursion and sizes always are.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from jinja2 import ChainableUndefined, TemplateNotFound, TemplateRuntimeError, nodes
+from jinja2.exceptions import SecurityError
+
+from runner.config.specs import InputSpec
+from runner.config.templates import (
+    TemplateError,
+    compile_template,
+    describe,
+    environment,
+    parse,
+    render_bounded,
+)
+from runner.errors import did_you_mean
+
+SAMPLE_DATE = dt.date(2024, 1, 31)
+SAMPLE_RUN_ID = "sample-20240131T000000Z-000000"
+_SAMPLES: dict[str, Any] = {"string": "sample text", "integer": 3, "number": 2.5, "boolean": True, "date": SAMPLE_DATE.isoformat()}
+_ALWAYS_REPORTED = (SecurityError, TemplateNotFound, TemplateRuntimeError, RecursionError, MemoryError, TemplateError)
+_LOADING = (nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)
+
+
+class _ShapeUnknown(Exception):
+    """A sample value was used in a way only a real value can answer (``x + 1``, ``x < 3``)."""
+
+
+class SampleUnknown(ChainableUndefined):
+    """A value whose shape is known only at run time (a step's output, the previous run).
+
+    Any attribute or item is itself, it iterates as empty and renders as ``""``; arithmetic
+    and comparisons end the sample render quietly. ``touched`` records that it was used,
+    so errors after that are not blamed on the template.
+    """
+
+    __slots__ = ("touched",)
+
+    def __init__(self) -> None:
+        super().__init__(hint="a value known only at run time")
+        self.touched = False
+
+    def _fail_with_undefined_error(self, *args: Any, **kwargs: Any) -> Any:
+        self.touched = True
+        raise _ShapeUnknown()
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _fail_with_undefined_error
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _fail_with_undefined_error
+    __pos__ = __neg__ = __call__ = __lt__ = __le__ = __gt__ = __ge__ = _fail_with_undefined_error
+    __int__ = __float__ = __complex__ = __pow__ = __rpow__ = _fail_with_undefined_error
+
+    def __getattr__(self, name: str) -> Any:
+        if name[:2] == "__":
+            raise AttributeError(name)
+        self.touched = True
+        return self
+
+    def __getitem__(self, key: Any) -> Any:
+        self.touched = True
+        return self
+
+    def __iter__(self) -> Iterator[Any]:
+        self.touched = True
+        return iter(())
+
+    def __str__(self) -> str:
+        self.touched = True
+        return ""
+
+    def __bool__(self) -> bool:
+        return True  # so that {% if steps.x.data %} branches are checked too
+
+    def __len__(self) -> int:
+        self.touched = True
+        return 0
+
+    def __eq__(self, other: object) -> bool:
+        self.touched = True
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        self.touched = True
+        return True
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+def sample_inputs(inputs: Iterable[InputSpec]) -> dict[str, Any]:
+    """A value for each declared input: its default or first enum value, else one of its type."""
+    values: dict[str, Any] = {}
+    for spec in inputs:
+        if spec.enum:
+            values[spec.name] = spec.enum[0]
+        elif spec.has_default and spec.default is not None and spec.default not in ("today", "yesterday"):
+            values[spec.name] = spec.default
+        else:
+            values[spec.name] = _SAMPLES[spec.type]
+    return values
+
+
+def sample_context(inputs: dict[str, Any], step_ids: Iterable[str], unknown: SampleUnknown, previous: bool) -> dict[str, Any]:
+    """What a run gives templates (see ``RunContext.template_context``), with sample values."""
+    steps = {sid: {"output": unknown, "data": unknown, "status": "completed", "artifacts": []} for sid in step_ids}
+    last = {"run_id": SAMPLE_RUN_ID, "finished_at": SAMPLE_DATE.isoformat(), "date": SAMPLE_DATE.isoformat(),
+            "inputs": unknown, "outputs": unknown, "tables": unknown}  # fmt: skip
+    return {
+        "inputs": inputs,
+        "steps": steps,
+        "previous": last if previous else None,
+        "today": SAMPLE_DATE.isoformat(),
+        "run_id": SAMPLE_RUN_ID,
+    }
+
+
+def static_problems(template: str) -> list[str]:
+    """What the template does that no run could do, each with its line."""
+    tree = parse(template)
+    problems = [
+        f"template uses {{% {_tag(node)} %}} on line {node.lineno}; templates cannot load files: write the text inline"
+        for node in tree.find_all(_LOADING)
+    ]
+    for node in tree.find_all((nodes.Getattr, nodes.Getitem, nodes.Filter, nodes.Test)):
+        problem = _node_problem(node)
+        if problem:
+            problems.append(problem)
+    if not problems:
+        try:
+            compile_template(template)  # what the parser alone does not see
+        except TemplateError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def render_problem(template: str, context: dict[str, Any], unknown: SampleUnknown) -> str | None:
+    """Why rendering ``template`` with ``context`` fails, or ``None``."""
+    unknown.touched = False
+    try:
+        render_bounded(compile_template(template), context)
+    except _ShapeUnknown:
+        return None
+    except _ALWAYS_REPORTED as exc:
+        return str(exc) if isinstance(exc, TemplateError) else describe(exc)
+    except Exception as exc:  # the template's own code failed on sample values
+        if unknown.touched:
+            return None
+        return f"{describe(exc)} (with sample inputs {_show(context['inputs'])})"
+    return None
+
+
+def _tag(node: nodes.Node) -> str:
+    tags: dict[type[nodes.Node], str] = {nodes.Include: "include", nodes.Import: "import", nodes.FromImport: "from ... import"}
+    return tags.get(type(node), "extends")
+
+
+def _node_problem(node: nodes.Node) -> str | None:
+    name: Any = None
+    if isinstance(node, nodes.Getattr):
+        name = node.attr
+    elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+        name = node.arg.value
+    elif isinstance(node, nodes.Filter) and node.name == "attr" and node.args and isinstance(node.args[0], nodes.Const):
+        name = node.args[0].value
+    elif isinstance(node, nodes.Test) and node.name not in environment().tests:
+        return f"template uses an unknown test '{node.name}' on line {node.lineno}{did_you_mean(node.name, environment().tests)}"
+    if isinstance(node, nodes.Filter) and node.name not in environment().filters:
+        return f"template uses an unknown filter '{node.name}' on line {node.lineno}{did_you_mean(node.name, environment().filters)}"
+    if isinstance(name, str) and (name.startswith("_") or name in ("format", "format_map")):
+        return (
+            f"template reads the attribute '{name}' on line {node.lineno}, which the template sandbox refuses; "
+            "use plain values and filters (e.g. |format) instead"
+        )
+    return None
+
+
+def _show(inputs: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in inputs.items()) or "none"
