@@ -16,7 +16,7 @@ from runner.config.project_files import workspace_file_problem
 from runner.config.schema import check_schema, validate_part
 from runner.config.specs import AgentSpec, StepSpec, TaskSpec, ToolRef
 from runner.config.template_check import SampleUnknown, render_problem, sample_context, sample_inputs, static_problems
-from runner.config.templates import Reference, TemplateError, references
+from runner.config.templates import Reference, TemplateError, environment, references
 from runner.config.yamlload import Document, escape_pointer_token
 from runner.errors import Problem, did_you_mean
 
@@ -260,7 +260,7 @@ class TaskChecker:
         elif ref.root == "previous":
             if not self.task.previous_run:
                 self._add(pointer, "template uses 'previous' but the task does not set memory.previous_run: true")
-        elif ref.root not in ("today", "run_id", "loop", "range", "true", "false", "none"):
+        elif ref.root not in ("today", "run_id", "loop", "true", "false", "none") and ref.root not in environment().globals:
             self._add(pointer, f"template uses undefined variable '{ref.root}'; available: inputs, steps, previous, today, run_id")
 
 

@@ -86,7 +86,7 @@ def _resolve(
         else:
             why = "is outside the project"
         raise FileRefused(
-            f"'{reference}' {why} ({boundary}); {what} must be inside the project: "
+            f"'{reference}' {why}; {what} must be inside the project: "
             f"move the file there and give its path relative to {base}"
         )
     return target
@@ -125,14 +125,14 @@ def _too_big(reference: str, size: int) -> str:
 
 
 def _decode(raw: bytes, reference: str) -> str:
+    if b"\0" in raw:
+        raise FileRefused(f"'{reference}' contains NUL bytes (a binary file?); a prompt file must be text")
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise FileRefused(
             f"'{reference}' is not UTF-8 text (invalid byte at offset {exc.start}); save it as UTF-8"
         ) from None
-    if "\0" in text:
-        raise FileRefused(f"'{reference}' contains NUL bytes (a binary file?); a prompt file must be text")
     if not text.strip():
         raise FileRefused(f"'{reference}' is empty; write the prompt in it, or remove the reference")
     return text

@@ -141,7 +141,8 @@ def static_problems(template: str) -> list[str]:
     ]
     for node in tree.find_all((nodes.Getattr, nodes.Getitem, nodes.Filter, nodes.Test)):
         problem = _node_problem(node)
-        if problem:
+        inner = getattr(node, "node", None)
+        if problem and not (isinstance(inner, nodes.Node) and _node_problem(inner)):  # one per chain: the first
             problems.append(problem)
     if not problems:
         try:

@@ -240,6 +240,8 @@ def references(template: str) -> list[Reference]:
     found: list[Reference] = []
     assigned = {n.name for n in tree.find_all(nodes.Name) if n.ctx in ("store", "param")}
     assigned |= {m.name for m in tree.find_all(nodes.Macro)}
+    assigned |= {i.target for i in tree.find_all(nodes.Import)}
+    assigned |= {n if isinstance(n, str) else n[1] for f in tree.find_all(nodes.FromImport) for n in f.names}
     for node in tree.find_all((nodes.Getattr, nodes.Getitem, nodes.Name)):
         ref = _reference(node)
         if ref and ref.root not in assigned:
