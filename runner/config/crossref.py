@@ -15,7 +15,14 @@ from runner.config.prices import find_price, unpriced_message
 from runner.config.project_files import workspace_file_problem
 from runner.config.schema import check_schema, validate_part
 from runner.config.specs import AgentSpec, StepSpec, TaskSpec, ToolRef
-from runner.config.template_check import SampleUnknown, render_problem, sample_context, sample_inputs, static_problems
+from runner.config.template_check import (
+    SAMPLES,
+    SampleUnknown,
+    render_problem,
+    sample_context,
+    sample_inputs,
+    static_problems,
+)
 from runner.config.templates import Reference, TemplateError, environment, references
 from runner.config.yamlload import Document, escape_pointer_token
 from runner.errors import Problem, did_you_mean
@@ -97,7 +104,7 @@ class TaskChecker:
         self.project, self.task, self.tools = project, task, tools
         self.doc = project.document("Task", task.name)
         self.problems: list[Problem] = []
-        self._sample_inputs = sample_inputs(task.inputs)
+        self._sample_inputs = [sample_inputs(task.inputs, variant) for variant in range(len(SAMPLES))]
         self._unknown = SampleUnknown()
 
     def check(self) -> list[Problem]:
@@ -235,11 +242,12 @@ class TaskChecker:
 
     def _render_problem(self, template: str, visible: set[str], refs: list[Reference]) -> str | None:
         """Why a run would fail to render ``template`` (sample values), else ``None``."""
-        context = sample_context(self._sample_inputs, visible, self._unknown, self.task.previous_run)
-        message = render_problem(template, context, self._unknown)
+        contexts = [sample_context(inputs, visible, self._unknown, self.task.previous_run) for inputs in self._sample_inputs]
+        message = render_problem(template, contexts, self._unknown)
         if message is None and any(ref.root == "previous" for ref in refs):
-            context["previous"] = None  # what the first run sees
-            first = render_problem(template, context, self._unknown)
+            for context in contexts:
+                context["previous"] = None  # what the first run sees
+            first = render_problem(template, contexts, self._unknown)
             message = first and f"{first} (the first run has no previous run: guard it with {{% if previous %}})"
         return message
 

@@ -6,7 +6,9 @@ Two passes over a template whose variables are already known to exist (see
 1. static: ``include``/``import``/``extends``, attributes the sandbox refuses (``_...``,
    ``format``, also through ``|attr``), unknown filters and tests, each with its line;
 2. dynamic: a render against the context a run would give (``inputs`` from the declared
-   types, ``steps``, ``previous``, ``today``, ``run_id``) with sample values.
+   types, ``steps``, ``previous``, ``today``, ``run_id``) with sample values. An error that
+   goes away with a second, different set of sample values depends on the values a run is
+   given (``{{ 100 // inputs.n }}``): it is left to the run, which reports it with its place.
 
 Step outputs and the previous run's values have no declared shape, so they are
 :class:`SampleUnknown`: any attribute, item or iteration works on them. An error that may
@@ -20,7 +22,7 @@ import datetime as dt
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from jinja2 import ChainableUndefined, TemplateNotFound, TemplateRuntimeError, nodes
+from jinja2 import ChainableUndefined, TemplateNotFound, TemplateRuntimeError, UndefinedError, nodes
 from jinja2.exceptions import SecurityError
 
 from runner.config.specs import InputSpec
@@ -36,7 +38,11 @@ from runner.errors import did_you_mean
 
 SAMPLE_DATE = dt.date(2024, 1, 31)
 SAMPLE_RUN_ID = "sample-20240131T000000Z-000000"
-_SAMPLES: dict[str, Any] = {"string": "sample text", "integer": 3, "number": 2.5, "boolean": True, "date": SAMPLE_DATE.isoformat()}
+SAMPLES: tuple[dict[str, Any], ...] = (
+    {"string": "sample text", "integer": 3, "number": 2.5, "boolean": True, "date": SAMPLE_DATE.isoformat()},
+    {"string": "2023-12-01, another; sample", "integer": -7, "number": 0.125, "boolean": False, "date": "2023-12-01"},
+)
+"""Two sample values per input type, as different from each other as the types allow."""
 _ALWAYS_REPORTED = (SecurityError, TemplateNotFound, TemplateRuntimeError, RecursionError, MemoryError, TemplateError)
 _LOADING = (nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)
 
@@ -105,16 +111,17 @@ class SampleUnknown(ChainableUndefined):
         return id(self)
 
 
-def sample_inputs(inputs: Iterable[InputSpec]) -> dict[str, Any]:
-    """A value for each declared input: its default or first enum value, else one of its type."""
+def sample_inputs(inputs: Iterable[InputSpec], variant: int = 0) -> dict[str, Any]:
+    """A value for each declared input: its default, else an enum value, else one of its type
+    (``variant`` picks which of :data:`SAMPLES` and which end of the enum)."""
     values: dict[str, Any] = {}
     for spec in inputs:
-        if spec.enum:
-            values[spec.name] = spec.enum[0]
-        elif spec.has_default and spec.default is not None and spec.default not in ("today", "yesterday"):
+        if spec.has_default and spec.default is not None and spec.default not in ("today", "yesterday"):
             values[spec.name] = spec.default
+        elif spec.enum:
+            values[spec.name] = spec.enum[-variant]
         else:
-            values[spec.name] = _SAMPLES[spec.type]
+            values[spec.name] = SAMPLES[variant][spec.type]
     return values
 
 
@@ -152,19 +159,36 @@ def static_problems(template: str) -> list[str]:
     return problems
 
 
-def render_problem(template: str, context: dict[str, Any], unknown: SampleUnknown) -> str | None:
-    """Why rendering ``template`` with ``context`` fails, or ``None``."""
+def render_problem(template: str, contexts: list[dict[str, Any]], unknown: SampleUnknown) -> str | None:
+    """Why rendering ``template`` fails whatever sample values it is given, or ``None``.
+
+    Refusals (sandbox, loaders, recursion, sizes) count on the first context; an ordinary
+    error only if every context fails, so an error that depends on the values is not blamed
+    on the template here."""
+    failure = _render_failure(template, contexts[0], unknown)
+    if failure is None:
+        return None
+    message, always = failure
+    if not always and any(_render_failure(template, other, unknown) is None for other in contexts[1:]):
+        return None
+    return message
+
+
+def _render_failure(template: str, context: dict[str, Any], unknown: SampleUnknown) -> tuple[str, bool] | None:
+    """``(message, always)`` when rendering fails; ``always`` for refusals no value could avoid."""
     unknown.touched = False
     try:
         render_bounded(compile_template(template), context)
     except _ShapeUnknown:
         return None
+    except UndefinedError as exc:  # a value without that attribute or item: depends on the value
+        return describe(exc) + _samples_note(context["inputs"]), False
     except _ALWAYS_REPORTED as exc:
-        return str(exc) if isinstance(exc, TemplateError) else describe(exc)
+        return (str(exc) if isinstance(exc, TemplateError) else describe(exc)), True
     except Exception as exc:  # the template's own code failed on sample values
         if unknown.touched:
             return None
-        return f"{describe(exc)} (with sample inputs {_show(context['inputs'])})"
+        return describe(exc) + _samples_note(context["inputs"]), False
     return None
 
 
@@ -193,5 +217,6 @@ def _node_problem(node: nodes.Node) -> str | None:
     return None
 
 
-def _show(inputs: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in inputs.items()) or "none"
+def _samples_note(inputs: dict[str, Any]) -> str:
+    shown = ", ".join(f"{k}={v!r}" for k, v in inputs.items())
+    return f" (with sample inputs {shown})" if shown else ""

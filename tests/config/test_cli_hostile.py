@@ -285,6 +285,7 @@ def test_sample_values_do_not_make_false_alarms(project: Path) -> None:
     steps = (
         "inputs:\n  day: {type: date, default: today}\n  n: {type: integer, default: 2}\n"
         "  mode: {type: string, enum: [short, long]}\n  loud: {type: boolean, default: false}\n"
+        "  csv: {type: string}\n  k: {type: integer}\n"
         "memory: {previous_run: true}\n"
         "pipeline:\n  steps:\n"
         "    - {id: a, tool: calculator, args: {expression: '{{ inputs.n * 2 }} + 1'}}\n"
@@ -295,7 +296,9 @@ def test_sample_values_do_not_make_false_alarms(project: Path) -> None:
         "        {% if steps.a.data.total > 3 %}big{% endif %} {{ '%.1f' | format(inputs.n / 3) }}\n"
         "        {% if previous %}{{ previous.outputs.summary }} {{ previous.tables | length }}{% endif %}\n"
         "        {% set ns = namespace(total=0) %}{% for i in range(3) %}{% set ns.total = ns.total + i %}{% endfor %}\n"
-        "        {% macro bullet(x) %}- {{ x }}{% endmacro %}{{ bullet(inputs.loud) }}"
+        "        {% macro bullet(x) %}- {{ x }}{% endmacro %}{{ bullet(inputs.loud) }}\n"
+        "    - id: c\n      agent: writer\n"  # fails for some values only: left to the run
+        "      goal: \"{{ inputs.csv.split(',')[1] }} {{ 100 // (inputs.k - 3) }}\""
     )
     write(project / "tasks.d" / "many.yaml", TASK.format(name="many", extra=steps))
     result = runner("validate", cwd=project)
