@@ -75,7 +75,7 @@ class SampleUnknown(ChainableUndefined):
     __int__ = __float__ = __complex__ = __pow__ = __rpow__ = _fail_with_undefined_error
 
     def __getattr__(self, name: str) -> Any:
-        if name[:2] == "__":
+        if name[:1] == "_":  # so the sandbox looks it up as an item (data keys like "_id")
             raise AttributeError(name)
         self.touched = True
         return self
@@ -146,10 +146,11 @@ def static_problems(template: str) -> list[str]:
         f"template uses {{% {_tag(node)} %}} on line {node.lineno}; templates cannot load files: write the text inline"
         for node in tree.find_all(_LOADING)
     ]
+    called = {id(call.node) for call in tree.find_all(nodes.Call)}
     for node in tree.find_all((nodes.Getattr, nodes.Getitem, nodes.Filter, nodes.Test)):
-        problem = _node_problem(node)
+        problem = _node_problem(node, called)
         inner = getattr(node, "node", None)
-        if problem and not (isinstance(inner, nodes.Node) and _node_problem(inner)):  # one per chain: the first
+        if problem and not (isinstance(inner, nodes.Node) and _node_problem(inner, called)):  # one per chain: the first
             problems.append(problem)
     if not problems:
         try:
@@ -197,7 +198,10 @@ def _tag(node: nodes.Node) -> str:
     return tags.get(type(node), "extends")
 
 
-def _node_problem(node: nodes.Node) -> str | None:
+def _node_problem(node: nodes.Node, called: set[int]) -> str | None:
+    """A refused attribute (a dunder, or ``str.format`` called), an unknown filter or test.
+
+    Other names are left to the render: ``_id`` or ``format`` may be keys of a step's data."""
     name: Any = None
     if isinstance(node, nodes.Getattr):
         name = node.attr
@@ -209,7 +213,7 @@ def _node_problem(node: nodes.Node) -> str | None:
         return f"template uses an unknown test '{node.name}' on line {node.lineno}{did_you_mean(node.name, environment().tests)}"
     if isinstance(node, nodes.Filter) and node.name not in environment().filters:
         return f"template uses an unknown filter '{node.name}' on line {node.lineno}{did_you_mean(node.name, environment().filters)}"
-    if isinstance(name, str) and (name.startswith("_") or name in ("format", "format_map")):
+    if isinstance(name, str) and (name.startswith("__") or (name in ("format", "format_map") and id(node) in called)):
         return (
             f"template reads the attribute '{name}' on line {node.lineno}, which the template sandbox refuses; "
             "use plain values and filters (e.g. |format) instead"

@@ -204,7 +204,8 @@ def test_workspace_file_outside_the_project_is_found_by_validate(project: Path) 
         ("{{ run_id | attr('__class__') }}", "template reads the attribute '__class__' on line 1"),
         ("{{ run_id | attr('__cla' ~ 'ss__') }}", "template refused on line 1: access to attribute '__class__'"),
         ("{{ '{0.__class__}'.format(run_id) }}", "template reads the attribute 'format' on line 1"),
-        ("{{ run_id['format'] }}", "template reads the attribute 'format' on line 1"),
+        ("{{ run_id['format'] }}", "template refused on line 1: access to attribute 'format' of 'str' object"),
+        ("{{ run_id['format']('{0.__class__}') }}", "template reads the attribute 'format' on line 1"),
         ("{{ lipsum.__globals__ }}", "template reads the attribute '__globals__' on line 1"),
         ("{{ cycler.__init__.__globals__.os }}", "template reads the attribute '__init__' on line 1"),
         ("{% include 'tasks.d/t.yaml' %}", "template uses {% include %} on line 1"),
@@ -292,6 +293,7 @@ def test_sample_values_do_not_make_false_alarms(project: Path) -> None:
         "    - id: b\n      agent: writer\n      depends_on: [a]\n      goal: |\n"
         "        Since {{ inputs.day | add_days(-7) }} ({{ today }}, run {{ run_id }}), mode {{ inputs.mode | upper }}.\n"
         "        {{ steps.a.output }} {{ steps.a.data | tojson }} {{ steps.a.data.rows | length }}\n"
+        "        {{ steps.a.data._id }} {{ steps.a.data.format }} {{ inputs.mode.upper() }}\n"
         "        {% for r in steps.a.data.rows %}{{ r.name }}: {{ r.value * 2 }}{% endfor %}\n"
         "        {% if steps.a.data.total > 3 %}big{% endif %} {{ '%.1f' | format(inputs.n / 3) }}\n"
         "        {% if previous %}{{ previous.outputs.summary }} {{ previous.tables | length }}{% endif %}\n"
