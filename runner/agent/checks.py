@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from runner import untrusted_json
 from runner.config.schema import validate_value
 from runner.config.specs import AgentSpec
 from runner.prompts import Prompts
@@ -176,8 +177,10 @@ def parse_json_answer(answer: str | None, schema: dict[str, Any]) -> tuple[Any, 
         text = text.split("\n", 1)[1] if "\n" in text else text
         text = text.removesuffix("```").strip()
     try:
-        value = json.loads(text)
+        value = untrusted_json.loads(text)
     except json.JSONDecodeError as exc:
         return None, f"not valid JSON ({exc.msg} at position {exc.pos})"
+    except untrusted_json.JsonTooDeep as exc:
+        return None, f"not accepted: {exc}"
     problems = validate_value(value, schema)
     return value, "; ".join(problems[:5])

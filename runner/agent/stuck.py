@@ -7,10 +7,12 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
+from runner import untrusted_json
+
 
 def _canonical(arguments: str) -> str:
     try:
-        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
+        return json.dumps(untrusted_json.loads(arguments), sort_keys=True, separators=(",", ":"))
     except (ValueError, TypeError):
         return arguments.strip()
 

@@ -53,7 +53,7 @@ from runner.errors import (
 from runner.redact import redact
 from runner.runs.options import RunOptions
 
-FINAL_ERROR_KINDS = frozenset({"input", "auth", "bad_request", "not_found", "config", "stuck", "workspace"})
+FINAL_ERROR_KINDS = frozenset({"input", "auth", "bad_request", "not_found", "config", "stuck", "workspace", "template"})
 """Failures a retry cannot fix (same inputs, same config)."""
 
 

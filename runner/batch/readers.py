@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from runner import untrusted_json
 from runner.batch.csvfile import csv_header, csv_rows, value_problem
 from runner.errors import InputError, UsageError
 
@@ -160,10 +161,10 @@ def _parse_json_line(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
     except UnicodeDecodeError as exc:
         return None, f"invalid UTF-8 at byte {exc.start} of the line"
     try:
-        value = json.loads(
+        value = untrusted_json.loads(
             text, parse_constant=_reject_constant, parse_float=_finite_float, object_pairs_hook=_reject_duplicate_keys
         )
-    except _JsonProblem as exc:
+    except (_JsonProblem, untrusted_json.JsonTooDeep) as exc:
         return None, str(exc)
     except json.JSONDecodeError as exc:
         return None, f"invalid JSON: {exc.msg} at column {exc.colno}"

@@ -8,14 +8,23 @@ and money caps on models without a known price.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from runner.config.prices import find_price, unpriced_message
-from runner.config.schema import check_schema
+from runner.config.project_files import workspace_file_problem
+from runner.config.schema import check_schema, validate_part
 from runner.config.specs import AgentSpec, StepSpec, TaskSpec, ToolRef
-from runner.config.templates import TemplateError, references
-from runner.config.yamlload import Document
+from runner.config.template_check import (
+    SAMPLES,
+    SampleUnknown,
+    render_problem,
+    sample_context,
+    sample_inputs,
+    static_problems,
+)
+from runner.config.templates import Reference, TemplateError, environment, references
+from runner.config.yamlload import Document, escape_pointer_token
 from runner.errors import Problem, did_you_mean
 
 if TYPE_CHECKING:
@@ -28,8 +37,20 @@ def builtin_tool_names() -> list[str]:
     return default_registry().names()
 
 
+def tool_settings_schemas(project: Project) -> dict[str, Mapping[str, Any]]:
+    """Every tool a configuration may name (built-in or from tools.d), with the JSON Schema
+    of the settings it takes."""
+    from runner.tools.registry import default_registry
+    from runner.tools.settings import custom_settings_schema
+
+    registry = default_registry()
+    schemas = {name: registry.get(name).settings_schema for name in registry.names()}
+    schemas.update({name: custom_settings_schema(spec.data) for name, spec in project.tools.items()})
+    return schemas
+
+
 def check_references(project: Project) -> list[Problem]:
-    tools = set(builtin_tool_names()) | set(project.tools)
+    tools = tool_settings_schemas(project)
     problems: list[Problem] = []
     for agent in project.agents.values():
         doc = project.document("Agent", agent.name)
@@ -42,12 +63,25 @@ def check_references(project: Project) -> list[Problem]:
     return problems
 
 
-def _check_tool_refs(doc: Document, refs: Iterable[ToolRef], tools: set[str]) -> list[Problem]:
-    return [
-        doc.problem(ref.pointer, f"unknown tool '{ref.name}'{did_you_mean(ref.name, tools)}")
-        for ref in refs
-        if ref.name not in tools and "__" not in ref.name  # MCP tools are known only at run time
-    ]
+def _check_tool_refs(doc: Document, refs: Iterable[ToolRef], tools: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+    """Each named tool exists and its settings have the types the tool declares."""
+    problems: list[Problem] = []
+    for ref in refs:
+        if ref.name in tools:
+            problems += _check_settings(doc, ref, tools[ref.name])
+        elif "__" not in ref.name:  # MCP tools are known only at run time
+            problems.append(doc.problem(ref.pointer, f"unknown tool '{ref.name}'{did_you_mean(ref.name, tools)}"))
+    return problems
+
+
+def _check_settings(doc: Document, ref: ToolRef, schema: Mapping[str, Any]) -> list[Problem]:
+    if not ref.settings:
+        return []
+    pointer = ref.pointer.removesuffix("/name") + "/settings"
+    allowed = list(schema.get("properties", {}))
+    if not allowed:
+        return [doc.problem(pointer, f"tool '{ref.name}' takes no settings; remove them", key=True)]
+    return validate_part(doc, pointer, ref.settings, schema)
 
 
 def _check_schema_field(doc: Document, pointer: str, value: dict[str, Any] | None) -> list[Problem]:
@@ -66,10 +100,12 @@ def _check_price(project: Project, doc: Document, agent: AgentSpec, pointer: str
 class TaskChecker:
     """Checks one task against the rest of the project."""
 
-    def __init__(self, project: Project, task: TaskSpec, tools: set[str]):
+    def __init__(self, project: Project, task: TaskSpec, tools: Mapping[str, Mapping[str, Any]]):
         self.project, self.task, self.tools = project, task, tools
         self.doc = project.document("Task", task.name)
         self.problems: list[Problem] = []
+        self._sample_inputs = [sample_inputs(task.inputs, variant) for variant in range(len(SAMPLES))]
+        self._unknown = SampleUnknown()
 
     def check(self) -> list[Problem]:
         task, data = self.task, self.doc.data
@@ -80,6 +116,9 @@ class TaskChecker:
         self._check_inputs()
         names: dict[str, int] = {}
         for i, rel in enumerate(task.workspace_files):
+            refused = workspace_file_problem(rel, self.project.root)
+            if refused:
+                self._add(f"/workspace/files/{i}", refused)
             base = rel.replace("\\", "/").rsplit("/", 1)[-1]
             if base in names:
                 self._add(f"/workspace/files/{i}", f"'{rel}' has the same file name as workspace file {names[base]}; "
@@ -157,9 +196,8 @@ class TaskChecker:
         for i, step in enumerate(pipeline.steps):
             if step.goal:
                 self._template(f"/pipeline/steps/{i}/goal", step.goal, upstream.get(step.id, set()))
-            for key, value in step.args.items():
-                if isinstance(value, str):
-                    self._template(f"/pipeline/steps/{i}/args/{key}", value, upstream.get(step.id, set()))
+            for pointer, value in _strings(step.args, f"/pipeline/steps/{i}/args"):
+                self._template(pointer, value, upstream.get(step.id, set()))
         if pipeline.planner:
             self._agent_ref("/pipeline/planner/agent", pipeline.planner.agent)
             for j, name in enumerate(pipeline.planner.executors):
@@ -183,30 +221,66 @@ class TaskChecker:
         self.problems += _check_schema_field(self.doc, f"{base}/output_schema", step.output_schema)
 
     def _template(self, pointer: str, template: str, steps_visible: set[str], *, any_step: bool = False) -> None:
+        """Check one template: its variables, then what would fail when a run renders it."""
         try:
             refs = references(template)
         except TemplateError as exc:
             self._add(pointer, str(exc))
             return
-        inputs = {i.name for i in self.task.inputs}
+        before = len(self.problems)
         for ref in refs:
-            if ref.root == "inputs":
-                if ref.path and ref.path[0] not in inputs:
-                    name = ref.path[0]
-                    hint = did_you_mean(name, inputs) or ". Declare it under inputs"
-                    self._add(pointer, f"template uses undefined input 'inputs.{name}'{hint}")
-            elif ref.root == "steps":
-                if ref.path and ref.path[0] not in steps_visible and not any_step:
-                    name = ref.path[0]
-                    hint = "; add it to depends_on" if name in self._step_ids() else did_you_mean(name, steps_visible)
-                    self._add(pointer, f"template uses 'steps.{name}', which is not a step this one depends on{hint}")
-                if len(ref.path) > 1 and ref.path[1] not in ("output", "data", "status", "artifacts"):
-                    self._add(pointer, f"'steps.{ref.path[0]}.{ref.path[1]}': a step has output, data, status and artifacts")
-            elif ref.root == "previous":
-                if not self.task.previous_run:
-                    self._add(pointer, "template uses 'previous' but the task does not set memory.previous_run: true")
-            elif ref.root not in ("today", "run_id", "loop", "range", "true", "false", "none"):
-                self._add(pointer, f"template uses undefined variable '{ref.root}'; available: inputs, steps, previous, today, run_id")
+            self._check_reference(pointer, ref, steps_visible, any_step)
+        if len(self.problems) > before:
+            return  # a sample render would only repeat the undefined variable
+        static = static_problems(template)
+        for problem in static:
+            self._add(pointer, problem)
+        if not static:
+            message = self._render_problem(template, self._step_ids() if any_step else steps_visible, refs)
+            if message:
+                self._add(pointer, message)
+
+    def _render_problem(self, template: str, visible: set[str], refs: list[Reference]) -> str | None:
+        """Why a run would fail to render ``template`` (sample values), else ``None``."""
+        contexts = [sample_context(inputs, visible, self._unknown, self.task.previous_run) for inputs in self._sample_inputs]
+        message = render_problem(template, contexts, self._unknown)
+        if message is None and any(ref.root == "previous" for ref in refs):
+            for context in contexts:
+                context["previous"] = None  # what the first run sees
+            first = render_problem(template, contexts, self._unknown)
+            message = first and f"{first} (the first run has no previous run: guard it with {{% if previous %}})"
+        return message
+
+    def _check_reference(self, pointer: str, ref: Reference, steps_visible: set[str], any_step: bool) -> None:
+        inputs = {i.name for i in self.task.inputs}
+        if ref.root == "inputs":
+            if ref.path and ref.path[0] not in inputs:
+                name = ref.path[0]
+                hint = did_you_mean(name, inputs) or ". Declare it under inputs"
+                self._add(pointer, f"template uses undefined input 'inputs.{name}'{hint}")
+        elif ref.root == "steps":
+            if ref.path and ref.path[0] not in steps_visible and not any_step:
+                name = ref.path[0]
+                hint = "; add it to depends_on" if name in self._step_ids() else did_you_mean(name, steps_visible)
+                self._add(pointer, f"template uses 'steps.{name}', which is not a step this one depends on{hint}")
+            if len(ref.path) > 1 and ref.path[1] not in ("output", "data", "status", "artifacts"):
+                self._add(pointer, f"'steps.{ref.path[0]}.{ref.path[1]}': a step has output, data, status and artifacts")
+        elif ref.root == "previous":
+            if not self.task.previous_run:
+                self._add(pointer, "template uses 'previous' but the task does not set memory.previous_run: true")
+        elif ref.root not in ("today", "run_id", "loop", "true", "false", "none") and ref.root not in environment().globals:
+            self._add(pointer, f"template uses undefined variable '{ref.root}'; available: inputs, steps, previous, today, run_id")
+
+
+def _strings(value: Any, pointer: str) -> list[tuple[str, str]]:
+    """Every string in a tool step's arguments (each one is a template), with its pointer."""
+    if isinstance(value, str):
+        return [(pointer, value)]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _strings(v, f"{pointer}/{escape_pointer_token(k)}")]
+    if isinstance(value, list):
+        return [s for i, v in enumerate(value) for s in _strings(v, f"{pointer}/{i}")]
+    return []
 
 
 def coerce_default(kind: str, value: Any) -> Any:

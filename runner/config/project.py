@@ -62,12 +62,15 @@ def find_root(start: Path) -> Path:
 
 
 def config_files(root: Path, extra: list[Path] | None = None) -> list[Path]:
-    """Every YAML file in the root's config directories, plus ``extra`` files or directories."""
+    """Every YAML file in the root's config directories, plus ``extra`` files or directories.
+
+    Entries named ``*.yaml`` that are not regular files (a FIFO, a device, a dangling link)
+    are kept, so that loading reports them instead of skipping them silently."""
     found: list[Path] = []
     for directory in [root / d for d in CONFIG_DIRS] + list(extra or []):
         if directory.is_dir():
-            found.extend(sorted(p for p in directory.rglob("*") if p.suffix in YAML_SUFFIXES and p.is_file()))
-        elif directory.is_file():
+            found.extend(sorted(p for p in directory.rglob("*") if p.suffix in YAML_SUFFIXES and not p.is_dir()))
+        elif directory.exists() or directory.is_symlink():
             found.append(directory)
     unique: dict[Path, None] = {}
     for path in found:
@@ -134,17 +137,14 @@ def _build(project: Project, documents: list[Document]) -> list[Problem]:
             where = f"{first.source.file}:{first.source.locate('/name').line}"
             problems.append(doc.problem("/name", f"duplicate {kind.lower()} name '{name}' (also defined at {where})"))
             continue
-        try:
-            if kind == "Agent":
-                project.agents[name] = specs.build_agent(doc)
-            elif kind == "Task":
-                project.tasks[name] = specs.build_task(doc, project.root)
-                project.task_files[doc.path.resolve()] = name
-            else:
-                project.tools[name] = specs.build_tool(doc)
-        except OSError as exc:
-            pointer = "/system_prompt" if "system_prompt" in doc.data else ""
-            problems.append(doc.problem(pointer, f"cannot read prompt file: {exc.filename}: {exc.strerror}"))
-            continue
+        if kind == "Agent":
+            prompts, refused = specs.read_prompts(doc, project.root)
+            problems.extend(refused)
+            project.agents[name] = specs.build_agent(doc, prompts)
+        elif kind == "Task":
+            project.tasks[name] = specs.build_task(doc, project.root)
+            project.task_files[doc.path.resolve()] = name
+        else:
+            project.tools[name] = specs.build_tool(doc)
         project.documents[(kind, name)] = doc
     return problems

@@ -9,6 +9,7 @@ nothing else lists the allowed keys. This module loads them (package data), vali
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -57,8 +58,15 @@ def validate_document(doc: Document) -> list[Problem]:
     errors = sorted(validator(KINDS[kind]).iter_errors(data), key=lambda e: list(e.absolute_path))
     problems: list[Problem] = []
     for error in errors:
-        problems.extend(_to_problems(doc, error, KINDS[kind]))
+        problems.extend(_to_problems(doc, error))
     return _dedupe(problems)
+
+
+def validate_part(doc: Document, pointer: str, value: Any, json_schema: Mapping[str, Any]) -> list[Problem]:
+    """Validate the part of ``doc`` at ``pointer`` against ``json_schema`` (e.g. a tool's
+    settings against the settings that tool declares); located problems, as for documents."""
+    errors = sorted(Draft202012Validator(json_schema).iter_errors(value), key=lambda e: list(e.absolute_path))
+    return _dedupe([p for error in errors for p in _to_problems(doc, error, prefix=pointer)])
 
 
 def validate_value(value: Any, json_schema: dict[str, Any]) -> list[str]:
@@ -80,10 +88,12 @@ def _pointer(error: ValidationError) -> str:
     return "".join(f"/{escape_pointer_token(p)}" for p in error.absolute_path)
 
 
-def _to_problems(doc: Document, error: ValidationError, kind: str) -> list[Problem]:
+def _to_problems(doc: Document, error: ValidationError, prefix: str = "") -> list[Problem]:
     if error.validator in ("oneOf", "anyOf") and error.context:
-        error = best_match(error.context)
-    pointer = _pointer(error)
+        # the branch of the value's own type (a mapping where a string or a mapping is allowed) says more
+        same_type = [e for e in error.context if not (e.validator == "type" and not e.relative_path)]
+        error = best_match(same_type or error.context)
+    pointer = prefix + _pointer(error)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = _allowed_keys(error.schema)
         unknown = [k for k in error.instance if k not in allowed]

@@ -6,12 +6,16 @@ keys without re-checking them; defaults live here, allowed keys live in the sche
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from runner.config.yamlload import Document
+from runner.config.project_files import FileRefused, boundary_for, read_prompt_file
+from runner.config.templates import LocatedTemplate, Origin
+from runner.config.yamlload import Document, escape_pointer_token
 from runner.core.steps import StepKind
+from runner.errors import Problem
 
 CAP_NAMES = (
     "max_steps",
@@ -241,12 +245,24 @@ class Price:
 # --- builders ---------------------------------------------------------------------
 
 
-def read_prompt(value: Any, doc: Document) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return (doc.path.parent / value["file"]).read_text("utf-8")
+PROMPT_KEYS = ("system_prompt", "next_step_prompt")
+
+
+def read_prompts(doc: Document, root: Path) -> tuple[dict[str, str], list[Problem]]:
+    """The agent's prompts, inline or from ``{file: PATH}``, and a located problem for each
+    refused file (its prompt is then empty, so the rest of the project can still be checked)."""
+    boundary = boundary_for(doc.path, root)
+    texts: dict[str, str] = {}
+    problems: list[Problem] = []
+    for key in PROMPT_KEYS:
+        value = doc.data.get(key)
+        texts[key] = value if isinstance(value, str) else ""
+        if isinstance(value, dict):
+            try:
+                texts[key] = read_prompt_file(value["file"], doc.path, boundary)
+            except FileRefused as exc:
+                problems.append(doc.problem(f"/{key}/file", str(exc)))
+    return texts, problems
 
 
 def tool_refs(items: list[Any] | None, pointer: str) -> tuple[ToolRef, ...]:
@@ -259,7 +275,8 @@ def tool_refs(items: list[Any] | None, pointer: str) -> tuple[ToolRef, ...]:
     return tuple(refs)
 
 
-def build_agent(doc: Document) -> AgentSpec:
+def build_agent(doc: Document, prompts: dict[str, str]) -> AgentSpec:
+    """The agent a validated document declares; ``prompts`` from :func:`read_prompts`."""
     d = doc.data
     stuck = d.get("stuck", {})
     network = d.get("network", {})
@@ -267,8 +284,8 @@ def build_agent(doc: Document) -> AgentSpec:
         name=d["name"],
         model=ModelSpec(**d["model"], source=doc.source.file),
         description=d.get("description", ""),
-        system_prompt=read_prompt(d.get("system_prompt"), doc),
-        next_step_prompt=read_prompt(d.get("next_step_prompt"), doc),
+        system_prompt=prompts["system_prompt"],
+        next_step_prompt=prompts["next_step_prompt"],
         tools=tool_refs(d.get("tools"), "/tools"),
         tool_choice=d.get("tool_choice", "auto"),
         sandbox=dict(d.get("sandbox", {})),
@@ -290,8 +307,40 @@ def build_agent(doc: Document) -> AgentSpec:
     )
 
 
+def located(doc: Document, pointer: str, value: Any) -> Any:
+    """``value`` with every string in it a :class:`LocatedTemplate` (a template that can name
+    where it was written when it fails at run time)."""
+    if isinstance(value, str):
+        pos = doc.source.locate(pointer)
+        return LocatedTemplate(value, Origin(doc.source.file, pos.line, pos.column, pointer))
+    if isinstance(value, dict):
+        return {k: located(doc, f"{pointer}/{escape_pointer_token(k)}", v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [located(doc, f"{pointer}/{i}", v) for i, v in enumerate(value)]
+    return value
+
+
+def _with_located_templates(doc: Document) -> dict[str, Any]:
+    """The task's data with each template field (goals, tool step args, report title) located."""
+    d = copy.deepcopy(doc.data)
+
+    def locate(container: dict[str, Any], key: str, pointer: str) -> None:
+        if key in container:
+            container[key] = located(doc, f"{pointer}/{key}", container[key])
+
+    locate(d, "goal", "")
+    locate(d.get("report", {}), "title", "/report")
+    pipeline = d.get("pipeline", {})
+    for part in ("planner", "synthesis"):
+        locate(pipeline.get(part) or {}, "goal", f"/pipeline/{part}")
+    for i, step in enumerate(pipeline.get("steps", ())):
+        locate(step, "goal", f"/pipeline/steps/{i}")
+        locate(step, "args", f"/pipeline/steps/{i}")
+    return d
+
+
 def build_task(doc: Document, root: Path) -> TaskSpec:
-    d = doc.data
+    d = _with_located_templates(doc)
     inputs = tuple(
         InputSpec(
             name=name,

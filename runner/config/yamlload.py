@@ -6,7 +6,11 @@ Stricter than ``yaml.safe_load`` (see ``shared/SECURITY.md``):
 * anchors and aliases are rejected (alias bombs);
 * duplicate keys are an error naming both lines;
 * only the standard scalar tags are accepted; timestamps stay strings;
-* ``.nan`` / ``.inf`` are rejected anywhere.
+* ``.nan`` / ``.inf`` are rejected anywhere;
+* nesting is limited to :data:`MAX_DEPTH` levels (the composer recurses per level, so a file
+  of 50,000 ``[`` would otherwise end in a ``RecursionError``);
+* the file is opened without blocking and must be a regular file (a FIFO or a device
+  named ``*.yaml`` is refused instead of hanging the loader).
 
 Positions are kept per JSON pointer: where the key is written and where the value is,
 1-based, so errors can point at the key for unknown keys and at the value for bad values.
@@ -15,6 +19,8 @@ Positions are kept per JSON pointer: where the key is written and where the valu
 from __future__ import annotations
 
 import math
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +31,8 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from runner.errors import Problem
 
 MAX_CONFIG_BYTES = 1024 * 1024
+MAX_DEPTH = 64
+"""Nested mappings and sequences allowed in one document (far beyond any real config)."""
 
 _INT = "tag:yaml.org,2002:int"
 _FLOAT = "tag:yaml.org,2002:float"
@@ -94,18 +102,44 @@ def escape_pointer_token(token: str | int) -> str:
 def load_documents(path: Path, display: str | None = None) -> list[Document]:
     """Load every YAML document in ``path`` (``---`` separated), strictly."""
     name = display or str(path)
-    size = path.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise YamlError(
-            Problem(name, 1, 1, "", f"file is {size} bytes; configuration files are limited to {MAX_CONFIG_BYTES} bytes")
-        )
-    raw = path.read_bytes()
+    raw = read_config_bytes(path, name)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise YamlError(Problem(name, line, 1, "", f"invalid UTF-8 at byte {exc.start}; save the file as UTF-8")) from None
     return load_text(text, name, path)
+
+
+def read_config_bytes(path: Path, name: str) -> bytes:
+    """The bytes of a configuration file: a regular file of at most ``MAX_CONFIG_BYTES``.
+
+    Opened with ``O_NONBLOCK`` and checked with ``fstat`` before reading, so a FIFO or a
+    device cannot block or flood the loader. ``OSError`` when it cannot be opened.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise YamlError(Problem(name, 1, 1, "", f"not a regular file ({file_kind(info.st_mode)}); "
+                                    "configuration must be plain YAML files"))
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise YamlError(_too_big(name, info.st_size))
+        raw = handle.read(MAX_CONFIG_BYTES + 1)
+    if len(raw) > MAX_CONFIG_BYTES:  # it grew while we looked
+        raise YamlError(_too_big(name, len(raw)))
+    return raw
+
+
+def file_kind(mode: int) -> str:
+    """A word for what a non-regular file is (for messages)."""
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
+    return next((word for test, word in kinds if test(mode)), "not a regular file")
+
+
+def _too_big(name: str, size: int) -> Problem:
+    return Problem(name, 1, 1, "", f"file is {size} bytes; configuration files are limited to {MAX_CONFIG_BYTES} bytes")
 
 
 def load_text(text: str, name: str, path: Path | None = None) -> list[Document]:
@@ -124,6 +158,8 @@ def load_text(text: str, name: str, path: Path | None = None) -> list[Document]:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         what = exc.problem or exc.context or "invalid YAML"
+        if isinstance(exc, _TooDeep):
+            raise YamlError(Problem(name, line, col, exc.pointer, str(what))) from None
         if "alias" in str(what) or "anchor" in str(what):
             what = _NO_ANCHORS
         raise YamlError(Problem(name, line, col, "", f"YAML syntax: {what}")) from None
@@ -201,10 +237,40 @@ _NO_ANCHORS = "anchors and aliases (&name, *name) are not allowed in configurati
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader whose composer refuses anchors and aliases as soon as it meets them."""
+    """SafeLoader whose composer refuses anchors and aliases as soon as it meets them, and
+    nesting deeper than :data:`MAX_DEPTH` before it recurses into it."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._path: list[str] = []
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:  # type: ignore[override]
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
             raise yaml.MarkedYAMLError(problem=_NO_ANCHORS, problem_mark=event.start_mark)
-        return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        if len(self._path) >= MAX_DEPTH:
+            raise _TooDeep(self._path, event.start_mark)
+        self._path.append(_token(parent, index))
+        try:
+            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        finally:
+            self._path.pop()
+
+
+class _TooDeep(yaml.MarkedYAMLError):
+    """Nesting beyond MAX_DEPTH; carries the JSON pointer of the node that went too deep."""
+
+    def __init__(self, path: list[str], mark: Any):
+        self.pointer = "".join(f"/{escape_pointer_token(t)}" for t in path[1:])
+        super().__init__(
+            problem=f"nested more than {MAX_DEPTH} levels deep; flatten the structure "
+            "(configuration is limited to this depth)",
+            problem_mark=mark,
+        )
+
+
+def _token(parent: Node | None, index: Any) -> str:
+    """The pointer token of a node being composed: its key in a mapping, its index in a list."""
+    if isinstance(parent, MappingNode) and isinstance(index, ScalarNode):
+        return str(index.value)
+    return str(index) if isinstance(index, int) else ""

@@ -28,7 +28,7 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        return exit_code(self.status)
+        return exit_code(self.status, self.error_kind)
 
     def manifest(self) -> dict[str, Any]:
         """A small, secret-free summary (for --json, XCom, batch output records)."""

@@ -20,8 +20,15 @@ SEVERITY: dict[Status, int] = {"capped": 0, "stuck": 1, "failed": 2, "skipped": 
 T = TypeVar("T")
 
 
-def exit_code(status: Status) -> int:
+CONFIG_ERROR_KINDS = frozenset({"template"})
+"""Failures that are the configuration's fault (a template that cannot render): exit 2, as a
+configuration error found before the run would have been."""
+
+
+def exit_code(status: Status, error_kind: str | None = None) -> int:
     """The exit code of a run that ended ``status`` (anything unfinished counts as failed)."""
+    if status == "failed" and error_kind in CONFIG_ERROR_KINDS:
+        return 2
     return EXIT_CODES.get(status, 1)
 
 

@@ -4,11 +4,11 @@ the only (de)serialisation (``report.schema.json#/$defs/step``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from runner import untrusted_json
 from runner.core.calls import CallStatus
 from runner.core.status import Status
 from runner.core.usage import Usage
@@ -29,7 +29,7 @@ class ToolCallSummary:
     @classmethod
     def parsed(cls, name: str, status: CallStatus, raw_arguments: str, duration: float, excerpt: str) -> ToolCallSummary:
         try:
-            arguments = json.loads(raw_arguments)
+            arguments = untrusted_json.loads(raw_arguments)
         except ValueError:
             arguments = {"raw": raw_arguments}
         if not isinstance(arguments, dict):

@@ -154,7 +154,8 @@ async def _attempt(ctx: RunContext) -> RunResult:
     output, error = redact_secrets(outcome.output, recorder.secrets), redact_secrets(outcome.error, recorder.secrets)
     record = redact_secrets(
         build_record(
-            ctx, status=outcome.status, error=error, output=output, plan=outcome.plan, started_at=started_at,
+            ctx, status=outcome.status, error=error, error_kind=outcome.error_kind, output=output, plan=outcome.plan,
+            started_at=started_at,
             duration=duration, title=_title(ctx),
         ),
         recorder.secrets,

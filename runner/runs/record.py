@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
 
 def build_record(
-    ctx: RunContext, *, status: Status, error: str | None, output: Any, plan: PlanOutcome | None,
-    started_at: str, duration: float, title: str,
+    ctx: RunContext, *, status: Status, error: str | None, error_kind: str | None, output: Any,
+    plan: PlanOutcome | None, started_at: str, duration: float, title: str,
 ) -> dict[str, Any]:
     """The JSON-able record every report format is rendered from."""
     steps = [record.as_dict() for record in ctx.done.values()]
@@ -38,7 +38,7 @@ def build_record(
         "status": status,
         "stop_reason": error,
         "warnings": ctx.warnings + [w for step in ctx.done.values() for w in step.warnings],
-        "exit_code": exit_code(status),
+        "exit_code": exit_code(status, error_kind),
         "started_at": started_at,
         "finished_at": now_iso(),
         "duration_seconds": round(duration, 3),

@@ -133,7 +133,9 @@ async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dic
         context = replace(tool_context(ctx.workspace, None, ctx.recorder.secrets), deadline=deadline.at if deadline else None)
         async with within_deadline(ctx.budget):
             result = await ctx.registry.invoke(tool_name, rendered, context)
-    except (TemplateError, ToolFailure) as exc:
+    except TemplateError as exc:
+        return _finish(ctx, record, started, "failed", error=str(exc), kind="template")
+    except ToolFailure as exc:
         return _finish(ctx, record, started, "failed", error=str(exc), kind="tool")
     except CapReached as cap:
         return _finish(ctx, record, started, "capped", error=str(cap), kind=cap.cap, scope=cap.scope)

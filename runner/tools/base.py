@@ -20,6 +20,7 @@ from runner.redact import redact_secrets
 from runner.tools.arguments import ArgumentSchema, PydanticArguments
 from runner.tools.net import NetworkPolicy
 from runner.tools.sandbox import SandboxPolicy
+from runner.tools.settings import NO_SETTINGS
 
 ToolKind = Literal["builtin", "python", "shell", "http", "mcp"]
 
@@ -78,6 +79,8 @@ class Tool:
 
     ``source`` says where it was defined (``runner.tools.builtins.files:read_file`` or
     ``tools.d/x.yaml:3``) so duplicate names and failures can point at it.
+    ``settings_schema`` is the JSON Schema of the settings an agent may give the tool
+    (see :mod:`runner.tools.settings`); ``runner validate`` checks them against it.
     """
 
     name: str
@@ -88,6 +91,7 @@ class Tool:
     source: str = ""
     needs_sandbox: bool = False
     terminates: bool = False
+    settings_schema: Mapping[str, Any] = field(default_factory=lambda: NO_SETTINGS)
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -131,6 +135,7 @@ def tool(
     kind: ToolKind = "builtin",
     needs_sandbox: bool = False,
     terminates: bool = False,
+    settings_schema: Mapping[str, Any] | None = None,
 ) -> Callable[[ToolFunction], Tool]: ...
 def tool(
     function: ToolFunction | None = None,
@@ -140,17 +145,21 @@ def tool(
     kind: ToolKind = "builtin",
     needs_sandbox: bool = False,
     terminates: bool = False,
+    settings_schema: Mapping[str, Any] | None = None,
 ) -> Tool | Callable[[ToolFunction], Tool]:
     """Make a :class:`Tool` from a function; usable bare (``@tool``) or with options.
 
     The schema comes from the signature (pydantic validates and coerces the arguments) and
     parameter descriptions from the docstring's ``Args:`` section. A first parameter named
     ``ctx`` receives the :class:`ToolContext` and is not offered to the model. Sync
-    functions run in a worker thread.
+    functions run in a worker thread. ``settings_schema``: the settings the tool reads
+    (default: none).
     """
 
     def decorate(fn: ToolFunction) -> Tool:
-        return tool_from_function(fn, name=name, kind=kind, needs_sandbox=needs_sandbox, terminates=terminates)
+        return tool_from_function(
+            fn, name=name, kind=kind, needs_sandbox=needs_sandbox, terminates=terminates, settings_schema=settings_schema
+        )
 
     return decorate(function) if function is not None else decorate
 
@@ -164,6 +173,7 @@ def tool_from_function(
     description: str | None = None,
     needs_sandbox: bool = False,
     terminates: bool = False,
+    settings_schema: Mapping[str, Any] | None = None,
 ) -> Tool:
     """Build a :class:`Tool` from a Python function (see :func:`tool`)."""
     arguments = PydanticArguments.from_function(fn, skip=("ctx",))
@@ -187,4 +197,5 @@ def tool_from_function(
         source=source or f"{fn.__module__}:{fn.__qualname__}",
         needs_sandbox=needs_sandbox,
         terminates=terminates,
+        settings_schema=NO_SETTINGS if settings_schema is None else settings_schema,
     )

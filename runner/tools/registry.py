@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from runner import untrusted_json
 from runner.errors import ConfigError, InvalidToolCall, ToolFailure
 from runner.redact import redact_secrets
 from runner.tools.arguments import ArgumentsInvalid
@@ -132,7 +133,7 @@ def _parse_arguments(tool: Tool, arguments_json: str | dict[str, Any]) -> dict[s
             f"arguments for tool '{tool.name}' are {len(text)} characters long (limit {_MAX_ARGUMENTS_CHARS})"
         )
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = untrusted_json.loads(text, parse_constant=_reject_constant)
     except ValueError as error:
         raise InvalidToolCall(
             f"arguments for tool '{tool.name}' are not valid JSON ({error}). Send one JSON object. {_expected(tool)}"

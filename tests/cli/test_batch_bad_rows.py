@@ -169,7 +169,7 @@ def test_jsonl_values_python_cannot_hold_are_row_errors(root: Path, server: Scri
     source = root / "rows.jsonl"
     source.write_bytes(b"\n".join(lines) + b"\n")
     result = batch(root, server, source, "--id-column", "id")
-    bad = {2: "out of range", 3: "invalid JSON value", 4: "nested too deeply", 5: "invalid JSON"}
+    bad = {2: "out of range", 3: "invalid JSON value", 4: "nested more than 64 levels", 5: "invalid JSON"}
     assert_row_errors(result, root, bad, 6)
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from runner.tools.base import ToolContext, ToolResult, tool
 from runner.tools.outcomes import command_outcome, policy_with_settings
 from runner.tools.sandbox import SYSTEM_PYTHON, run_command
+from runner.tools.settings import PYTHON_SETTINGS
 
 
-@tool(name="python", needs_sandbox=True)
+@tool(name="python", needs_sandbox=True, settings_schema=PYTHON_SETTINGS)
 def run_python(ctx: ToolContext, code: str) -> ToolResult:
     """Run a Python 3 program in an isolated sandbox and return its output.
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from runner.tools.base import ToolContext, ToolResult, tool
 from runner.tools.outcomes import command_outcome, policy_with_settings
 from runner.tools.sandbox import run_command
+from runner.tools.settings import COMMAND_SETTINGS
 
 
-@tool(name="shell", needs_sandbox=True)
+@tool(name="shell", needs_sandbox=True, settings_schema=COMMAND_SETTINGS)
 def run_shell(ctx: ToolContext, command: str) -> ToolResult:
     """Run a command with /bin/sh in an isolated sandbox and return its output.
 

@@ -11,7 +11,6 @@ variable (``OPENAI_API_KEY``) goes only to URLs under the standard model endpoin
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
+from runner import untrusted_json
 from runner.endpoints import STANDARD_KEY_VARIABLES, safe_url, standard_endpoint, under_endpoint
 from runner.errors import ConfigError, ToolFailure
 from runner.redact import redact_secrets
@@ -108,7 +108,7 @@ def _result(response: HttpResponse) -> ToolResult:
     data: Any = text
     if response.content_type.endswith("json"):
         try:
-            data = json.loads(text)
+            data = untrusted_json.loads(text)
         except ValueError:
             data = text
     shown = text[:_MAX_CHARS]
