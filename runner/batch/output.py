@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from runner.batch.journal import BatchJournal, RowRecord
+from runner.batch.journal import RowRecord
+from runner.batch.records import BatchRecords
 from runner.errors import UsageError
 from runner.files import replacing
 
@@ -36,7 +37,7 @@ def output_format(path: Path, explicit: str | None = None) -> str:
     return fmt
 
 
-def write_output(journal: BatchJournal, path: str | Path, *, format: str | None = None) -> int:
+def write_output(journal: BatchRecords, path: str | Path, *, format: str | None = None) -> int:
     """Write every row's record to ``path`` atomically; returns the number of records."""
     path = Path(path)
     writer = {"jsonl": _write_jsonl, "csv": _write_csv, "parquet": _write_parquet}[output_format(path, format)]

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.batch.journal import STATUSES, BatchJournal
+from runner.batch.journal import STATUSES
+from runner.batch.records import BatchRecords
 from runner.errors import EXIT_CAPPED, EXIT_FAILED, EXIT_OK
 from runner.files import write_text_atomic
 
@@ -53,7 +54,7 @@ class BatchSummary:
         return {**asdict(self), "total": self.total, "exit_code": self.exit_code}
 
 
-def batch_report(journal: BatchJournal, summary: BatchSummary | None = None, *, slowest: int = 5) -> dict[str, Any]:
+def batch_report(journal: BatchRecords, summary: BatchSummary | None = None, *, slowest: int = 5) -> dict[str, Any]:
     """The batch report as a JSON-ready dict, read from the journal in one streaming pass."""
     counts: Counter[str] = Counter({status: 0 for status in STATUSES})
     costs: list[float] = []
