@@ -81,7 +81,7 @@ def test_merged_output_is_what_runner_batch_writes(project: Path, scripted_serve
     with scripted_server(SCRIPT) as server:
         _cli_batch(project, source, server, project / "cli.jsonl", *flags)
         plan, shards, results = _fanout(project, source, server, shards=3, options={"id_column": id_column or "None"})
-    manifest, left, report = _merge(plan, shards, results)
+    manifest, left, _ = _merge(plan, shards, results)
     keep = ("id", "row", "status", "output", "error", "error_kind")
     merged = [{k: r[k] for k in keep} for r in _lines(plan.work / "merged.jsonl")]
     cli = [{k: r[k] for k in keep} for r in _lines(project / "cli.jsonl")]

@@ -84,7 +84,7 @@ def test_optional_int(raw: Any, expected: int | None) -> None:
 
 @pytest.mark.parametrize("raw", ["4.5", 4.5, True, "four", [4], float("inf"), "0x10"])
 def test_optional_int_refuses(raw: Any) -> None:
-    with pytest.raises(UsageError, match="^n: expected an integer"):
+    with pytest.raises(UsageError, match=r"^n: expected an integer"):
         optional_int(raw, "n")
 
 
@@ -112,7 +112,7 @@ def test_text_flag_choice_and_lists() -> None:
     with pytest.raises(UsageError, match="durable: expected true or false"):
         flag("maybe", "durable")
     assert choice("csv", "input_format", ("csv", "jsonl")) == "csv" and choice("None", "f", ("csv",)) is None
-    with pytest.raises(UsageError, match="'jsonll' is not one of csv, jsonl. Did you mean 'jsonl'"):
+    with pytest.raises(UsageError, match=r"'jsonll' is not one of csv, jsonl\. Did you mean 'jsonl'"):
         choice("jsonll", "input_format", ("csv", "jsonl"))
     assert text_list('["subject=title", "body=text"]', "map") == ("subject=title", "body=text")
     assert text_list(["a=b"], "map") == ("a=b",) and text_list("a=b", "map") == ("a=b",)
