@@ -82,10 +82,11 @@ class _FanoutStep(BaseOperator):
     def plan(self, context: Context) -> FanoutPlan:
         """The fan-out's plan from the rendered arguments (a bad value raises a runner UsageError)."""
         dag_id, dag_run_id, _, _ = dag_run_identity(context)
+        root = Path(resolve_root(self.root))
         return FanoutPlan(
             task=required_text(self.task, "task"),
-            root=Path(resolve_root(self.root)),
-            input_path=Path(required_text(self.input_path, "input_path")),
+            root=root,
+            input_path=root / required_text(self.input_path, "input_path"),
             work=run_work_dir(optional_text(self.work_dir, "work_dir"), dag_id, dag_run_id, self.fanout_id),
             options=FanoutOptions.from_mapping(self.options),
         )

@@ -39,11 +39,10 @@ class MergedJournals:
     :meth:`records` checks, while it reads, that each journal holds exactly its shard's rows.
     """
 
-    def __init__(self, batch_id: str, parts: Sequence[tuple[ShardSpec, BatchJournal]]) -> None:
+    def __init__(self, batch_id: str, parts: Sequence[tuple[ShardSpec, BatchJournal]], meta: Mapping[str, Any]) -> None:
         self._batch_id = batch_id
         self.parts = list(parts)
-        first = dict(self.parts[0][1].meta) if self.parts else {}
-        self._meta = {k: v for k, v in first.items() if k != "options"} | {"shards": str(len(self.parts))}
+        self._meta = dict(meta)
 
     @property
     def batch_id(self) -> str:
@@ -120,7 +119,7 @@ def merge_fanout(
     check_shard_results(shards, results, plan)
     with contextlib.ExitStack() as stack:
         parts = [(s, stack.enter_context(open_journal(project, task, plan.request(s))[0])) for s in shards]
-        merged = MergedJournals(batch_id, parts)
+        merged = MergedJournals(batch_id, parts, _meta(task, plan, shards))
         records = write_output(merged, output_path, format=plan.options.output_format)
         left = rows_left(merged)
         report = batch_report(merged, merged_summary(merged, results))
@@ -141,6 +140,15 @@ def merge_fanout(
         "report_json": str(data),
     }
     return manifest, left, report
+
+
+def _meta(task: TaskSpec, plan: FanoutPlan, shards: Sequence[ShardSpec]) -> dict[str, str]:
+    """What the report says about the batch: the task, the input (as each shard journal pins it)."""
+    from runner.batch.inputs import file_sha256
+
+    sha256 = shards[0].input_sha256 if shards else file_sha256(plan.input_path)
+    return {"task": task.name, "input_path": str(plan.input_path.resolve()), "input_sha256": sha256,
+            "shards": str(len(shards))}  # fmt: skip
 
 
 def merged_summary(merged: MergedJournals, results: Mapping[int, Mapping[str, Any]]) -> BatchSummary:

@@ -117,7 +117,11 @@ def run_work_dir(work_dir: str | os.PathLike[str] | None, dag_id: str, dag_run_i
 
 @dataclass(frozen=True)
 class FanoutPlan:
-    """A fan-out's task, input, options and work directory; the paths and batch request of each shard."""
+    """A fan-out's task, input, options and work directory; the paths and batch request of each shard.
+
+    Relative paths given by the user (input, output, report directory) are taken relative to
+    the project root (``$RUNNER_ROOT``), the one directory every worker agrees on.
+    """
 
     task: str
     root: Path
@@ -142,11 +146,12 @@ class FanoutPlan:
         return self.work / "reports" / shard.name
 
     def merged_output_path(self, explicit: str | None) -> Path:
-        """``explicit``, or ``<work>/output.<output_format or jsonl>``."""
-        return Path(explicit) if explicit else self.work / f"output.{self.options.output_format or 'jsonl'}"
+        """``explicit`` (relative to the project root), or ``<work>/output.<output_format or jsonl>``."""
+        return self.root / explicit if explicit else self.work / f"output.{self.options.output_format or 'jsonl'}"
 
     def merged_report_dir(self, explicit: str | None) -> Path:
-        return Path(explicit) if explicit else self.work
+        """``explicit`` (relative to the project root), or ``<work>``."""
+        return self.root / explicit if explicit else self.work
 
     def request(
         self,

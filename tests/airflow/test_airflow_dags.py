@@ -396,3 +396,22 @@ def test_shard_retry_re_runs_rows_whose_attempts_were_used_up(
     assert "rows 3-4): 1 of 2 row(s) not done (failed 1, invalid 0, not run 0): server_error: 1" in logged
     assert "the retry resumes this shard and gives them up to 1 more attempt(s) each" in logged
     assert _xcom(dag_run, "merge")["done"] == 4
+
+
+def test_batch_fanout_over_an_empty_input_writes_an_empty_output(
+    airflow_db: float, project: Path, scripted_server: Any, model_connection: Any, require_api: Any
+) -> None:
+    require_api("run_batch")
+    from runner.airflow.example_dags.batch_fanout import dag
+
+    (project / "empty.csv").write_text("id,text\n")
+    with scripted_server({"fallback": "label: ok"}) as server:
+        model_connection(server.base_url)
+        dag_run = dag.test(logical_date=None, run_conf={"task": "classify", "input_path": "empty.csv", "id_column": "id"})
+        requests = server.requests
+    assert str(dag_run.state) == "success" and _state(dag_run, "merge")[0] == "success"
+    summary = _xcom(dag_run, "merge")
+    assert summary["total"] == summary["records"] == summary["shards"] == 0 and requests == []
+    assert Path(summary["output_path"]).read_text() == ""
+    report = json.loads(Path(summary["report_json"]).read_text())
+    assert report["rows"] == 0 and report["input"]["path"] == str(project / "empty.csv")

@@ -157,7 +157,7 @@ def test_merged_journals_refuse_rows_out_of_their_range(project: Path, scripted_
     with journal:
         wrong = ShardSpec(1, 2, 3, 5, shards[1].input_sha256)  # claims one row more than the journal holds
         with pytest.raises(ShardOutputMissing, match=r"1 row\(s\) from row 5 on are not in its journal"):
-            list(MergedJournals("b", [(wrong, journal)]).records())
+            list(MergedJournals("b", [(wrong, journal)], {}).records())
         with pytest.raises(ShardOutputMissing, match="its journal has row 3 where row 1 belongs"):
-            list(MergedJournals("b", [(ShardSpec(0, 1, 1, 2, ""), journal)]).records())
-        assert rows_left(MergedJournals("b", [(shards[1], journal)])).done == 2
+            list(MergedJournals("b", [(ShardSpec(0, 1, 1, 2, ""), journal)], {}).records())
+        assert rows_left(MergedJournals("b", [(shards[1], journal)], {})).done == 2

@@ -247,3 +247,13 @@ def test_connection_test_refuses_non_http_urls() -> None:
     from runner.airflow.probe import probe_models
 
     assert probe_models("file:///etc", "sk-x") == (False, "file:///etc: the base URL must start with http:// or https://")
+
+
+def test_batch_fanout_refuses_a_misspelt_option_when_the_dag_is_parsed() -> None:
+    from airflow.sdk import DAG
+
+    from runner.airflow.fanout import batch_fanout
+    from runner.errors import UsageError
+
+    with DAG("runner_typo", schedule=None), pytest.raises(UsageError, match="unknown option 'id_colum'. Did you mean"):
+        batch_fanout(task="t", input_path="in.csv", id_colum="id")
