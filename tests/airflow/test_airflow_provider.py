@@ -255,5 +255,5 @@ def test_batch_fanout_refuses_a_misspelt_option_when_the_dag_is_parsed() -> None
     from runner.airflow.fanout import batch_fanout
     from runner.errors import UsageError
 
-    with DAG("runner_typo", schedule=None), pytest.raises(UsageError, match="unknown option 'id_colum'. Did you mean"):
+    with DAG("runner_typo", schedule=None), pytest.raises(UsageError, match=r"unknown option 'id_colum'\. Did you mean"):
         batch_fanout(task="t", input_path="in.csv", id_colum="id")

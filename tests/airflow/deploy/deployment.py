@@ -134,7 +134,7 @@ class Deployment:
 
     def api(self, path: str) -> Any:
         url = f"http://127.0.0.1:{self.port}/api/v2/{path.lstrip('/')}"
-        with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 - loopback only
+        with urllib.request.urlopen(url, timeout=10) as answer:
             return json.load(answer)
 
     def _health(self) -> Any:
