@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.batch.journal import RowRecord
-from runner.batch.records import BatchRecords
 from runner.config.specs import CAP_NAMES
 from runner.redact import redact
+
+if TYPE_CHECKING:
+    from runner.batch.journal import RowRecord
+    from runner.batch.records import BatchRecords
 
 MESSAGE_CHARS = 500
 _EXAMPLES = 3

@@ -59,7 +59,9 @@ def model_credentials(conn_id: str | None) -> tuple[str | None, str | None]:
     ``conn_id=None`` means "no connection" (the agent's ``model:`` block / OPENAI_* env apply).
     A missing *default* connection is the same; a missing explicitly named one is an error.
     """
-    if not conn_id:
+    from runner.airflow.typed import is_absent
+
+    if conn_id is None or is_absent(conn_id):  # a null param renders as "None"
         return None, None
     from runner.airflow.hook import RunnerModelHook
 
@@ -162,11 +164,19 @@ class RunnerTaskOperator(BaseOperator):
 
 
 def _inputs(value: Any) -> dict[str, Any]:
-    """The rendered ``inputs``: a mapping (the runner types each value by the task's input specs)."""
+    """The rendered ``inputs``: a mapping or its JSON text (the runner types each value by the task's inputs)."""
+    import json
+
+    from runner.airflow.typed import is_absent
     from runner.errors import UsageError
 
-    if value is None:
+    if is_absent(value):
         return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise UsageError(f"inputs: {value!r} is neither a mapping nor its JSON text") from None
     if not isinstance(value, Mapping):
         raise UsageError(f"inputs: expected a mapping of input names to values, got {value!r}")
     return dict(value)

@@ -257,3 +257,16 @@ def test_batch_fanout_refuses_a_misspelt_option_when_the_dag_is_parsed() -> None
 
     with DAG("runner_typo", schedule=None), pytest.raises(UsageError, match=r"unknown option 'id_colum'\. Did you mean"):
         batch_fanout(task="t", input_path="in.csv", id_colum="id")
+
+
+def test_rendered_inputs_and_connection_ids() -> None:
+    from runner.airflow.operator import _inputs, model_credentials
+    from runner.errors import UsageError
+
+    assert _inputs({"date": "2025-06-02"}) == {"date": "2025-06-02"}
+    assert _inputs('{"date": "2025-06-02", "n": 3}') == {"date": "2025-06-02", "n": 3}  # "{{ params.x | tojson }}"
+    assert _inputs(None) == _inputs("None") == {}
+    for bad in ("date=2025-06-02", "[1, 2]", 7):
+        with pytest.raises(UsageError, match="inputs: "):
+            _inputs(bad)
+    assert model_credentials("None") == model_credentials("") == (None, None)  # a null conn_id param
