@@ -175,24 +175,22 @@ class RunnerShardOperator(_FanoutStep):
             manifest["cost_usd"], manifest["output_path"],
         )  # fmt: skip
         if manifest["done"] < shard.rows:
-            self._rows_not_done(context, shard, request.report_dir, manifest)
+            self._rows_not_done(context, shard, plan, manifest)
         return manifest
 
-    def _rows_not_done(
-        self, context: Context, shard: ShardSpec, report_dir: Path | None, manifest: dict[str, Any]
-    ) -> None:
+    def _rows_not_done(self, context: Context, shard: ShardSpec, plan: FanoutPlan, manifest: dict[str, Any]) -> None:
         """Fail this try while another may finish rows; on the last try leave them to the merge."""
         from runner.airflow.failures import RowsLeft, rows_failure
 
         left = RowsLeft(shard.rows, manifest["done"], manifest["failed"], manifest["invalid"], manifest["skipped"],
                         manifest["retryable"])  # fmt: skip
-        message = f"{shard.describe()}: " + rows_failure(_report(report_dir), left)
+        message = f"{shard.describe()}: " + rows_failure(_report(plan.report_dir(shard)), left)
         ti = context["ti"]
         if left.retryable and ti.try_number <= getattr(ti, "max_tries", self.retries or 0):
             ti.xcom_push(key="manifest", value=manifest)
             raise AirflowException(
                 f"{message}. {left.retryable} of them may succeed on another try: the retry resumes this shard "
-                f"and gives them up to {_per_try(self.options)} more attempt(s) each"
+                f"and gives them up to {plan.options.max_attempts} more attempt(s) each"
             )
         self.log.warning("%s. No further try can finish them; the merge applies max_failed_rows", message)
 
@@ -319,16 +317,12 @@ def _items(value: Any) -> list[Any]:
     return list(value)
 
 
-def _report(report_dir: Path | None) -> dict[str, Any]:
+def _report(report_dir: Path) -> dict[str, Any]:
     """A shard's ``batch_report.json`` (empty if it could not be read: the counts still tell the story)."""
     import json
 
     try:
-        loaded = json.loads((Path(report_dir or "") / "batch_report.json").read_text(encoding="utf-8"))
+        loaded = json.loads((report_dir / "batch_report.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return loaded if isinstance(loaded, dict) else {}
-
-
-def _per_try(options: Mapping[str, Any]) -> int:
-    return FanoutOptions.from_mapping(options).max_attempts
