@@ -65,7 +65,7 @@ async def runner_tasks(root: Path, base_url: str, n: int) -> tuple[float, int]:
     from runner.config.project import load_project_or_raise
     from runner.model.factory import ModelPool
     from runner.runs.execute import execute_task
-    from runner.runs.types import RunOptions
+    from runner.runs.options import RunOptions
     from runner.store.runstore import RunStore
 
     project = load_project_or_raise(root)

@@ -161,7 +161,8 @@ async def engine_loop(
     from runner.batch.ratelimit import SharedRateLimiter
     from runner.config.project import load_project_or_raise
     from runner.config.specs import Caps
-    from runner.runs.types import RunOptions, RunResult
+    from runner.core.results import RunResult
+    from runner.runs.options import RunOptions
 
     project = load_project_or_raise(root)
     task = project.task_for("triage")

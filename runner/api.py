@@ -9,9 +9,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from runner.config.capvalues import coerce_caps
 from runner.config.project import load_project_or_raise
-from runner.config.specs import Caps
-from runner.runs.types import EventSink, RunOptions
+from runner.core.ports import EventSink
+from runner.runs.options import RunOptions
 
 
 def run_task(
@@ -31,8 +32,10 @@ def run_task(
     """Run ``task`` (a name or a YAML path) once; an existing ``run_id`` resumes that run.
 
     Returns ``{run_id, task, status, exit_code, cost_usd, report_dir, output, ...}``.
-    Raises :class:`~runner.errors.ConfigError` / :class:`~runner.errors.InputError` before
-    anything is spent when the configuration or the inputs are invalid.
+    Raises :class:`~runner.errors.ConfigError` / :class:`~runner.errors.InputError` /
+    :class:`~runner.errors.UsageError` before anything is spent when the configuration, the
+    inputs or the caps are invalid. ``caps`` values may be numbers or numeric strings
+    (rendered Airflow templates); see :func:`runner.config.capvalues.coerce_caps`.
     """
     from runner.runs.execute import execute_task
 
@@ -40,7 +43,7 @@ def run_task(
     spec = project.task_for(task)
     options = RunOptions(
         run_id=run_id,
-        caps=Caps.from_dict(caps),
+        caps=coerce_caps(caps, source="caps"),
         store_path=store_path,
         reports_dir=reports_dir,
         model_override=model,
@@ -79,14 +82,14 @@ def run_batch(
     ``row_caps`` tighten each row's run. Returns ``{batch_id, counts, total, cost_usd,
     output_path, report_path, exit_code, ...}``.
     """
-    from runner.batch.api import BatchRequest, run_batch_file
+    from runner.batch.file_batch import BatchRequest, run_batch_file
 
     project = load_project_or_raise(Path(root))
     spec = project.task_for(task)
     request = BatchRequest(
         input_path=Path(input_path), output_path=Path(output_path), id_column=id_column, journal_path=journal_path,
-        report_dir=report_dir, restart=not resume, concurrency=concurrency, batch_caps=Caps.from_dict(caps),
-        run_caps=Caps.from_dict(row_caps), model_override=model, base_url_override=model_base_url, api_key=api_key,
+        report_dir=report_dir, restart=not resume, concurrency=concurrency, batch_caps=coerce_caps(caps, source="caps"),
+        run_caps=coerce_caps(row_caps, source="row_caps"), model_override=model, base_url_override=model_base_url, api_key=api_key,
         store_path=store_path, progress=progress,
     )
     summary = asyncio.run(run_batch_file(project, spec, request))

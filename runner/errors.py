@@ -74,12 +74,6 @@ class CapReached(RunnerError):
         )
 
 
-class Stuck(RunnerError):
-    """The agent repeated the same action without progress."""
-
-    exit_code = EXIT_STUCK
-
-
 class ModelError(RunnerError):
     """The model endpoint failed in a way retries could not fix.
 
@@ -98,6 +92,12 @@ class ToolFailure(RunnerError):
     """A tool could not do what was asked. Inside the loop this becomes an observation."""
 
     exit_code = EXIT_FAILED
+
+
+class InvalidToolCall(ToolFailure):
+    """The model's call itself was malformed: an unknown tool, arguments that are not a JSON
+    object, or arguments that do not match the tool's schema. Counts toward
+    ``max_invalid_calls``."""
 
 
 class SandboxUnavailable(RunnerError):

@@ -1,4 +1,6 @@
-"""Checks on a final answer beyond its JSON Schema.
+"""Checks on a final answer: a list of check objects built from the agent's spec.
+
+``output_schema``: the answer is JSON that validates against the schema.
 
 ``numbers_from_prompt``: every number and date in the answer must come from the prompt (the
 goal and the tool results the agent saw). A number may be a rounding of one given
@@ -9,9 +11,15 @@ or altered numbers.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from runner.config.schema import validate_value
+from runner.config.specs import AgentSpec
+from runner.prompts import Prompts
 
 DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 NUMBER = re.compile(r"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?")
@@ -46,7 +54,6 @@ def ungrounded_numbers(answer: str, sources: Iterable[str]) -> list[str]:
 
 
 FIGURE_LINE = re.compile(r"^\s*-\s+[^:\n]+:\s*(.+)$", re.MULTILINE)
-FALLBACK_NOTE = "The model's summary did not match the figures, so the figures are listed as given:"
 
 
 def figure_lines(goal: str) -> list[str]:
@@ -70,20 +77,14 @@ def missing_figures(answer: str, goal: str) -> list[str]:
     return missing
 
 
-def figures_fallback(goal: str) -> str:
+def figures_fallback(goal: str, prompts: Prompts | None = None) -> str:
     """A plain rendering of the goal's figures, for when a model's text is rejected."""
+    note = (prompts or Prompts()).render("figures_fallback")
     lines = figure_lines(goal)
-    return FALLBACK_NOTE + "\n" + "\n".join(lines) if lines else FALLBACK_NOTE
+    return note + "\n" + "\n".join(lines) if lines else note
 
 
-NUMBERS_TURN = (
-    "Your answer contains numbers that are not in the figures you were given: {numbers}. "
-    "Write the answer again using only the figures given, exactly as written."
-)
-ORDER_TURN = (
-    "Your answer is missing figures or gives them out of order: {numbers}. Use every figure, "
-    "exactly as written, in the order given, one sentence each."
-)
+RejectionKind = Literal["output_schema", "ungrounded"]
 
 
 @dataclass(frozen=True)
@@ -93,21 +94,90 @@ class Rejection:
 
     request: str
     error: str
-    kind: str  # output_schema | ungrounded
+    kind: RejectionKind
 
 
-def grounding_rejection(
-    answer: str, goal: str, tool_outputs: Iterable[str], *, numbers_from_prompt: bool, figures_in_order: bool
-) -> Rejection | None:
-    """The first grounding check ``answer`` fails, or ``None``."""
-    if numbers_from_prompt:
-        invented = ungrounded_numbers(answer, [goal, *tool_outputs])
-        if invented:
-            listed = ", ".join(invented)
-            return Rejection(NUMBERS_TURN.format(numbers=listed), f"numbers not in the prompt: {listed}", "ungrounded")
-    if figures_in_order:
-        missing = missing_figures(answer, goal)
-        if missing:
-            listed = ", ".join(missing)
-            return Rejection(ORDER_TURN.format(numbers=listed), f"figures missing or out of order: {listed}", "ungrounded")
-    return None
+@dataclass(frozen=True)
+class Seen:
+    """What the agent was given: its goal and the tool results it saw."""
+
+    goal: str
+    tool_outputs: tuple[str, ...]
+
+
+class AnswerCheck(Protocol):
+    """One check on a final answer; the loop runs the agent's checks in order."""
+
+    def review(self, answer: str, seen: Seen) -> Rejection | None: ...
+
+
+@dataclass(frozen=True)
+class OutputSchemaCheck:
+    """The answer is JSON (optionally fenced) that validates against ``schema``."""
+
+    schema: dict[str, Any]
+    prompts: Prompts
+
+    def review(self, answer: str, seen: Seen) -> Rejection | None:
+        _, problems = parse_json_answer(answer, self.schema)
+        if not problems:
+            return None
+        request = self.prompts.render("repair_schema", schema=json.dumps(self.schema), problems=problems)
+        return Rejection(request, f"output does not match the schema: {problems}", "output_schema")
+
+
+@dataclass(frozen=True)
+class NumbersFromPrompt:
+    """Every number and date in the answer comes from the goal or a tool result."""
+
+    prompts: Prompts
+
+    def review(self, answer: str, seen: Seen) -> Rejection | None:
+        invented = ungrounded_numbers(answer, [seen.goal, *seen.tool_outputs])
+        if not invented:
+            return None
+        listed = ", ".join(invented)
+        return Rejection(self.prompts.render("numbers_turn", numbers=listed), f"numbers not in the prompt: {listed}", "ungrounded")
+
+
+@dataclass(frozen=True)
+class FiguresInOrder:
+    """Every figure of the goal's ``- label: value`` lines is in the answer, in order."""
+
+    prompts: Prompts
+
+    def review(self, answer: str, seen: Seen) -> Rejection | None:
+        missing = missing_figures(answer, seen.goal)
+        if not missing:
+            return None
+        listed = ", ".join(missing)
+        return Rejection(
+            self.prompts.render("order_turn", numbers=listed), f"figures missing or out of order: {listed}", "ungrounded"
+        )
+
+
+def build_checks(agent: AgentSpec, output_schema: dict[str, Any] | None, prompts: Prompts) -> list[AnswerCheck]:
+    """The checks an agent's answers go through, from its spec (the schema check first)."""
+    checks: list[AnswerCheck] = []
+    if output_schema is not None:
+        checks.append(OutputSchemaCheck(output_schema, prompts))
+    if agent.numbers_from_prompt:
+        checks.append(NumbersFromPrompt(prompts))
+    if agent.figures_in_order:
+        checks.append(FiguresInOrder(prompts))
+    return checks
+
+
+def parse_json_answer(answer: str | None, schema: dict[str, Any]) -> tuple[Any, str]:
+    """The answer parsed as JSON (a Markdown code fence is allowed) and its schema problems."""
+    text = (answer or "").strip()
+    if text.startswith("```"):
+        text = text.strip("`")
+        text = text.split("\n", 1)[1] if "\n" in text else text
+        text = text.removesuffix("```").strip()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc.msg} at position {exc.pos})"
+    problems = validate_value(value, schema)
+    return value, "; ".join(problems[:5])

@@ -4,45 +4,42 @@ One function, top to bottom: check the caps, call the model with the agent's too
 every tool call it asked for and feed each result back, repeat until the model answers
 without tool calls (or calls a terminating tool). Tool failures the model can fix become
 observations; caps and endpoint failures end the run with a status and a reason; bugs in
-our own code propagate.
+our own code propagate. The text the loop sends lives in ``runner/prompts/agent.yaml``; the
+answer checks are objects from :mod:`runner.agent.checks`.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from runner.agent.checks import Rejection, figures_fallback, grounding_rejection
+from runner.agent.checks import AnswerCheck, Rejection, Seen, build_checks, figures_fallback, parse_json_answer
 from runner.agent.context import compact, history_budget, truncate_output
+from runner.agent.ledger import CallLedger
 from runner.agent.stuck import StuckDetector
-from runner.caps.budget import Budget, Estimate
-from runner.caps.pricing import Pricer
-from runner.config.schema import validate_value
+from runner.caps.budget import Budget, Estimate, within_deadline
+from runner.caps.pricing import Pricer, needs_exact_prompt
 from runner.config.specs import AgentSpec
-from runner.errors import CapReached, ModelError, ToolFailure
-from runner.model.base import ChatModel, Message, ModelRequest, ModelResponse, ToolCall, Usage
+from runner.core.calls import CallStatus, ModelCallEntry, ToolCallEntry
+from runner.core.ports import RateGate
+from runner.core.status import Status
+from runner.core.usage import Usage
+from runner.errors import CapReached, InvalidToolCall, ModelError, ToolFailure
+from runner.model.base import ChatModel, Message, ModelRequest, ModelResponse, ToolCall
 from runner.model.tokens import estimate_completion_tokens
-from runner.runs.types import RateGate
+from runner.prompts import Prompts
 from runner.tools.base import ToolResult
-
-FINAL_TURN = (
-    "You are repeating yourself without making progress ({reason}). Do not call any tools. "
-    "Answer now with your best final answer from what you already know."
-)
-REPAIR_TURN = (
-    "Your final answer must be JSON that validates against this JSON Schema:\n{schema}\n"
-    "It did not: {problems}\nReply with the corrected JSON only."
-)
 
 
 class Recorder(Protocol):
     """Where the loop reports what happened (the run store and the event stream)."""
 
-    def model_call(self, call: ModelCallRecord) -> None: ...
+    def call_reserved(self, call: ModelCallEntry) -> int: ...
 
-    def tool_call(self, call: ToolCallRecord) -> None: ...
+    def model_call(self, call: ModelCallEntry, ledger_id: int | None = None) -> None: ...
+
+    def tool_call(self, call: ToolCallEntry) -> None: ...
 
 
 class Tools(Protocol):
@@ -52,42 +49,14 @@ class Tools(Protocol):
 
     def terminates(self, name: str) -> bool: ...
 
-    async def call(self, name: str, arguments: str) -> ToolResult: ...
-
-
-@dataclass(frozen=True)
-class ModelCallRecord:
-    step_id: str
-    agent: str
-    model: str
-    seq: int
-    input_tokens: int
-    output_tokens: int
-    cached_input_tokens: int
-    cost_usd: float
-    latency_seconds: float
-    status: str  # ok | error
-    error: str | None = None
-    tool_calls: int = 0
-    content: str | None = None
-
-
-@dataclass(frozen=True)
-class ToolCallRecord:
-    step_id: str
-    agent: str
-    seq: int
-    name: str
-    arguments: str
-    status: str  # ok | error
-    duration_seconds: float
-    output_excerpt: str
-    artifacts: tuple[str, ...] = ()
+    async def call(self, name: str, arguments: str, deadline: float | None = None) -> ToolResult:
+        """Run one call; ``deadline`` (``time.monotonic()``) bounds sandboxed work."""
 
 
 @dataclass
 class AgentEnv:
-    """Everything one agent run uses besides its spec and goal."""
+    """Everything one agent run uses besides its spec and goal. ``budget`` is this agent
+    run's own scope: what it spent is the outcome's usage."""
 
     model: ChatModel
     tools: Tools
@@ -102,26 +71,31 @@ class AgentEnv:
 
 @dataclass
 class AgentOutcome:
-    """How one agent run ended."""
+    """How one agent run ended; ``usage`` is what its budget scope spent."""
 
-    status: str  # completed | failed | capped | stuck
+    status: Status
     output: Any = None
     error: str | None = None
     error_kind: str | None = None
-    model_calls: int = 0
-    tool_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
+    error_scope: str | None = None  # the budget scope of the cap that stopped it
+    usage: Usage = field(default_factory=Usage)
     artifacts: list[str] = field(default_factory=list)
     data: list[Any] = field(default_factory=list)
-    messages: list[Message] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Termination:
+    """A terminating tool's verdict: the answer, and whether the agent gave up."""
+
+    answer: str
+    failed: bool
 
 
 async def run_agent(agent: AgentSpec, goal: str, env: AgentEnv) -> AgentOutcome:
     """Run ``agent`` on ``goal`` until it answers, gets stuck, fails or reaches a cap."""
     run = _AgentRun(agent, goal, env)
-    messages = [Message("system", agent.system_prompt or "You are a helpful agent.")]
+    messages = [Message("system", agent.system_prompt or run.prompts.render("system"))]
     for example_input, example_output in agent.examples:
         messages += [Message("user", example_input), Message("assistant", example_output)]
     messages.append(Message("user", goal))
@@ -129,7 +103,7 @@ async def run_agent(agent: AgentSpec, goal: str, env: AgentEnv) -> AgentOutcome:
     try:
         while True:
             if stuck.stuck:
-                messages.append(Message("user", FINAL_TURN.format(reason=stuck.reason)))
+                messages.append(Message("user", run.prompts.render("final_turn", reason=stuck.reason)))
                 response = await run.think(messages, allow_tools=False)
                 return run.finish("stuck", response.content, error=f"stuck: {stuck.reason}", kind="stuck")
             response = await run.think(messages, allow_tools=True)
@@ -137,17 +111,15 @@ async def run_agent(agent: AgentSpec, goal: str, env: AgentEnv) -> AgentOutcome:
             if not response.tool_calls:
                 return await run.final_answer(messages, response.content)
             for call in response.tool_calls:
-                answer = await run.act(call, messages, stuck)
-                if answer is not None:
-                    return await run.final_answer(messages, answer)
+                termination = await run.act(call, messages, stuck)
+                if termination is not None:
+                    return await run.terminated(messages, termination)
             if agent.next_step_prompt:
                 messages.append(Message("user", agent.next_step_prompt))
     except CapReached as cap:
-        return run.finish("capped", None, error=str(cap), kind=cap.cap)
+        return run.finish("capped", None, error=str(cap), kind=cap.cap, scope=cap.scope)
     except ModelError as exc:
         return run.finish("failed", None, error=str(exc), kind=exc.kind)
-    finally:
-        run.outcome.messages = messages
 
 
 class _AgentRun:
@@ -155,14 +127,17 @@ class _AgentRun:
 
     def __init__(self, agent: AgentSpec, goal: str, env: AgentEnv):
         self.agent, self.goal, self.env = agent, goal, env
+        self.prompts = Prompts(agent.prompts)
+        self.schema = env.output_schema or agent.output_schema
+        self.checks: list[AnswerCheck] = build_checks(agent, self.schema, self.prompts)
         self.outcome = AgentOutcome(status="running")
-        self.tool_seq = 0
-        self.repairs = 0
+        self.model_seq = self.tool_seq = self.repairs = 0
 
     async def think(self, messages: list[Message], *, allow_tools: bool) -> ModelResponse:
-        """One model call, reserved against every cap before it is sent."""
+        """One model call, reserved against every cap (durably) before it is sent, and cut off
+        at the earliest wall-clock deadline of the scopes around it."""
         agent, env = self.agent, self.env
-        history = compact(messages, history_budget(agent), agent.context.keep_last_messages)
+        history = compact(messages, history_budget(agent), agent.context.keep_last_messages, self.prompts)
         messages[:] = history
         tools = env.tools.schemas() if allow_tools else ()
         request = ModelRequest(
@@ -173,78 +148,95 @@ class _AgentRun:
             max_tokens=agent.model.max_tokens,
             temperature=agent.model.temperature,
         )
-        estimate = env.pricer.estimate(request, agent.model.max_tokens)
-        if env.rate_gate is not None:  # wait first, so the caps (wall time too) are checked after the wait
-            await env.rate_gate.acquire(estimate.input_tokens + estimate.output_tokens)
-        reservation = env.budget.reserve(estimate)
-        started = time.monotonic()
-        seq = self.outcome.model_calls + 1
-        try:
-            response = await env.model.complete(request)
-        except ModelError as exc:
-            if exc.kind == "timeout":  # the endpoint may have billed a call we never saw: count the worst case
-                reservation.settle(estimate.input_tokens, estimate.output_tokens, 0, estimate.cost_usd)
-            else:
-                reservation.release()
-            self._record_model(seq, None, 0.0, time.monotonic() - started, error=str(exc))
-            raise
-        except BaseException:
-            reservation.release()  # cancelled, or our own bug: never leave the amount held
-            raise
-        usage = _trusted_usage(response, estimate)
-        response = replace(response, usage=usage)
-        cost = env.pricer.cost(usage)
-        reservation.settle(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, cost)
-        self._record_model(seq, response, cost, time.monotonic() - started)
-        return response
+        estimate = env.pricer.estimate(request, agent.model.max_tokens, exact=needs_exact_prompt(env.budget, env.rate_gate is not None))
+        async with within_deadline(env.budget):
+            if env.rate_gate is not None:  # wait first, so the caps are checked after the wait
+                await env.rate_gate.acquire(estimate.input_tokens + estimate.output_tokens)
+            return await self._call(request, estimate)
 
-    async def act(self, call: ToolCall, messages: list[Message], stuck: StuckDetector) -> str | None:
-        """Run one tool call and append its observation. Returns the answer of a terminating tool."""
+    async def _call(self, request: ModelRequest, estimate: Estimate) -> ModelResponse:
+        env = self.env
+        template = ModelCallEntry(
+            env.step_id, self.agent.name, env.model_id or self.agent.model.id, self.model_seq + 1, Usage(), 0.0, "reserved"
+        )
+        ledger = CallLedger(env.budget, estimate, env.recorder, template)
+        ledger.open()
+        started = time.monotonic()
+        try:
+            response = await env.model.complete(request, ledger)
+        except ModelError as exc:
+            ledger.failed(exc.kind, str(exc))
+            raise
+        except BaseException:  # cancelled in flight (a deadline, Ctrl-C), or our own bug
+            ledger.abandoned("cancelled while the call was in flight")
+            raise
+        finally:
+            self.model_seq += ledger.attempts
+        usage = _trusted_usage(response, estimate)
+        usage = replace(usage, cost_usd=env.pricer.cost(usage))
+        ledger.answered(usage, time.monotonic() - started, tool_calls=len(response.tool_calls), content=response.content)
+        self._flag_excess(usage, estimate)
+        return replace(response, usage=usage)
+
+    def _flag_excess(self, usage: Usage, estimate: Estimate) -> None:
+        """Usage above the reservation already counts in every scope (no new call starts in a
+        scope now over its cap); say so in the record."""
+        excess = max(usage.input_tokens - estimate.input_tokens, 0) + max(usage.output_tokens - estimate.output_tokens, 0)
+        if excess > 0:
+            self.outcome.warnings.append(
+                f"the endpoint reported {excess} tokens above the reserved worst case "
+                f"(step '{self.env.step_id}', call {self.model_seq}); spend can pass a cap by what such calls report"
+            )
+
+    async def act(self, call: ToolCall, messages: list[Message], stuck: StuckDetector) -> Termination | None:
+        """Run one tool call and append its observation. Returns the verdict of a terminating tool."""
         env = self.env
         env.budget.take_tool_call()
         stuck.observe_call(call.name, call.arguments)
         started = time.monotonic()
         self.tool_seq += 1
+        result: ToolResult | None = None
+        status: CallStatus
         try:
-            result = await env.tools.call(call.name, call.arguments)
+            async with within_deadline(env.budget):
+                deadline = env.budget.deadline()
+                result = await env.tools.call(call.name, call.arguments, deadline.at if deadline else None)
             content, status, valid = result.content, "ok", True
         except ToolFailure as failure:
-            result, content, status = None, f"error: {failure}", "error"
-            valid = "invalid arguments" not in content and "unknown tool" not in content
-        self.outcome.tool_calls += 1
-        content = truncate_output(content, self.agent.context.max_tool_output_chars)
+            content, status, valid = f"error: {failure}", "error", not isinstance(failure, InvalidToolCall)
+        content = truncate_output(content, self.agent.context.max_tool_output_chars, self.prompts)
         stuck.observe_result(content, valid=valid)
         if result is not None:
             self.outcome.artifacts.extend(a for a in result.artifacts if a not in self.outcome.artifacts)
             if result.data is not None:
                 self.outcome.data.append(result.data)
         env.recorder.tool_call(
-            ToolCallRecord(
+            ToolCallEntry(
                 env.step_id, self.agent.name, self.tool_seq, call.name, call.arguments, status,
                 time.monotonic() - started, content[:500], tuple(result.artifacts) if result else (),
             )
         )
         messages.append(Message("tool", content, tool_call_id=call.id, name=call.name))
-        if status == "ok" and env.tools.terminates(call.name):
-            return _terminate_answer(call.arguments)
+        if result is not None and env.tools.terminates(call.name):
+            return _termination(result)
         return None
 
+    async def terminated(self, messages: list[Message], termination: Termination) -> AgentOutcome:
+        """A terminating tool ended the run: its answer is checked like any other, unless the
+        agent said it failed."""
+        if termination.failed:
+            error = f"the agent gave up (terminate with status 'failure'): {termination.answer[:300]}"
+            return self.finish("failed", termination.answer, error=error, kind="gave_up")
+        return await self.final_answer(messages, termination.answer)
+
     async def final_answer(self, messages: list[Message], answer: str | None) -> AgentOutcome:
-        """Check the answer (output schema, then grounding), with bounded repair turns."""
-        schema = self.env.output_schema or self.agent.output_schema
-        value: Any = answer
-        if schema is not None:
-            value, problems = _parse_and_validate(answer, schema)
-            if problems:
-                request = REPAIR_TURN.format(schema=json.dumps(schema), problems=problems)
-                error = f"output does not match the schema: {problems}"
-                return await self.repair(messages, Rejection(request, error, "output_schema"), answer)
-        rejection = grounding_rejection(
-            answer or "", self.goal, [m.content or "" for m in messages if m.role == "tool"],
-            numbers_from_prompt=self.agent.numbers_from_prompt, figures_in_order=self.agent.figures_in_order,
-        )
-        if rejection:
-            return await self.repair(messages, rejection, answer)
+        """Run the answer through the agent's checks, with bounded repair turns."""
+        seen = Seen(self.goal, tuple(m.content or "" for m in messages if m.role == "tool"))
+        for check in self.checks:
+            rejection = check.review(answer or "", seen)
+            if rejection is not None:
+                return await self.repair(messages, rejection, answer)
+        value = parse_json_answer(answer, self.schema)[0] if self.schema is not None else answer
         return self.finish("completed", value)
 
     async def repair(self, messages: list[Message], rejection: Rejection, answer: str | None) -> AgentOutcome:
@@ -252,7 +244,7 @@ class _AgentRun:
         resample = rejection.kind == "ungrounded" and self.agent.checks_repair == "resample"
         if self.repairs >= self.agent.max_repairs:
             if rejection.kind == "ungrounded" and self.agent.checks_fallback == "figures":
-                return self.finish("completed", figures_fallback(self.goal))
+                return self.finish("completed", figures_fallback(self.goal, self.prompts))
             return self.finish("failed", answer, error=rejection.error, kind=rejection.kind)
         self.repairs += 1
         if resample and messages[-1].role == "assistant" and not messages[-1].tool_calls:
@@ -263,69 +255,29 @@ class _AgentRun:
         messages.append(Message("assistant", response.content))
         return await self.final_answer(messages, response.content)
 
-    def finish(self, status: str, output: Any, *, error: str | None = None, kind: str | None = None) -> AgentOutcome:
-        self.outcome.status, self.outcome.output = status, output
-        self.outcome.error, self.outcome.error_kind = error, kind
-        return self.outcome
-
-    def _record_model(
-        self, seq: int, response: ModelResponse | None, cost: float, latency: float, error: str | None = None
-    ) -> None:
-        usage = response.usage if response else None
-        if response is not None:
-            self.outcome.model_calls += 1
-            self.outcome.input_tokens += usage.input_tokens if usage else 0
-            self.outcome.output_tokens += usage.output_tokens if usage else 0
-            self.outcome.cost_usd += cost
-        self.env.recorder.model_call(
-            ModelCallRecord(
-                step_id=self.env.step_id,
-                agent=self.agent.name,
-                model=self.env.model_id or self.agent.model.id,
-                seq=seq,
-                input_tokens=usage.input_tokens if usage else 0,
-                output_tokens=usage.output_tokens if usage else 0,
-                cached_input_tokens=usage.cached_input_tokens if usage else 0,
-                cost_usd=cost,
-                latency_seconds=latency,
-                status="ok" if response else "error",
-                error=error,
-                tool_calls=len(response.tool_calls) if response else 0,
-                content=response.content if response else None,
-            )
-        )
+    def finish(
+        self, status: Status, output: Any, *, error: str | None = None, kind: str | None = None, scope: str | None = None
+    ) -> AgentOutcome:
+        outcome = self.outcome
+        outcome.status, outcome.output, outcome.error, outcome.error_kind = status, output, error, kind
+        outcome.error_scope, outcome.usage = scope, self.env.budget.spent
+        return outcome
 
 
 def _trusted_usage(response: ModelResponse, estimate: Estimate) -> Usage:
-    """The response's usage, or our estimate when the endpoint reported none (a missing or
-    zero ``usage`` must not make calls free against a money cap)."""
+    """The response's token usage, or our estimate when the endpoint reported none (a missing
+    or zero ``usage`` must not make calls free against a money cap)."""
     usage = response.usage
     input_tokens, output_tokens = max(usage.input_tokens, 0), max(usage.output_tokens, 0)
     if input_tokens == 0 and output_tokens == 0:
         calls = tuple((c.name, c.arguments) for c in response.tool_calls)
-        return Usage(estimate.input_tokens, estimate_completion_tokens(response.content, calls), 0)
+        return Usage(estimate.input_tokens, estimate_completion_tokens(response.content, calls))
     return Usage(input_tokens, output_tokens, min(max(usage.cached_input_tokens, 0), input_tokens))
 
 
-def _terminate_answer(arguments: str) -> str:
-    try:
-        parsed = json.loads(arguments)
-    except ValueError:
-        return arguments
-    if isinstance(parsed, dict):
-        return str(parsed.get("answer", parsed.get("output", "")))
-    return str(parsed)
-
-
-def _parse_and_validate(answer: str | None, schema: dict[str, Any]) -> tuple[Any, str]:
-    text = (answer or "").strip()
-    if text.startswith("```"):
-        text = text.strip("`")
-        text = text.split("\n", 1)[1] if "\n" in text else text
-        text = text.removesuffix("```").strip()
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return None, f"not valid JSON ({exc.msg} at position {exc.pos})"
-    problems = validate_value(value, schema)
-    return value, "; ".join(problems[:5])
+def _termination(result: ToolResult) -> Termination:
+    """The verdict of a terminating tool, from its validated result (``terminate`` returns
+    ``{"answer", "status"}``; any other terminating tool's content is the answer)."""
+    data = result.data if isinstance(result.data, dict) else {}
+    answer = data.get("answer", result.content)
+    return Termination(str(answer), failed=data.get("status") == "failure")

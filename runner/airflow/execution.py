@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from runner.airflow.failures import RowsLeft, rows_left, short
 
 if TYPE_CHECKING:
-    from runner.batch.api import BatchRequest
+    from runner.batch.file_batch import BatchRequest
 
 T = TypeVar("T")
 
@@ -174,7 +174,7 @@ def run_batch_for_airflow(task: str, *, root: str | Path, request: BatchRequest)
     Raises what the batch raises for invalid configuration, inputs or flags (before any row
     runs); a batch that started returns a manifest whatever happened to its rows.
     """
-    from runner.batch.api import open_journal, run_batch_file
+    from runner.batch.file_batch import open_journal, run_batch_file
     from runner.config.project import load_project_or_raise
 
     project = load_project_or_raise(Path(root))

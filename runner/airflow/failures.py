@@ -16,7 +16,7 @@ from runner.config.specs import CAP_NAMES
 from runner.redact import redact
 
 if TYPE_CHECKING:
-    from runner.batch.journal import RowRecord
+    from runner.batch.journal import JournalRow
     from runner.batch.records import BatchRecords
 
 MESSAGE_CHARS = 500
@@ -71,7 +71,7 @@ def rows_left(batch: BatchRecords) -> RowsLeft:
     return RowsLeft(**counts)
 
 
-def _retryable(record: RowRecord) -> bool:
+def _retryable(record: JournalRow) -> bool:
     if record.status == "failed":
         return record.retryable
     if record.status in ("done", "invalid"):

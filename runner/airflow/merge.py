@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from runner.airflow.failures import RowsLeft, rows_left
 from runner.airflow.plan import FanoutPlan, ShardSpec
-from runner.batch.journal import STATUSES, BatchJournal, RowRecord
+from runner.batch.journal import STATUSES, BatchJournal, JournalRow
 from runner.batch.summary import BatchSummary
+from runner.core.usage import Usage
 from runner.errors import RunnerError
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ class MergedJournals:
     def meta(self) -> Mapping[str, Any]:
         return self._meta
 
-    def records(self) -> Iterator[RowRecord]:
+    def records(self) -> Iterator[JournalRow]:
         for shard, journal in self.parts:
             expected = shard.first_row
             for record in journal.records():
@@ -68,17 +69,12 @@ class MergedJournals:
                     f"{shard.describe()}: {missing} row(s) from row {expected} on are not in its journal {journal.path}"
                 )
 
-    def spent(self) -> tuple[float, int, int]:
-        """``(cost_usd, input_tokens, output_tokens)`` recorded by every shard, every try included."""
-        spends = [journal.spent() for _, journal in self.parts]
-        return (
-            sum(s.cost_usd for s in spends),
-            sum(s.input_tokens for s in spends),
-            sum(s.output_tokens for s in spends),
-        )
+    def spent(self) -> Usage:
+        """What every shard recorded, every try included."""
+        return sum((journal.spent() for _, journal in self.parts), Usage())
 
     def counts(self) -> dict[str, int]:
-        totals = dict.fromkeys(STATUSES, 0)
+        totals: dict[str, int] = dict.fromkeys(STATUSES, 0)
         for _, journal in self.parts:
             for status, count in journal.counts().items():
                 totals[status] = totals.get(status, 0) + count
@@ -112,7 +108,7 @@ def merge_fanout(
     report_dir: Path,
 ) -> tuple[dict[str, Any], RowsLeft, dict[str, Any]]:
     """Write the merged output and batch report; return ``(manifest, rows left, report)``."""
-    from runner.batch.api import open_journal
+    from runner.batch.file_batch import open_journal
     from runner.batch.output import write_output
     from runner.batch.summary import batch_report, write_reports
 
@@ -154,13 +150,10 @@ def _meta(task: TaskSpec, plan: FanoutPlan, shards: Sequence[ShardSpec]) -> dict
 def merged_summary(merged: MergedJournals, results: Mapping[int, Mapping[str, Any]]) -> BatchSummary:
     """The fan-out as one :class:`BatchSummary`: counts and spend from the journals, time and stops from the shards."""
     stops = [r for r in results.values() if r.get("stop_reason")]
-    cost_usd, input_tokens, output_tokens = merged.spent()
     return BatchSummary(
         batch_id=merged.batch_id,
         counts=merged.counts(),
-        cost_usd=round(cost_usd, 8),
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
+        usage=merged.spent(),
         elapsed_seconds=max((float(r.get("elapsed_seconds") or 0) for r in results.values()), default=0.0),
         stop_reason=stops[0]["stop_reason"] if stops else None,
         stop_kind=stops[0].get("stop_kind") if stops else None,

@@ -59,9 +59,7 @@ def model_credentials(conn_id: str | None) -> tuple[str | None, str | None]:
     ``conn_id=None`` means "no connection" (the agent's ``model:`` block / OPENAI_* env apply).
     A missing *default* connection is the same; a missing explicitly named one is an error.
     """
-    from runner.airflow.typed import is_absent
-
-    if conn_id is None or is_absent(conn_id):  # a null param renders as "None"
+    if not conn_id:
         return None, None
     from runner.airflow.hook import RunnerModelHook
 
@@ -167,10 +165,9 @@ def _inputs(value: Any) -> dict[str, Any]:
     """The rendered ``inputs``: a mapping or its JSON text (the runner types each value by the task's inputs)."""
     import json
 
-    from runner.airflow.typed import is_absent
     from runner.errors import UsageError
 
-    if is_absent(value):
+    if value is None:
         return {}
     if isinstance(value, str):
         try:

@@ -23,7 +23,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from runner.airflow.typed import choice, flag, optional_int, optional_number, optional_text, text_list, typed_caps
+from runner.airflow.typed import (
+    choice,
+    flag,
+    optional_int,
+    optional_number,
+    optional_text,
+    text_list,
+    typed_cap,
+    typed_caps,
+)
 from runner.config.specs import CAP_NAMES, Caps
 from runner.errors import UsageError, did_you_mean
 
@@ -68,12 +77,11 @@ class FanoutOptions:
             return f"{where}.{name}"
 
         batch_caps = typed_caps(values.get("caps"), at("caps")).tighten(
-            typed_caps({k: values.get(k) for k in ("max_cost_usd", "max_tokens", "max_wall_seconds")}, where)
-        )
+            Caps(**_flag_caps(values, {"max_cost_usd": "max_cost_usd", "max_tokens": "max_tokens",
+                                       "max_wall_seconds": "max_wall_seconds"}, where))
+        )  # fmt: skip
         row_caps = typed_caps(values.get("row_caps"), at("row_caps")).tighten(
-            typed_caps(
-                {"max_cost_usd": values.get("row_max_cost_usd"), "max_steps": values.get("row_max_steps")}, where
-            )
+            Caps(**_flag_caps(values, {"row_max_cost_usd": "max_cost_usd", "row_max_steps": "max_steps"}, where))
         )
         return cls(
             input_format=choice(values.get("input_format"), at("input_format"), FORMATS),
@@ -125,6 +133,12 @@ def check_option_names(values: Mapping[str, Any], where: str = "options") -> Non
                 f"{where}: unknown option '{name}'{did_you_mean(str(name), OPTION_NAMES)} "
                 f"(options: {', '.join(OPTION_NAMES)})"
             )
+
+
+def _flag_caps(values: Mapping[str, Any], flags: Mapping[str, str], where: str) -> dict[str, Any]:
+    """The caps given as flags (``{flag: cap name}``), typed; flags not given are left out."""
+    caps = {cap: typed_cap(values.get(flag), f"{where}.{flag}", cap) for flag, cap in flags.items()}
+    return {cap: value for cap, value in caps.items() if value is not None}
 
 
 def _share(total: float | None, shards: int) -> float | None:

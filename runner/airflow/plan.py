@@ -29,7 +29,7 @@ from runner.airflow.options import FanoutOptions
 from runner.errors import UsageError
 
 if TYPE_CHECKING:
-    from runner.batch.api import BatchRequest
+    from runner.batch.file_batch import BatchRequest
     from runner.config.project import Project
     from runner.config.specs import TaskSpec
 
@@ -167,7 +167,7 @@ class FanoutPlan:
         Rows get ``try_number * max_attempts`` attempts in all, so every Airflow try gives a
         row whose attempts are used up ``max_attempts`` more.
         """
-        from runner.batch.api import BatchRequest
+        from runner.batch.file_batch import BatchRequest
 
         options = self.options.shard_share(shard.count) if shard else self.options
         where = shard or ShardSpec(0, 1, 1, 1, "")

@@ -1,14 +1,16 @@
 """Typed values from templated operator fields. No Airflow imports here.
 
 Airflow renders a templated field to text unless the DAG sets
-``render_template_as_native_obj=True``, and a ``null`` param renders as ``"None"``. So every
-value an operator hands to runner passes through one of these functions first: each accepts
-the value's own type or its text form, and refuses anything else with a
-:class:`~runner.errors.UsageError` naming the field, so the task fails without retries and
-before any model call.
+``render_template_as_native_obj=True`` (the example DAGs do). So every value an operator
+hands to runner passes through one of these functions first: each accepts the value's own
+type or its text form, and refuses anything else with a :class:`~runner.errors.UsageError`
+naming the field, so the task fails without retries and before any model call.
 
-:func:`typed_caps` is the one place that turns a caps mapping into :class:`Caps`; when the
-project's shared cap coercion (``runner.config``) lands, it replaces the body of that function.
+``None`` means "not given". Text that only looks like nothing (``"None"``, what a null
+param renders as text) is refused where a number is wanted, as
+:mod:`runner.config.capvalues` refuses it for caps: a template that rendered nothing must
+not silently lift a limit. Caps go through that module's parser; :func:`typed_caps` and
+:func:`typed_cap` are the only places in :mod:`runner.airflow` that call it.
 """
 
 from __future__ import annotations
@@ -19,61 +21,51 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from runner.config.specs import CAP_NAMES, Caps
+from runner.config.specs import Caps
 from runner.errors import UsageError, did_you_mean
-
-ABSENT_TEXT = frozenset({"", "None", "null"})
-"""Text a template renders for "no value": an empty string, Python's ``None`` or JSON's ``null``."""
 
 _INTEGER_TEXT = re.compile(r"[+-]?\d+")
 _TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no"})
 
 
-def is_absent(value: Any) -> bool:
-    """``None``, or text a template renders for a missing value."""
-    return value is None or (isinstance(value, str) and value.strip() in ABSENT_TEXT)
-
-
 def typed_caps(value: Any, field: str) -> Caps:
     """``Caps`` from a mapping (or its JSON text) of cap names to numbers or numeric text.
 
-    Refuses unknown cap names, booleans, NaN, infinity, negative values and anything the
-    caps schema (``common.schema.json#/$defs/caps``) refuses. Absent values mean "no cap".
+    :func:`runner.config.capvalues.coerce_caps` decides: it refuses unknown cap names,
+    booleans, NaN, infinity, negative values, ``"None"`` and what the caps schema refuses;
+    a ``None`` value (JSON ``null``) leaves that cap unset.
     """
-    if is_absent(value):
+    from runner.config.capvalues import coerce_caps
+
+    if value is None:
         return Caps()
-    mapping = _mapping(value, field)
-    caps: dict[str, Any] = {}
-    for name, raw in mapping.items():
-        if name not in CAP_NAMES:
-            raise UsageError(
-                f"{field}: unknown cap '{name}'{did_you_mean(str(name), CAP_NAMES)} (caps: {', '.join(CAP_NAMES)})"
-            )
-        if not is_absent(raw):
-            caps[name] = _cap_value(f"{field}.{name}", name, raw)
-    return Caps(**caps)
+    return coerce_caps(_mapping(value, field), source=field)
+
+
+def typed_cap(value: Any, field: str, cap: str) -> int | float | None:
+    """One cap given under another name (a flag such as ``row_max_cost_usd``); ``None`` when not given."""
+    from runner.config.capvalues import CapValueError, coerce_cap
+
+    if value is None:
+        return None
+    try:
+        return coerce_cap(cap, value)
+    except CapValueError as exc:
+        raise UsageError(f"{field}: {exc}") from None
 
 
 def optional_int(value: Any, field: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
-    """An integer (or its text), or ``None`` when absent; refuses fractions and booleans."""
-    if is_absent(value):
+    """An integer (or its text), or ``None`` when not given; refuses fractions and booleans."""
+    if value is None:
         return None
     number = _integer(value, field)
     _check_range(field, number, minimum, maximum)
     return number
 
 
-def required_int(value: Any, field: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
-    """Like :func:`optional_int`, but a missing value is an error."""
-    number = optional_int(value, field, minimum=minimum, maximum=maximum)
-    if number is None:
-        raise UsageError(f"{field}: a value is required")
-    return number
-
-
 def optional_number(value: Any, field: str, *, minimum: float | None = None, positive: bool = False) -> float | None:
-    """A finite number (or its text), or ``None`` when absent; refuses NaN, infinity and booleans."""
-    if is_absent(value):
+    """A finite number (or its text), or ``None`` when not given; refuses NaN, infinity and booleans."""
+    if value is None:
         return None
     number = _number(value, field)
     if positive and number <= 0:
@@ -83,12 +75,12 @@ def optional_number(value: Any, field: str, *, minimum: float | None = None, pos
 
 
 def optional_text(value: Any, field: str) -> str | None:
-    """Non-empty text, or ``None`` when absent; refuses numbers, lists and mappings."""
-    if is_absent(value):
+    """Text, or ``None`` when not given or empty; refuses numbers, lists and mappings."""
+    if value is None:
         return None
     if not isinstance(value, str):
         raise UsageError(f"{field}: expected text, got {type(value).__name__} {value!r}")
-    return value.strip()
+    return value.strip() or None
 
 
 def required_text(value: Any, field: str) -> str:
@@ -100,7 +92,7 @@ def required_text(value: Any, field: str) -> str:
 
 
 def choice(value: Any, field: str, choices: tuple[str, ...]) -> str | None:
-    """One of ``choices``, or ``None`` when absent."""
+    """One of ``choices``, or ``None`` when not given."""
     text = optional_text(value, field)
     if text is not None and text not in choices:
         raise UsageError(f"{field}: '{text}' is not one of {', '.join(choices)}{did_you_mean(text, choices)}")
@@ -109,7 +101,7 @@ def choice(value: Any, field: str, choices: tuple[str, ...]) -> str | None:
 
 def flag(value: Any, field: str, *, default: bool = False) -> bool:
     """A boolean, or its text (``true``/``false``, ``1``/``0``, ``yes``/``no``)."""
-    if is_absent(value):
+    if value is None:
         return default
     if isinstance(value, bool):
         return value
@@ -120,7 +112,7 @@ def flag(value: Any, field: str, *, default: bool = False) -> bool:
 
 def text_list(value: Any, field: str) -> tuple[str, ...]:
     """A list of text items: a list, its JSON text, or one item as text."""
-    if is_absent(value):
+    if value is None:
         return ()
     if isinstance(value, str):
         stripped = value.strip()
@@ -150,17 +142,6 @@ def _json(text: str, field: str) -> Any:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a finite number")
-
-
-def _cap_value(field: str, name: str, raw: Any) -> int | float:
-    from runner.config.schema import schema, validate_value
-
-    rules = schema("common")["$defs"]["caps"]["properties"][name]
-    value: int | float = _integer(raw, field) if rules["type"] == "integer" else _number(raw, field)
-    problems = validate_value(value, rules)
-    if problems:
-        raise UsageError(f"{field}: {problems[0].removeprefix(': ')}")
-    return value
 
 
 def _integer(value: Any, field: str) -> int:

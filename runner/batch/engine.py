@@ -31,18 +31,19 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
 
-from runner.batch.executor import RowExecutor
+from runner.batch.executor import RowExecutor, SpendLedger
 from runner.batch.inputs import Row
-from runner.batch.journal import INTERRUPTED, BatchJournal, RowOutcome, RowRecord
+from runner.batch.journal import INTERRUPTED, BatchJournal, JournalRow, RowOutcome
 from runner.batch.progress import BatchProgress, NoProgress
 from runner.batch.summary import BatchSummary
 from runner.caps.budget import Budget
 from runner.config.specs import Caps
+from runner.core.ports import RateGate
+from runner.core.results import RunResult
 from runner.errors import CapReached, ConfigError, InputError, ModelError, SandboxUnavailable, UsageError
 from runner.redact import redact
-from runner.runs.types import RateGate, RunOptions, RunResult
+from runner.runs.options import RunOptions
 
 FINAL_ERROR_KINDS = frozenset({"input", "auth", "bad_request", "not_found", "config", "stuck"})
 """Failures a retry cannot fix (same inputs, same config)."""
@@ -84,20 +85,27 @@ async def run_batch(
     rate_gate: RateGate | None = None,
     progress: BatchProgress | None = None,
     base_options: RunOptions | None = None,
+    ledger: SpendLedger | None = None,
 ) -> BatchSummary:
     """Run every pending row of ``journal`` (ingesting ``rows`` first if it is new); see the module doc.
 
     ``rows`` is only read when the journal has not ingested the input yet, so a lazy
     :func:`~runner.batch.inputs.read_rows` costs nothing on resume. ``budget`` holds the
-    batch caps; spend already in the journal is added to it first. ``base_options`` is
-    the template for each row's options (default: ``RunOptions(write_report=False)``).
+    batch caps; spend already in the journal is added to it first, and its wall clock counts
+    from the batch's first attempt. ``ledger`` (the run store) corrects the spend of rows a
+    crash interrupted, which the journal never heard of. ``base_options`` is the template for
+    each row's options (default: ``RunOptions(write_report=False)``).
     """
     if concurrency < 1 or max_attempts < 1:
         raise ValueError("concurrency and max_attempts must be at least 1")
     if not journal.ingested:
         journal.ingest(rows)
     resumed = journal.prepare_resume()
+    if ledger is not None:
+        for number, run_id in resumed.interrupted_runs:
+            journal.correct_usage(number, ledger.spent(run_id))
     budget.add_spend(journal.spent())
+    budget.count_from(journal.age_seconds())
     batch = _Batch(
         journal=journal,
         executor=executor,
@@ -109,13 +117,10 @@ async def run_batch(
         base_options=base_options or RunOptions(write_report=False),
     )
     await batch.run(concurrency)
-    spent = journal.spent()
     return BatchSummary(
         batch_id=journal.batch_id,
         counts=journal.counts(),
-        cost_usd=round(spent.cost_usd, 8),
-        input_tokens=spent.input_tokens,
-        output_tokens=spent.output_tokens,
+        usage=journal.spent(),
         elapsed_seconds=round(time.monotonic() - batch.started, 3),
         stop_reason=batch.stop_reason,
         stop_kind=batch.stop_kind,
@@ -176,7 +181,7 @@ class _Batch:
                 self.in_flight -= 1
                 self._notify()
 
-    async def _next_row(self) -> RowRecord | None:
+    async def _next_row(self) -> JournalRow | None:
         """The next row to run, waiting while rows in flight may still need a retry.
 
         Rows come from passes over the journal in input order. A failed attempt that may
@@ -197,7 +202,7 @@ class _Batch:
             await self._wake.wait()
         return None
 
-    async def _run_row(self, row: RowRecord) -> None:
+    async def _run_row(self, row: JournalRow) -> None:
         try:
             self.budget.check_can_start()
         except CapReached as exc:
@@ -216,30 +221,25 @@ class _Batch:
             self.journal.record(row.number, _interrupted(time.monotonic() - started))
             raise
         except CapReached as exc:  # the contract is a 'capped' result, but treat it the same
-            result = RunResult(run_id, "", "capped", error=str(exc), error_kind=exc.cap)
+            result = RunResult(run_id, "", "capped", error=str(exc), error_kind=exc.cap, error_scope=exc.scope)
         except Exception as exc:  # the row's isolation boundary: a bug in one row must not stop the batch
             result, crashed = _crash_result(run_id, exc), True
         outcome = replace(self._outcome(result), duration_seconds=round(time.monotonic() - started, 6))
         if crashed:  # spend unknown: keep what earlier attempts recorded rather than erase it
-            outcome = replace(outcome, cost_usd=None, input_tokens=None, output_tokens=None)
+            outcome = replace(outcome, usage=None)
         self.journal.record(row.number, outcome)
         self._after(attempt, outcome)
 
     def _outcome(self, result: RunResult) -> RowOutcome:
-        spend: dict[str, Any] = {
-            "cost_usd": result.cost_usd,
-            "input_tokens": result.input_tokens,
-            "output_tokens": result.output_tokens,
-        }
         if result.status == "completed":
-            return RowOutcome("done", output=result.output, **spend)
+            return RowOutcome("done", output=result.output, usage=result.usage)
         error = redact(result.error or result.status, [self.base_options.api_key])
         kind = result.error_kind or result.status
         if result.status == "capped" and self._batch_cap_reached(result):
             self._stop(error, kind)
-            return RowOutcome("not_run", error=error, error_kind=kind, **spend)
+            return RowOutcome("not_run", error=error, error_kind=kind, usage=result.usage)
         final = result.status in ("capped", "stuck") or kind in FINAL_ERROR_KINDS
-        return RowOutcome("failed", error=error, error_kind=kind, retryable=not final, **spend)
+        return RowOutcome("failed", error=error, error_kind=kind, retryable=not final, usage=result.usage)
 
     def _batch_cap_reached(self, result: RunResult) -> bool:
         """Whether a capped run was stopped by the batch's cap rather than its own."""
@@ -247,7 +247,7 @@ class _Batch:
             self.budget.check_can_start()
         except CapReached:
             return True
-        return (result.error or "").startswith(f"{self.budget.scope} cap ")
+        return result.error_scope == self.budget.scope
 
     def _after(self, attempt: int, outcome: RowOutcome) -> None:
         retry = outcome.status == "failed" and outcome.retryable and attempt < self.max_attempts

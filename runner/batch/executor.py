@@ -3,7 +3,7 @@
 An executor is ``async (inputs, options) -> RunResult``. It must not raise for run
 failures (it returns ``failed``/``capped``/``stuck``), must spend through
 ``options.parent_budget`` (a child of the batch budget, reserving before each call) and
-consult ``options.rate_gate`` before each call. ``RunResult.cost_usd`` and tokens are the
+consult ``options.rate_gate`` before each call. ``RunResult.usage`` is the
 run's totals over every attempt of ``options.run_id``, which stays the same when a row is
 retried so the run can resume.
 """
@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from runner.runs.types import RateGate, RunOptions, RunResult
+from runner.core.ports import RateGate
+from runner.core.results import RunResult
+from runner.core.usage import Usage
+from runner.runs.options import RunOptions
 
 if TYPE_CHECKING:
     from runner.config.project import Project
@@ -22,6 +25,13 @@ if TYPE_CHECKING:
 
 RowExecutor = Callable[[dict[str, Any], RunOptions], Awaitable[RunResult]]
 """Runs one row: ``await executor(inputs, options) -> RunResult`` (never raises for run failures)."""
+
+
+class SpendLedger(Protocol):
+    """Where each run's spend is written before it happens (the run store)."""
+
+    def spent(self, run_id: str) -> Usage:
+        """What every attempt of ``run_id`` has spent, calls left in flight by a crash at their worst case."""
 
 
 class TaskExecutor:
@@ -44,6 +54,10 @@ class TaskExecutor:
         self.project, self.task, self.rate_gate = project, task, rate_gate
         self.store = RunStore(store_path or default_store_path(project.root))
         self.pool = ModelPool(on_retry=self._on_retry)
+
+    def spent(self, run_id: str) -> Usage:
+        """The run store's ledger for one run (a :class:`SpendLedger`)."""
+        return self.store.spent(run_id)
 
     async def __call__(self, inputs: dict[str, Any], options: RunOptions) -> RunResult:
         from runner.runs.execute import execute_task

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.batch.coerce import coerce_inputs, describe, is_empty
 from runner.batch.readers import RawRecord, detect_format, file_columns, read_records
+from runner.config.coerce import coerce_inputs, describe, is_empty
 from runner.config.specs import InputSpec
 from runner.errors import InputError, UsageError
 

@@ -36,14 +36,16 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from runner.batch.inputs import Row
-from runner.caps.budget import Spend
+from runner.core.usage import Usage
 from runner.errors import UsageError
 
-STATUSES = ("pending", "running", "done", "failed", "invalid", "not_run")
-SCHEMA_VERSION = "1"
+RowStatus = Literal["pending", "running", "done", "failed", "invalid", "not_run"]
+"""A journal row's status: ``pending -> running -> done | failed | not_run``; ``invalid`` from the start."""
+STATUSES: tuple[RowStatus, ...] = get_args(RowStatus)
+SCHEMA_VERSION = "2"
 INTERRUPTED = "interrupted"
 
 _SCHEMA = """
@@ -62,6 +64,9 @@ CREATE TABLE IF NOT EXISTS rows (
     cost_usd REAL NOT NULL DEFAULT 0,
     input_tokens INTEGER NOT NULL DEFAULT 0,
     output_tokens INTEGER NOT NULL DEFAULT 0,
+    cached_input_tokens INTEGER NOT NULL DEFAULT 0,
+    model_calls INTEGER NOT NULL DEFAULT 0,
+    tool_calls INTEGER NOT NULL DEFAULT 0,
     duration_seconds REAL,
     created_at TEXT NOT NULL,
     started_at TEXT,
@@ -71,17 +76,18 @@ CREATE UNIQUE INDEX IF NOT EXISTS rows_by_id ON rows(id) WHERE status != 'invali
 """
 _COLUMNS = (
     "row_number, id, status, attempts, retryable, inputs, output, error, error_kind, run_id,"
-    " cost_usd, input_tokens, output_tokens, duration_seconds, started_at, finished_at"
+    " input_tokens, output_tokens, cached_input_tokens, cost_usd, model_calls, tool_calls,"
+    " duration_seconds, started_at, finished_at"
 )
 
 
 @dataclass(frozen=True)
-class RowRecord:
-    """A row as the journal holds it. ``cost_usd`` and tokens are its run's totals over every attempt."""
+class JournalRow:
+    """A row as the journal holds it. ``usage`` is its run's total over every attempt."""
 
     number: int
     id: str | None
-    status: str
+    status: RowStatus
     attempts: int
     retryable: bool
     inputs: dict[str, Any] | None
@@ -89,35 +95,27 @@ class RowRecord:
     error: str | None
     error_kind: str | None
     run_id: str | None
-    cost_usd: float
-    input_tokens: int
-    output_tokens: int
+    usage: Usage
     duration_seconds: float | None
     started_at: str | None
     finished_at: str | None
-
-    @property
-    def tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
 
 
 @dataclass(frozen=True)
 class RowOutcome:
     """How one attempt ended, to be recorded in one transaction.
 
-    ``cost_usd`` and tokens are the run's totals so far, all attempts included (what
-    ``execute_task`` reports for a resumed run id); ``None`` keeps the recorded values
-    (an interrupted attempt reports nothing).
+    ``usage`` is the run's total so far, all attempts included (what ``execute_task``
+    reports for a resumed run id); ``None`` keeps the recorded values (an interrupted
+    attempt reports nothing).
     """
 
-    status: str  # done | failed | not_run
+    status: RowStatus  # done | failed | not_run
     output: Any = None
     error: str | None = None
     error_kind: str | None = None
     retryable: bool = True
-    cost_usd: float | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
+    usage: Usage | None = None
     duration_seconds: float | None = None
 
 
@@ -127,6 +125,7 @@ class ResumeState:
 
     interrupted: int  # rows left running by a dead process, now failed (retryable)
     requeued: int  # rows not run last time, now pending again
+    interrupted_runs: tuple[tuple[int, str], ...] = ()  # (row number, run id) of the interrupted rows
 
 
 class BatchJournal:
@@ -219,6 +218,10 @@ class BatchJournal:
     def prepare_resume(self) -> ResumeState:
         """Turn rows a dead process left ``running`` into retryable failures; requeue ``not_run``."""
         with self._transaction() as db:
+            runs = tuple(
+                (int(number), str(run_id))
+                for number, run_id in db.execute("SELECT row_number, run_id FROM rows WHERE status = 'running'")
+            )
             interrupted = db.execute(
                 "UPDATE rows SET status = 'failed', retryable = 1, error_kind = ?, finished_at = ?,"
                 " error = 'interrupted: the batch process ended while this row was running'"
@@ -228,7 +231,22 @@ class BatchJournal:
             requeued = db.execute(
                 "UPDATE rows SET status = 'pending', error = NULL, error_kind = NULL WHERE status = 'not_run'"
             ).rowcount
-        return ResumeState(interrupted, requeued)
+        return ResumeState(interrupted, requeued, runs)
+
+    def correct_usage(self, number: int, usage: Usage) -> None:
+        """Replace row ``number``'s usage by its run's ledger (after a crash the journal missed
+        what the interrupted attempt spent)."""
+        self._db.execute(
+            "UPDATE rows SET input_tokens = ?, output_tokens = ?, cached_input_tokens = ?, cost_usd = ?, model_calls = ?,"
+            " tool_calls = ? WHERE row_number = ?",
+            (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.cost_usd, usage.model_calls,
+             usage.tool_calls, number),
+        )
+
+    def age_seconds(self) -> float:
+        """Seconds since this batch was created (its first attempt started)."""
+        created = dt.datetime.fromisoformat(self.meta["created_at"])
+        return (dt.datetime.now(dt.UTC) - created).total_seconds()
 
     def mark_running(self, number: int, run_id: str) -> int:
         """Start an attempt at row ``number``; returns its attempt number (1-based)."""
@@ -245,24 +263,21 @@ class BatchJournal:
         if outcome.status not in ("done", "failed", "not_run"):
             raise ValueError(f"cannot record status {outcome.status!r}")
         output = None if outcome.output is None else json.dumps(outcome.output, ensure_ascii=False, default=str)
+        usage = outcome.usage
+        spend = (
+            (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.cost_usd, usage.model_calls, usage.tool_calls)
+            if usage is not None else (None,) * 6
+        )
         # One statement (autocommit): the result and the status land together or not at all.
         updated = self._db.execute(
             "UPDATE rows SET status = ?, output = ?, error = ?, error_kind = ?, retryable = ?,"
-            " cost_usd = COALESCE(?, cost_usd), input_tokens = COALESCE(?, input_tokens),"
-            " output_tokens = COALESCE(?, output_tokens),"
+            " input_tokens = COALESCE(?, input_tokens), output_tokens = COALESCE(?, output_tokens),"
+            " cached_input_tokens = COALESCE(?, cached_input_tokens), cost_usd = COALESCE(?, cost_usd),"
+            " model_calls = COALESCE(?, model_calls), tool_calls = COALESCE(?, tool_calls),"
             " duration_seconds = ?, finished_at = ? WHERE row_number = ? AND status = 'running'",
             (
-                outcome.status,
-                output,
-                _clean(outcome.error),
-                outcome.error_kind,
-                int(outcome.retryable),
-                outcome.cost_usd,
-                outcome.input_tokens,
-                outcome.output_tokens,
-                outcome.duration_seconds,
-                _now(),
-                number,
+                outcome.status, output, _clean(outcome.error), outcome.error_kind, int(outcome.retryable),
+                *spend, outcome.duration_seconds, _now(), number,
             ),
         ).rowcount
         return updated == 1
@@ -277,7 +292,7 @@ class BatchJournal:
 
     # --- reads -----------------------------------------------------------------------
 
-    def todo(self, max_attempts: int, *, page_rows: int = 256) -> Iterator[RowRecord]:
+    def todo(self, max_attempts: int, *, page_rows: int = 256) -> Iterator[JournalRow]:
         """Rows to run, in input order: pending, or failed-retryable with attempts left.
 
         Read a page at a time (keyset pagination), so memory stays flat at any size.
@@ -285,7 +300,7 @@ class BatchJournal:
         where = "(status = 'pending' OR (status = 'failed' AND retryable = 1 AND attempts < ?))"
         yield from self._pages(where, (max_attempts,), page_rows)
 
-    def records(self, *, page_rows: int = 1000) -> Iterator[RowRecord]:
+    def records(self, *, page_rows: int = 1000) -> Iterator[JournalRow]:
         """Every row, in input order."""
         yield from self._pages("1 = 1", (), page_rows)
 
@@ -294,21 +309,21 @@ class BatchJournal:
         found = dict(self._db.execute("SELECT status, COUNT(*) FROM rows GROUP BY status").fetchall())
         return {status: int(found.get(status, 0)) for status in STATUSES}
 
-    def spent(self) -> Spend:
-        """Tokens and money recorded so far, over all rows and attempts."""
-        cost, tokens_in, tokens_out = self._db.execute(
-            "SELECT COALESCE(SUM(cost_usd), 0), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0)"
-            " FROM rows"
+    def spent(self) -> Usage:
+        """What every row has used so far, over all attempts."""
+        tin, tout, cached, cost, calls, tools = self._db.execute(
+            "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cached_input_tokens), 0),"
+            " COALESCE(SUM(cost_usd), 0), COALESCE(SUM(model_calls), 0), COALESCE(SUM(tool_calls), 0) FROM rows"
         ).fetchone()
-        return Spend(input_tokens=int(tokens_in), output_tokens=int(tokens_out), cost_usd=float(cost))
+        return Usage(int(tin), int(tout), int(cached), float(cost), int(calls), int(tools))
 
-    def row(self, number: int) -> RowRecord | None:
+    def row(self, number: int) -> JournalRow | None:
         found = self._db.execute(f"SELECT {_COLUMNS} FROM rows WHERE row_number = ?", (number,)).fetchone()
         return _record(found) if found else None
 
     # --- internals -------------------------------------------------------------------
 
-    def _pages(self, where: str, params: tuple[Any, ...], page_rows: int) -> Iterator[RowRecord]:
+    def _pages(self, where: str, params: tuple[Any, ...], page_rows: int) -> Iterator[JournalRow]:
         last = 0
         query = f"SELECT {_COLUMNS} FROM rows WHERE row_number > ? AND {where} ORDER BY row_number LIMIT ?"
         while True:
@@ -397,10 +412,10 @@ def _ingest_values(row: Row, now: str) -> tuple[Any, ...]:
     return (row.number, _clean(row.id), status, int(row.valid), inputs, _clean(row.error), kind, now)
 
 
-def _record(found: tuple[Any, ...]) -> RowRecord:
-    (number, row_id, status, attempts, retryable, inputs, output, error, kind, run_id, cost, tin, tout, took,
-     started, finished) = found  # fmt: skip
-    return RowRecord(
+def _record(found: tuple[Any, ...]) -> JournalRow:
+    (number, row_id, status, attempts, retryable, inputs, output, error, kind, run_id, tin, tout, cached, cost,
+     calls, tools, took, started, finished) = found  # fmt: skip
+    return JournalRow(
         number=number,
         id=row_id,
         status=status,
@@ -411,9 +426,7 @@ def _record(found: tuple[Any, ...]) -> RowRecord:
         error=error,
         error_kind=kind,
         run_id=run_id,
-        cost_usd=cost,
-        input_tokens=tin,
-        output_tokens=tout,
+        usage=Usage(tin, tout, cached, cost, calls, tools),
         duration_seconds=took,
         started_at=started,
         finished_at=finished,

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from runner.batch.journal import RowRecord
+from runner.batch.journal import JournalRow
 from runner.batch.records import BatchRecords
 from runner.errors import UsageError
 from runner.files import replacing
@@ -45,15 +45,15 @@ def write_output(journal: BatchRecords, path: str | Path, *, format: str | None 
         return writer(journal.records(), temp)
 
 
-def output_record(record: RowRecord) -> dict[str, Any]:
+def output_record(record: JournalRow) -> dict[str, Any]:
     """One output record (``output`` as a JSON value)."""
     return {
         "id": record.id,
         "row": record.number,
         "status": record.status,
         "output": record.output,
-        "cost_usd": round(record.cost_usd, 8),
-        "tokens": record.tokens,
+        "cost_usd": round(record.usage.cost_usd, 8),
+        "tokens": record.usage.total_tokens,
         "error": record.error,
         "error_kind": record.error_kind,
         "attempts": record.attempts,
@@ -68,7 +68,7 @@ def escape_formula(value: Any) -> Any:
     return value
 
 
-def _write_jsonl(records: Iterator[RowRecord], path: Path) -> int:
+def _write_jsonl(records: Iterator[JournalRow], path: Path) -> int:
     count = 0
     with path.open("w", encoding="utf-8") as out:
         for record in records:
@@ -77,7 +77,7 @@ def _write_jsonl(records: Iterator[RowRecord], path: Path) -> int:
     return count
 
 
-def _write_csv(records: Iterator[RowRecord], path: Path) -> int:
+def _write_csv(records: Iterator[JournalRow], path: Path) -> int:
     count = 0
     with path.open("w", encoding="utf-8", newline="") as out:
         writer = csv.writer(out)
@@ -89,7 +89,7 @@ def _write_csv(records: Iterator[RowRecord], path: Path) -> int:
     return count
 
 
-def _write_parquet(records: Iterator[RowRecord], path: Path, batch_rows: int = 5000) -> int:
+def _write_parquet(records: Iterator[JournalRow], path: Path, batch_rows: int = 5000) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -1,4 +1,4 @@
-"""A rate limiter shared by every row of a batch (the :class:`~runner.runs.types.RateGate` protocol).
+"""A rate limiter shared by every row of a batch (the :class:`~runner.core.ports.RateGate` protocol).
 
 Two token buckets, requests per minute and tokens per minute, refill continuously. A
 caller waits in arrival order (one lock, so a large request is not starved by small ones)

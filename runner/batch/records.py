@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from runner.batch.journal import RowRecord
+    from runner.batch.journal import JournalRow
 
 
 class BatchRecords(Protocol):
@@ -24,6 +24,6 @@ class BatchRecords(Protocol):
         """``task``, ``input_path``, ``input_sha256``, ... as the journal recorded them."""
         ...
 
-    def records(self) -> Iterator[RowRecord]:
+    def records(self) -> Iterator[JournalRow]:
         """Every row, in input order."""
         ...

@@ -17,6 +17,8 @@ from typing import Any
 
 from runner.batch.journal import STATUSES
 from runner.batch.records import BatchRecords
+from runner.config.specs import CAP_NAMES
+from runner.core.usage import Usage
 from runner.errors import EXIT_CAPPED, EXIT_FAILED, EXIT_OK
 from runner.files import write_text_atomic
 
@@ -29,9 +31,7 @@ class BatchSummary:
 
     batch_id: str
     counts: dict[str, int]
-    cost_usd: float
-    input_tokens: int
-    output_tokens: int
+    usage: Usage  # every row, every attempt
     elapsed_seconds: float
     stop_reason: str | None = None  # why rows were left not run, if any
     stop_kind: str | None = None  # a cap name (max_cost_usd, ...) or 'failure_policy'
@@ -45,13 +45,15 @@ class BatchSummary:
     @property
     def exit_code(self) -> int:
         """0 all done; 3 stopped by a batch cap; 1 any row failed, invalid or not run."""
-        if self.stop_kind and self.stop_kind.startswith("max_"):
+        if self.stop_kind in CAP_NAMES:
             return EXIT_CAPPED
         unfinished = self.total - self.counts.get("done", 0)
         return EXIT_FAILED if unfinished else EXIT_OK
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "total": self.total, "exit_code": self.exit_code}
+        fields = {**asdict(self), "total": self.total, "exit_code": self.exit_code}
+        fields["usage"] = self.usage.as_dict()
+        return fields
 
 
 def batch_report(journal: BatchRecords, summary: BatchSummary | None = None, *, slowest: int = 5) -> dict[str, Any]:
@@ -64,9 +66,9 @@ def batch_report(journal: BatchRecords, summary: BatchSummary | None = None, *, 
     tokens = 0
     for record in journal.records():
         counts[record.status] += 1
-        tokens += record.tokens
+        tokens += record.usage.total_tokens
         if record.attempts:
-            costs.append(record.cost_usd)
+            costs.append(record.usage.cost_usd)
         if record.duration_seconds is not None:
             item = (record.duration_seconds, -record.number, record.id)
             if len(durations) < slowest:

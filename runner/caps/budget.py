@@ -10,39 +10,16 @@ parent therefore cannot overshoot it together.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from runner.config.specs import Caps
+from runner.core.usage import Usage
 from runner.errors import CapReached
-
-
-@dataclass
-class Spend:
-    """What a scope has used so far."""
-
-    steps: int = 0
-    tool_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_input_tokens: int = 0
-    cost_usd: float = 0.0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    def as_dict(self) -> dict[str, float]:
-        return {
-            "steps": self.steps,
-            "tool_calls": self.tool_calls,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cached_input_tokens": self.cached_input_tokens,
-            "total_tokens": self.total_tokens,
-            "cost_usd": round(self.cost_usd, 8),
-        }
 
 
 @dataclass(frozen=True)
@@ -61,9 +38,9 @@ class Budget:
     caps: Caps
     scope: str = "run"
     parent: Budget | None = None
-    spent: Spend = field(default_factory=Spend)
+    spent: Usage = field(default_factory=Usage)
     started: float = field(default_factory=time.monotonic)
-    _reserved: Spend = field(default_factory=Spend)
+    _reserved: Usage = field(default_factory=Usage)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def child(self, caps: Caps, scope: str) -> Budget:
@@ -81,6 +58,18 @@ class Budget:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
+    def count_from(self, seconds_ago: float) -> None:
+        """Start this scope's wall clock ``seconds_ago`` (a resumed run or batch counts from its
+        first attempt, not the latest)."""
+        self.started = time.monotonic() - max(seconds_ago, 0.0)
+
+    def deadline(self) -> Deadline | None:
+        """The earliest wall-clock deadline of this scope and the scopes around it."""
+        found = [
+            Deadline(b.started + b.caps.max_wall_seconds, b) for b in self.chain() if b.caps.max_wall_seconds is not None
+        ]
+        return min(found, key=lambda d: d.at) if found else None
+
     def check_can_start(self) -> None:
         """Raise :class:`CapReached` if any scope is already exhausted (no estimate needed)."""
         self.reserve(Estimate(0, 0, 0.0), count_step=False).release()
@@ -93,11 +82,9 @@ class Budget:
         try:
             for budget in chain:
                 budget._check(estimate, count_step)
+            held = _held(estimate, count_step)
             for budget in chain:
-                budget._reserved.steps += int(count_step)
-                budget._reserved.input_tokens += estimate.input_tokens
-                budget._reserved.output_tokens += estimate.output_tokens
-                budget._reserved.cost_usd += estimate.cost_usd
+                budget._reserved += held
         finally:
             for budget in reversed(chain):
                 budget._lock.release()
@@ -116,7 +103,7 @@ class Budget:
                 if limit is not None and budget.spent.tool_calls + 1 > limit:
                     raise CapReached("max_tool_calls", limit, budget.spent.tool_calls, budget.scope)
             for budget in chain:
-                budget.spent.tool_calls += 1
+                budget.spent += Usage(tool_calls=1)
         finally:
             for budget in reversed(chain):
                 budget._lock.release()
@@ -124,7 +111,7 @@ class Budget:
     def _check(self, estimate: Estimate, count_step: bool) -> None:
         caps, spent, held = self.caps, self.spent, self._reserved
         checks: list[tuple[str, float | None, float, float]] = [
-            ("max_steps", caps.max_steps, spent.steps + held.steps, int(count_step)),
+            ("max_steps", caps.max_steps, spent.model_calls + held.model_calls, int(count_step)),
             ("max_input_tokens", caps.max_input_tokens, spent.input_tokens + held.input_tokens, estimate.input_tokens),
             ("max_output_tokens", caps.max_output_tokens, spent.output_tokens + held.output_tokens, estimate.output_tokens),
             (
@@ -141,41 +128,63 @@ class Budget:
         if caps.max_wall_seconds is not None and self.elapsed() >= caps.max_wall_seconds:
             raise CapReached("max_wall_seconds", caps.max_wall_seconds, round(self.elapsed(), 3), self.scope)
 
-    def _settle(self, estimate: Estimate, count_step: bool, actual: Spend | None) -> None:
+    def _settle(self, estimate: Estimate, count_step: bool, actual: Usage | None) -> None:
+        held = _held(estimate, count_step)
         for budget in self.chain():
             with budget._lock:
-                held = budget._reserved
-                held.steps -= int(count_step)
-                held.input_tokens -= estimate.input_tokens
-                held.output_tokens -= estimate.output_tokens
-                held.cost_usd -= estimate.cost_usd
+                budget._reserved -= held
                 if actual is not None:
-                    s = budget.spent
-                    s.steps += actual.steps
-                    s.input_tokens += actual.input_tokens
-                    s.output_tokens += actual.output_tokens
-                    s.cached_input_tokens += actual.cached_input_tokens
-                    s.cost_usd += actual.cost_usd
+                    budget.spent += actual
 
-    def add_spend(self, actual: Spend, *, local: bool = False) -> None:
+    def add_spend(self, actual: Usage, *, local: bool = False) -> None:
         """Count spend that happened elsewhere: in every enclosing scope, or with ``local``
         only here (a resumed run's earlier attempts, already counted by its parents)."""
         if not local:
             self._settle(Estimate(0, 0, 0.0), False, actual)
             return
         with self._lock:
-            s = self.spent
-            s.steps += actual.steps
-            s.tool_calls += actual.tool_calls
-            s.input_tokens += actual.input_tokens
-            s.output_tokens += actual.output_tokens
-            s.cached_input_tokens += actual.cached_input_tokens
-            s.cost_usd += actual.cost_usd
+            self.spent += actual
 
 
-def _observed(name: str, spent: Spend) -> float:
+@dataclass(frozen=True)
+class Deadline:
+    """When (``time.monotonic()``) a scope's ``max_wall_seconds`` runs out."""
+
+    at: float
+    budget: Budget
+
+    def reached(self) -> CapReached:
+        caps = self.budget.caps
+        assert caps.max_wall_seconds is not None
+        return CapReached("max_wall_seconds", caps.max_wall_seconds, round(self.budget.elapsed(), 3), self.budget.scope)
+
+
+@contextlib.asynccontextmanager
+async def within_deadline(budget: Budget) -> AsyncIterator[None]:
+    """Cancel what runs inside at the earliest ``max_wall_seconds`` of ``budget``'s scopes and
+    raise ``CapReached``: a hung call, its retries and their backoff end at the cap, not after."""
+    deadline = budget.deadline()
+    if deadline is None:
+        yield
+        return
+    timeout = asyncio.timeout_at(deadline.at)  # the event loop's clock is time.monotonic()
+    try:
+        async with timeout:
+            yield
+    except TimeoutError:
+        if timeout.expired():
+            raise deadline.reached() from None
+        raise
+
+
+def _held(estimate: Estimate, count_step: bool) -> Usage:
+    """What a reservation holds in each scope until it is settled."""
+    return Usage(estimate.input_tokens, estimate.output_tokens, 0, estimate.cost_usd, int(count_step))
+
+
+def _observed(name: str, spent: Usage) -> float:
     return {
-        "max_steps": spent.steps,
+        "max_steps": spent.model_calls,
         "max_input_tokens": spent.input_tokens,
         "max_output_tokens": spent.output_tokens,
         "max_tokens": spent.total_tokens,
@@ -192,12 +201,13 @@ class Reservation:
     count_step: bool
     done: bool = False
 
-    def settle(self, input_tokens: int, output_tokens: int, cached_input_tokens: int, cost_usd: float) -> None:
+    def settle(self, actual: Usage) -> None:
+        """Replace the held worst case by what the call used (tokens and priced cost; the
+        model call itself is counted here)."""
         if self.done:
             return
         self.done = True
-        actual = Spend(int(self.count_step), 0, input_tokens, output_tokens, cached_input_tokens, cost_usd)
-        self.budget._settle(self.estimate, self.count_step, actual)
+        self.budget._settle(self.estimate, self.count_step, actual + Usage(model_calls=int(self.count_step)))
 
     def release(self) -> None:
         """Give the reservation back without spending (the call was not made)."""

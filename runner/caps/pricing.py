@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.caps.budget import Estimate
+from runner.caps.budget import Budget, Estimate
 from runner.config.prices import cost_usd
 from runner.config.specs import Price
 from runner.model.base import ModelRequest, Usage
-from runner.model.tokens import estimate_prompt_tokens
+from runner.model.tokens import UTF8_BYTES_BOUND, estimate_prompt_tokens
+from runner.model.wire import request_body
 
 
 @dataclass(frozen=True)
@@ -23,10 +24,12 @@ class Pricer:
     def priced(self) -> bool:
         return self.price is not None
 
-    def estimate(self, request: ModelRequest, max_output_tokens: int) -> Estimate:
-        """The worst case of ``request``: an estimate of the prompt (erring high) plus the
-        full completion budget, at this model's price."""
-        prompt = estimate_prompt_tokens(request)
+    def estimate(self, request: ModelRequest, max_output_tokens: int, *, exact: bool = True) -> Estimate:
+        """The worst case of ``request``: its prompt tokens, never fewer than the endpoint
+        bills (:mod:`runner.model.tokens`), plus the full completion budget, at this
+        model's price. ``exact=False`` skips loading a tokenizer and counts the prompt by
+        the byte bound (higher, still safe), for when no cap or rate limit needs it tight."""
+        prompt = estimate_prompt_tokens(request) if exact else UTF8_BYTES_BOUND.prompt_tokens(request_body(request))
         worst = self.cost(Usage(prompt, max_output_tokens, 0))
         return Estimate(prompt, max_output_tokens, worst)
 
@@ -34,3 +37,15 @@ class Pricer:
         if self.price is None:
             return 0.0
         return cost_usd(self.price, usage.input_tokens, usage.output_tokens, usage.cached_input_tokens)
+
+
+TOKEN_AND_MONEY_CAPS = ("max_input_tokens", "max_tokens", "max_cost_usd")
+
+
+def needs_exact_prompt(budget: Budget, rate_limited: bool) -> bool:
+    """Whether a prompt estimate should be tight: a token rate limit applies, or some
+    enclosing scope caps prompt tokens, total tokens or money. Otherwise the estimate only
+    holds a reservation nothing checks, and loading a tokenizer would be wasted start-up time."""
+    return rate_limited or any(
+        getattr(scope.caps, name) is not None for scope in budget.chain() for name in TOKEN_AND_MONEY_CAPS
+    )

@@ -9,9 +9,8 @@ from typing import Any
 
 import click
 
-from runner.cli.options import caps_from_flags
+from runner.cli.options import CapValue, FiniteFloatRange, caps_from_flags
 from runner.config.project import find_root, load_project_or_raise
-from runner.config.specs import Caps
 from runner.errors import EXIT_INTERRUPTED
 
 FORMATS = click.Choice(["csv", "jsonl", "parquet"])
@@ -26,15 +25,15 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.option("--map", "mapping", multiple=True, metavar="INPUT=COLUMN", help="Take a task input from a differently named column (repeatable).")
 @click.option("--id-column", help="Column holding each row's id (default: a hash of the row's inputs).")
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True, help="Rows in flight at once.")
-@click.option("--rpm", type=click.FloatRange(min=0, min_open=True), help="Model requests per minute, shared by all rows.")
-@click.option("--tpm", type=click.FloatRange(min=0, min_open=True), help="Model tokens per minute, shared by all rows.")
+@click.option("--rpm", type=FiniteFloatRange(min=0, min_open=True), help="Model requests per minute, shared by all rows.")
+@click.option("--tpm", type=FiniteFloatRange(min=0, min_open=True), help="Model tokens per minute, shared by all rows.")
 @click.option("--max-attempts", type=click.IntRange(1, 100), default=2, show_default=True, help="Attempts per row, counting resumed ones.")
 @click.option("--stop-after-failures", type=click.IntRange(min=1), help="Stop starting rows after this many failed rows (default: carry on).")
-@click.option("--max-cost-usd", type=click.FloatRange(min=0), help="Batch cap: total US dollars.")
-@click.option("--max-tokens", type=click.IntRange(min=1), help="Batch cap: total tokens.")
-@click.option("--max-wall-seconds", type=click.FloatRange(min=0, min_open=True), help="Batch cap: wall-clock seconds for this invocation.")
-@click.option("--row-max-cost-usd", type=click.FloatRange(min=0), help="Per-row cap: US dollars (tightens the YAML).")
-@click.option("--row-max-steps", type=click.IntRange(min=1), help="Per-row cap: model calls (tightens the YAML).")
+@click.option("--max-cost-usd", type=CapValue("max_cost_usd"), help="Batch cap: total US dollars (0: free models only).")
+@click.option("--max-tokens", type=CapValue("max_tokens"), help="Batch cap: total tokens (1 or more).")
+@click.option("--max-wall-seconds", type=CapValue("max_wall_seconds"), help="Batch cap: wall-clock seconds for this invocation (more than 0).")
+@click.option("--row-max-cost-usd", type=CapValue("max_cost_usd"), help="Per-row cap: US dollars (tightens the YAML).")
+@click.option("--row-max-steps", type=CapValue("max_steps"), help="Per-row cap: model calls (tightens the YAML).")
 @click.option("--journal", "journal_path", type=click.Path(dir_okay=False, path_type=Path), help="Resume journal (default: .runner/batches/<task>-<input>.sqlite3).")
 @click.option("--restart", is_flag=True, help="Discard the journal and start over (default: resume).")
 @click.option("--durable", is_flag=True, help="fsync every recorded row (survives power loss, slower).")
@@ -57,7 +56,7 @@ def batch(task: str, input_path: Path, output_path: Path, input_format: str | No
     Exit codes: 0 every row done, 1 some row failed or was invalid, 2 usage error,
     3 a batch cap stopped the batch, 130 interrupted (rerun to resume).
     """
-    from runner.batch.api import BatchRequest, run_batch_file
+    from runner.batch.file_batch import BatchRequest, run_batch_file
 
     root = (root or find_root(Path(task) if task.endswith((".yaml", ".yml")) else Path.cwd())).resolve()
     project = load_project_or_raise(root)
@@ -67,7 +66,7 @@ def batch(task: str, input_path: Path, output_path: Path, input_format: str | No
         mapping=mapping, id_column=id_column, journal_path=journal_path, report_dir=report_dir, restart=restart,
         durable=durable, concurrency=concurrency, max_attempts=max_attempts, stop_after_failures=stop_after_failures,
         batch_caps=caps_from_flags({"max_cost_usd": max_cost_usd, "max_tokens": max_tokens, "max_wall_seconds": max_wall_seconds}),
-        run_caps=Caps(max_cost_usd=row_max_cost_usd, max_steps=row_max_steps),
+        run_caps=caps_from_flags({"max_cost_usd": row_max_cost_usd, "max_steps": row_max_steps}),
         requests_per_minute=rpm, tokens_per_minute=tpm, model_override=model, base_url_override=base_url,
         progress=progress,
     )

@@ -12,31 +12,56 @@ from runner.config.specs import CAP_NAMES, Caps
 from runner.errors import UsageError
 
 CAP_FLAGS = (
-    ("max_steps", int, "Model calls at most."),
-    ("max_tool_calls", int, "Tool calls at most."),
-    ("max_input_tokens", int, "Prompt tokens at most."),
-    ("max_output_tokens", int, "Completion tokens at most."),
-    ("max_tokens", int, "Prompt + completion tokens at most."),
-    ("max_cost_usd", float, "US dollars at most."),
-    ("max_wall_seconds", float, "Wall-clock seconds at most."),
+    ("max_steps", "Model calls at most (1 or more)."),
+    ("max_tool_calls", "Tool calls at most (0: none)."),
+    ("max_input_tokens", "Prompt tokens at most (1 or more)."),
+    ("max_output_tokens", "Completion tokens at most (1 or more)."),
+    ("max_tokens", "Prompt + completion tokens at most (1 or more)."),
+    ("max_cost_usd", "US dollars at most (0: free models only)."),
+    ("max_wall_seconds", "Wall-clock seconds at most (more than 0)."),
 )
+
+
+class CapValue(click.ParamType):
+    """A cap flag's value, parsed by :func:`runner.config.capvalues.coerce_cap` (the same
+    rules as the API and Airflow): NaN, infinities, negative and non-numbers are refused,
+    with exit 2 and a message naming the flag."""
+
+    def __init__(self, cap: str) -> None:
+        self.cap = cap
+        self.name = "integer" if cap in ("max_steps", "max_tool_calls") or cap.endswith("tokens") else "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from runner.config.capvalues import CapValueError, coerce_cap
+
+        try:
+            return coerce_cap(self.cap, value)
+        except CapValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A float range that also refuses NaN and infinities (``FloatRange`` lets them through)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 def caps_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add ``--max-steps`` ... ``--max-wall-seconds``; they only tighten the YAML's caps."""
-    for name, kind, help_ in reversed(CAP_FLAGS):
+    for name, help_ in reversed(CAP_FLAGS):
         flag = "--" + name.replace("_", "-")
-        command = click.option(flag, name, type=click.IntRange(min=0) if kind is int else click.FloatRange(min=0), help=help_ + " Tightens the YAML caps for this run.")(command)
+        command = click.option(flag, name, type=CapValue(name), help=help_ + " Tightens the YAML caps for this run.")(command)
     return command
 
 
 def caps_from_flags(values: dict[str, Any]) -> Caps:
-    """The caps given on the command line (others in ``values`` are ignored); NaN and infinity are refused."""
-    chosen = {k: v for k, v in values.items() if v is not None and k in CAP_NAMES}
-    for name, value in chosen.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise UsageError(f"--{name.replace('_', '-')} must be a finite number")
-    return Caps(**chosen)
+    """The caps given on the command line (others in ``values`` are ignored), already
+    parsed by :class:`CapValue`."""
+    return Caps(**{k: v for k, v in values.items() if v is not None and k in CAP_NAMES})
 
 
 def parse_inputs(pairs: tuple[str, ...]) -> dict[str, str]:

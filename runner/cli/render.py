@@ -21,9 +21,8 @@ class JsonLines:
 class HumanLog:
     """A readable account of what the agent does and what it has cost so far (stderr)."""
 
-    def __init__(self, stream: TextIO | None = None, verbose: bool = False):
+    def __init__(self, stream: TextIO | None = None):
         self.stream = stream or sys.stderr
-        self.verbose = verbose
         self.cost = 0.0
         self.tokens = 0
 

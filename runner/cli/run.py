@@ -11,7 +11,7 @@ import click
 
 from runner.cli.options import caps_from_flags, caps_options, parse_inputs
 from runner.config.project import find_root, load_project_or_raise
-from runner.runs.types import RunOptions
+from runner.runs.options import RunOptions
 
 
 @click.command()

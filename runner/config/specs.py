@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.config.yamlload import Document
+from runner.core.steps import StepKind
 
 CAP_NAMES = (
     "max_steps",
@@ -95,7 +96,7 @@ class AgentSpec:
     next_step_prompt: str = ""
     tools: tuple[ToolRef, ...] = ()
     tool_choice: str = "auto"
-    sandbox: dict[str, Any] = field(default_factory=dict)  # overrides of runner.tools.sandbox.SandboxPolicy
+    sandbox: dict[str, Any] = field(default_factory=dict)  # overrides of runner.tools.sandbox.SandboxPolicy (limits, tmp_mb, disk_mb)
     allow_hosts: tuple[str, ...] = ()
     deny_hosts: tuple[str, ...] = ()
     caps: Caps = field(default_factory=Caps)
@@ -109,6 +110,7 @@ class AgentSpec:
     checks_fallback: str = "fail"
     checks_repair: str = "feedback"
     max_repairs: int = 1
+    prompts: dict[str, str] = field(default_factory=dict)  # overrides of runner/prompts/*.yaml by name
     source: str = ""
 
     @property
@@ -149,7 +151,7 @@ class StepSpec:
     description: str = ""
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> StepKind:
         return "tool" if self.tool else "agent"
 
 
@@ -282,6 +284,7 @@ def build_agent(doc: Document) -> AgentSpec:
         checks_fallback=d.get("checks", {}).get("fallback", "fail"),
         checks_repair=d.get("checks", {}).get("repair", "feedback"),
         max_repairs=d.get("checks", {}).get("max_repairs", 1),
+        prompts=dict(d.get("prompts", {})),
         source=doc.source.file,
     )
 

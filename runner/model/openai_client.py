@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import openai
 
 from runner.errors import ModelError
-from runner.model.base import ModelRequest, ModelResponse
+from runner.model.base import AttemptHook, ModelRequest, ModelResponse
 from runner.model.faults import Fault, RetryPolicy
 from runner.model.openai_faults import ENDPOINT_EXCEPTIONS, classify
 from runner.model.wire import InvalidResponse, StreamAccumulator, parse_completion, request_body
@@ -84,8 +84,9 @@ class OpenAIChatModel:
         self._client = _make_client(base_url, api_key, timeout_seconds, headers)
         self._secrets = (self._client.api_key, *(v for k, v in headers.items() if _SECRET_HEADER.search(k)))
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Call the endpoint, retrying per the policy; ``latency_seconds`` is the successful attempt's."""
+    async def complete(self, request: ModelRequest, attempts: AttemptHook | None = None) -> ModelResponse:
+        """Call the endpoint, retrying per the policy; ``latency_seconds`` is the successful attempt's.
+        ``attempts`` hears of each failed attempt before its retry (and may stop the retries)."""
         body = request_body(request, max_tokens_field=self.max_tokens_field)
         body["model"] = request.model or self.model
         for attempt in itertools.count(1):
@@ -96,6 +97,8 @@ class OpenAIChatModel:
             decision = self.retry_policy.wait_before_retry(outcome, attempt, self._rng)
             if isinstance(decision, ModelError):
                 raise decision
+            if attempts is not None:
+                attempts.retry(outcome.kind, outcome.message)
             if self._on_retry is not None:
                 self._on_retry(outcome.kind, attempt, decision)
             await self._sleep(decision)

@@ -4,7 +4,7 @@ A :class:`Reply` is data (content, tool calls, a fault, delays, a usage override
 is rendered here into the exact Chat Completions JSON a real endpoint would send, as a
 whole completion or as stream chunks, so both test doubles exercise the same parsing
 code as production. The rule format around replies is documented in
-:mod:`runner.model.script`.
+:mod:`runner.model.script_rules`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import ConfigError
-from runner.model.tokens import estimate_body_tokens, estimate_completion_tokens
+from runner.model.tokens import (
+    OPENAI_FRAMING,
+    TokenCounter,
+    counter_for_model,
+    exact_counter,
+    utf8_length,
+)
+
+# How a scripted endpoint counts the usage it reports (the script's ``tokenizer`` key).
+USAGE_TOKENIZERS = ("estimate", "o200k_base", "cl100k_base", "utf8_bytes")
+_HONEST_BYTES = TokenCounter("utf8_bytes", False, utf8_length, OPENAI_FRAMING)
 
 INVALID_JSON_BODY = '{"id": "chatcmpl-broken", "object": "chat.completion", "choices": [{"mess'
 
@@ -87,8 +97,9 @@ class Reply:
             raise ConfigError(f"{where}: a fault reply cannot also have content, tool_calls or invalid_json")
         return reply
 
-    def completion(self, request_body: Mapping[str, Any], serial: int) -> dict[str, Any]:
-        """The ``chat.completion`` JSON for this reply to ``request_body``."""
+    def completion(self, request_body: Mapping[str, Any], serial: int, tokenizer: str = "estimate") -> dict[str, Any]:
+        """The ``chat.completion`` JSON for this reply to ``request_body``, its usage
+        counted by ``tokenizer`` (see :func:`usage_counter`)."""
         calls = [
             {
                 "id": call.id or f"call_{serial}_{i}",
@@ -106,18 +117,18 @@ class Reply:
             "created": 0,
             "model": str(request_body.get("model") or "scripted"),
             "choices": [{"index": 0, "message": message, "finish_reason": self._finish_reason()}],
-            "usage": self._usage(request_body),
+            "usage": self._usage(request_body, usage_counter(tokenizer, str(request_body.get("model") or ""))),
         }
 
     def _finish_reason(self) -> str:
         return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
 
-    def _usage(self, request_body: Mapping[str, Any]) -> dict[str, Any]:
+    def _usage(self, request_body: Mapping[str, Any], counter: TokenCounter) -> dict[str, Any]:
         override = dict(self.usage)
-        prompt = override.get("prompt_tokens", estimate_body_tokens(request_body))
+        prompt = override.get("prompt_tokens", counter.prompt_tokens(request_body))
         completion = override.get(
             "completion_tokens",
-            estimate_completion_tokens(self.content, [(c.name, c.arguments) for c in self.tool_calls]),
+            counter.completion_tokens(self.content, [(c.name, c.arguments) for c in self.tool_calls]),
         )
         return {
             "prompt_tokens": prompt,
@@ -125,6 +136,21 @@ class Reply:
             "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": override.get("cached_tokens", 0)},
         }
+
+
+def usage_counter(tokenizer: str, model: str) -> TokenCounter:
+    """How a scripted endpoint counts usage for a request to ``model``.
+
+    ``estimate`` (the default) reports what the runner reserves for the request, so tests
+    of budget logic see reserved == billed. The others are honest endpoints with a known
+    tokenizer and OpenAI's framing: ``o200k_base`` / ``cl100k_base`` count exactly like
+    OpenAI; ``utf8_bytes`` is the worst honest tokenizer, one token per UTF-8 byte.
+    """
+    if tokenizer == "estimate":
+        return counter_for_model(model)
+    if tokenizer == "utf8_bytes":
+        return _HONEST_BYTES
+    return exact_counter(tokenizer)
 
 
 def completion_chunks(completion: Mapping[str, Any], include_usage: bool) -> list[dict[str, Any]]:

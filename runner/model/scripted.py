@@ -1,6 +1,6 @@
 """ScriptedModel: an in-process ChatModel for fast tests of agents, shipped for users too.
 
-It answers from the same rules as the scripted HTTP server (:mod:`runner.model.script`)
+It answers from the same rules as the scripted HTTP server (:mod:`runner.model.script_rules`)
 and builds each answer as the same Chat Completions JSON, parsed by the same code as a
 real endpoint's. No HTTP and no retries: a scripted fault raises the
 :class:`~runner.errors.ModelError` the real client raises once its retries are spent::
@@ -26,10 +26,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
 
 from runner.errors import ModelError
-from runner.model.base import ModelRequest, ModelResponse
+from runner.model.base import AttemptHook, ModelRequest, ModelResponse
 from runner.model.faults import kind_for_status
 from runner.model.replies import Reply
-from runner.model.script import DEFAULT_FALLBACK, NoRuleMatched, Script
+from runner.model.script_rules import DEFAULT_FALLBACK, NoRuleMatched, Script
 from runner.model.wire import parse_completion, request_body
 
 FunctionResult: TypeAlias = ModelResponse | Reply | Mapping[str, Any] | str
@@ -72,7 +72,7 @@ class ScriptedModel:
         """Answer with ``replies`` once each, in order, then with ``fallback``."""
         return cls(Script.sequence(*replies, fallback=fallback), name=name)
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(self, request: ModelRequest, attempts: AttemptHook | None = None) -> ModelResponse:
         """Answer ``request``; scripted faults raise :class:`ModelError`."""
         self.requests.append(request)
         body = request_body(request)
@@ -89,7 +89,8 @@ class ScriptedModel:
             raise ModelError(kind_for_status(reply.fault.status), f"HTTP {reply.fault.status}: scripted fault{note}")
         if reply.invalid_json:
             raise ModelError("invalid_response", "the response body is not valid JSON (scripted)")
-        response = parse_completion(reply.completion(body, serial))
+        tokenizer = self.script.tokenizer if self.script is not None else "estimate"
+        response = parse_completion(reply.completion(body, serial, tokenizer))
         return dataclasses.replace(response, latency_seconds=reply.latency_seconds)
 
     async def aclose(self) -> None:

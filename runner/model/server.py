@@ -14,7 +14,7 @@ or as a process (prints the base URL as its first line, serves until killed)::
 Endpoints: ``POST /v1/chat/completions`` (JSON or, with ``"stream": true``, server-sent
 events, with a final usage chunk when ``stream_options.include_usage``) and
 ``GET /v1/models``. Replies, faults, delays and hangs come from the rules described in
-:mod:`runner.model.script`. Each request is recorded with its JSON body and headers;
+:mod:`runner.model.script_rules`. Each request is recorded with its JSON body and headers;
 credentials (``Authorization``, ``api-key``, cookies) are never stored, only whether
 one was sent and a short SHA-256 fingerprint of it.
 
@@ -38,7 +38,7 @@ from typing import Any
 
 from runner.errors import ConfigError
 from runner.model.replies import INVALID_JSON_BODY, HttpFault, completion_chunks
-from runner.model.script import Match, NoRuleMatched, Script
+from runner.model.script_rules import Match, NoRuleMatched, Script
 
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key", "cookie"})
 
@@ -71,6 +71,7 @@ class ScriptedServer:
         self._address = (host, port)
         self._record_path = Path(record_path) if record_path else None
         self._requests: list[RecordedRequest] = []
+        self._billed: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
         self.closing = threading.Event()
         self._httpd: _HTTPServer | None = None
@@ -89,6 +90,17 @@ class ScriptedServer:
         """A snapshot of the requests received so far, in arrival order."""
         with self._lock:
             return list(self._requests)
+
+    @property
+    def billed(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(model, usage)`` of every completion produced, whether or not the client was still
+        there to read it: what a provider would bill."""
+        with self._lock:
+            return list(self._billed)
+
+    def bill(self, completion: dict[str, Any]) -> None:
+        with self._lock:
+            self._billed.append((str(completion.get("model")), dict(completion.get("usage") or {})))
 
     @staticmethod
     def key_fingerprint(key: str) -> str:
@@ -196,11 +208,13 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.fault is not None:
             return self._send_fault(reply.fault)
         stream_options = body.get("stream_options") or {}
+        completion = reply.completion(body, match.serial, match.tokenizer)
+        self.server.owner.bill(completion)
         if body.get("stream"):
-            return self._send_stream(reply.completion(body, match.serial), reply.invalid_json, stream_options)
+            return self._send_stream(completion, reply.invalid_json, stream_options)
         if reply.invalid_json:
             return self._send(200, INVALID_JSON_BODY.encode(), "application/json")
-        self._send_json(200, reply.completion(body, match.serial))
+        self._send_json(200, completion)
 
     def _send_fault(self, fault: HttpFault) -> None:
         payload, content_type = fault.body_bytes()

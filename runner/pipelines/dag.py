@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from runner.runs.steps import RunContext, new_step
-from runner.store.runstore import now_iso
+from runner.core.steps import StepKind, StepRecord
+from runner.pipelines.host import StepHost
 
-StepRunner = Callable[[], Awaitable[dict[str, Any]]]
+NodeRunner = Callable[[], Awaitable[StepRecord]]
 
 
 @dataclass(frozen=True)
@@ -23,13 +22,13 @@ class Node:
 
     id: str
     depends_on: tuple[str, ...]
-    run: StepRunner
-    kind: str = "agent"
+    run: NodeRunner
+    kind: StepKind = "agent"
 
 
-async def run_dag(ctx: RunContext, nodes: Sequence[Node], max_parallel: int) -> dict[str, dict[str, Any]]:
+async def run_dag(host: StepHost, nodes: Sequence[Node], max_parallel: int) -> dict[str, StepRecord]:
     """Run ``nodes`` respecting dependencies, at most ``max_parallel`` at once."""
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, StepRecord] = {}
     done_events = {n.id: asyncio.Event() for n in nodes}
     gate = asyncio.Semaphore(max_parallel)
     halted: list[str] = []
@@ -38,19 +37,19 @@ async def run_dag(ctx: RunContext, nodes: Sequence[Node], max_parallel: int) -> 
         for dep in node.depends_on:
             if dep in done_events:
                 await done_events[dep].wait()
-        blocked = [d for d in node.depends_on if results.get(d, ctx.done.get(d, {})).get("status") != "completed"]
+        blocked = [d for d in node.depends_on if not _completed(results.get(d) or host.done.get(d))]
         try:
             if blocked or halted:
                 reason = f"not run: dependency {blocked[0]} did not complete" if blocked else f"not run: {halted[0]}"
-                results[node.id] = _skipped(ctx, node, reason)
+                results[node.id] = host.skip(node.id, node.kind, reason)
                 return
             async with gate:
                 if halted:
-                    results[node.id] = _skipped(ctx, node, f"not run: {halted[0]}")
+                    results[node.id] = host.skip(node.id, node.kind, f"not run: {halted[0]}")
                     return
                 record = await node.run()
             results[node.id] = record
-            if record["status"] == "capped":
+            if record.status == "capped":
                 halted.append(f"a cap was reached in step {node.id}")
         finally:
             done_events[node.id].set()
@@ -61,10 +60,5 @@ async def run_dag(ctx: RunContext, nodes: Sequence[Node], max_parallel: int) -> 
     return results
 
 
-def _skipped(ctx: RunContext, node: Node, reason: str) -> dict[str, Any]:
-    step_id = node.id
-    record = new_step(step_id, node.kind)
-    record.update(status="skipped", error=reason, finished_at=now_iso())
-    ctx.done[step_id] = record
-    ctx.recorder.emit("step_finished", step=step_id, status="skipped", error=reason, cost_usd=0.0, duration_seconds=0.0)
-    return record
+def _completed(record: StepRecord | None) -> bool:
+    return record is not None and record.completed

@@ -5,34 +5,33 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 from typing import Any
-
-import yaml
 
 from runner.config.crossref import find_cycle
 from runner.config.schema import schema, validate_value
 from runner.config.specs import PlannerSpec
 from runner.config.templates import TemplateError, render
+from runner.core.status import Status, as_final
+from runner.core.steps import StepRecord
 from runner.pipelines.dag import Node, run_dag
-from runner.runs.steps import RunContext, run_agent_step
-
-
-@cache
-def prompts() -> dict[str, str]:
-    text = resources.files("runner.prompts").joinpath("planning.yaml").read_text("utf-8")
-    loaded: dict[str, str] = yaml.safe_load(text)
-    return loaded
+from runner.pipelines.host import StepHost
+from runner.prompts import Prompts
 
 
 @dataclass
 class PlanOutcome:
-    status: str  # completed | failed | capped | stuck
+    """How planning and executing the plan(s) ended."""
+
+    status: Status
     plan: dict[str, Any] | None = None
     replans: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     error_kind: str | None = None
+    error_scope: str | None = None
+
+    def failed_with(self, record: StepRecord, error: str | None = None) -> None:
+        self.status, self.error = as_final(record.status), error or record.error
+        self.error_kind, self.error_scope = record.error_kind, record.error_scope
 
 
 RESERVED_IDS = ("main", "plan", "synthesis")
@@ -65,32 +64,32 @@ def check_plan(plan: Any, planner: PlannerSpec, completed: set[str]) -> list[str
     return problems
 
 
-async def run_planned(ctx: RunContext, planner: PlannerSpec, max_parallel: int) -> PlanOutcome:
+async def run_planned(host: StepHost, planner: PlannerSpec, max_parallel: int) -> PlanOutcome:
     """Plan, execute, and re-plan after failures, at most ``max_replans`` times."""
     outcome = PlanOutcome(status="failed")
+    prompts = Prompts(host.agent(planner.agent).prompts)
     reason: str | None = None
     for attempt in range(planner.max_replans + 1):
         step_id = "plan" if attempt == 0 else f"replan_{attempt}"
         try:
-            goal = _planner_goal(ctx, planner, reason)
+            goal = _planner_goal(host, planner, prompts, reason)
         except TemplateError as exc:
             outcome.status, outcome.error, outcome.error_kind = "failed", f"planner goal: {exc}", "template"
             return outcome
-        record = await run_agent_step(
-            ctx, step_id, "planner", planner.agent, goal,
+        record = await host.run_agent(
+            step_id, "planner", planner.agent, goal,
             visible=None, tools=(), output_schema=schema("plan"), literal_goal=True,
         )
-        if record["status"] != "completed":
-            outcome.status, outcome.error, outcome.error_kind = record["status"], record["error"], record["error_kind"]
-            if record["status"] == "capped":
+        if not record.completed:
+            outcome.failed_with(record)
+            if record.status == "capped":
                 return outcome
-            reason = f"the planner failed: {record['error']}"
+            reason = f"the planner failed: {record.error}"
             continue
-        plan = record["output"]
-        completed = {sid for sid, r in ctx.done.items() if r["status"] == "completed"}
+        plan = record.output
+        completed = {sid for sid, r in host.done.items() if r.completed}
         problems = check_plan(plan, planner, completed)
-        ctx.store.add_plan(ctx.run_id, ctx.attempt, plan if isinstance(plan, dict) else {"raw": plan}, reason)
-        ctx.recorder.emit("plan", attempt=attempt, valid=not problems, problems=problems, plan=plan)
+        host.record_plan(plan, reason, attempt=attempt, problems=problems)
         if attempt == 0:
             outcome.plan = plan
         else:
@@ -99,52 +98,50 @@ async def run_planned(ctx: RunContext, planner: PlannerSpec, max_parallel: int) 
             reason = "the plan was invalid: " + "; ".join(problems[:5])
             outcome.error, outcome.error_kind = reason, "invalid_plan"
             continue
-        results = await run_dag(ctx, _nodes(ctx, plan), max_parallel)
-        bad = [r for r in results.values() if r["status"] != "completed"]
-        capped = [r for r in bad if r["status"] == "capped"]
+        results = await run_dag(host, _nodes(host, plan, prompts), max_parallel)
+        bad = [r for r in results.values() if not r.completed]
+        capped = [r for r in bad if r.status == "capped"]
         if capped:
-            outcome.status, outcome.error, outcome.error_kind = "capped", capped[0]["error"], capped[0]["error_kind"]
+            outcome.failed_with(capped[0])
             return outcome
         if not bad:
             outcome.status, outcome.error, outcome.error_kind = "completed", None, None
             return outcome
-        first = next((r for r in bad if r["status"] != "skipped"), bad[0])
-        reason = f"step {first['id']} {first['status']}: {first['error']}"
-        status = "failed" if first["status"] == "skipped" else first["status"]
-        outcome.status, outcome.error, outcome.error_kind = status, reason, first["error_kind"]
+        first = next((r for r in bad if r.status != "skipped"), bad[0])
+        reason = f"step {first.id} {first.status}: {first.error}"
+        outcome.failed_with(first, reason)
     outcome.error = f"{outcome.error} (re-planned {planner.max_replans} time(s); max_replans reached)"
     return outcome
 
 
-def _planner_goal(ctx: RunContext, planner: PlannerSpec, reason: str | None) -> str:
-    goal = render(planner.goal, ctx.template_context())
-    completed = {sid: _excerpt(r.get("output")) for sid, r in ctx.done.items() if r["status"] == "completed" and r["kind"] != "planner"}
-    text = render(
-        prompts()["planner_instructions"],
-        {
-            "max_steps": planner.max_plan_steps,
-            "executors": list(planner.executors),
-            "executor_descriptions": {n: ctx.project.agents[n].description for n in planner.executors if ctx.project.agents[n].description},
-            "plan_schema": json.dumps(schema("plan")),
-            "completed": completed,
-            "goal": goal,
-        },
+def _planner_goal(host: StepHost, planner: PlannerSpec, prompts: Prompts, reason: str | None) -> str:
+    goal = render(planner.goal, host.template_context())
+    completed = {sid: _excerpt(r.output) for sid, r in host.done.items() if r.completed and r.kind != "planner"}
+    descriptions = {n: host.agent(n).description for n in planner.executors if host.agent(n).description}
+    text = prompts.render(
+        "planner_instructions",
+        max_steps=planner.max_plan_steps,
+        executors=list(planner.executors),
+        executor_descriptions=descriptions,
+        plan_schema=json.dumps(schema("plan")),
+        completed=completed,
+        goal=goal,
     )
     if reason:
-        text += "\n" + render(prompts()["replan"], {"reason": reason})
+        text += "\n" + prompts.render("replan", reason=reason)
     return text
 
 
-def _nodes(ctx: RunContext, plan: dict[str, Any]) -> list[Node]:
-    return [Node(step["id"], tuple(step.get("depends_on", ())), _executor(ctx, step)) for step in plan["steps"]]
+def _nodes(host: StepHost, plan: dict[str, Any], prompts: Prompts) -> list[Node]:
+    return [Node(step["id"], tuple(step.get("depends_on", ())), _executor(host, step, prompts)) for step in plan["steps"]]
 
 
-def _executor(ctx: RunContext, step: dict[str, Any]) -> Any:
-    async def run() -> dict[str, Any]:
+def _executor(host: StepHost, step: dict[str, Any], prompts: Prompts) -> Any:
+    async def run() -> StepRecord:
         # The plan's text is the model's: it goes in as values, never as a template.
-        inputs = {dep: _excerpt(ctx.done[dep].get("output"), 4000) for dep in step.get("depends_on", ())}
-        goal = render(prompts()["executor_goal"], {"goal": step["goal"], "inputs": inputs})
-        return await run_agent_step(ctx, step["id"], "agent", step["agent"], goal, visible=None, literal_goal=True)
+        inputs = {dep: _excerpt(host.done[dep].output, 4000) for dep in step.get("depends_on", ())}
+        goal = prompts.render("executor_goal", goal=step["goal"], inputs=inputs)
+        return await host.run_agent(step["id"], "agent", step["agent"], goal, visible=None, literal_goal=True)
 
     return run
 

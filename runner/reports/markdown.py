@@ -75,6 +75,8 @@ def _header(view: ReportView) -> str:
     status = f"**Status: {mark} {view.status.upper()}** · exit code {view.exit_code}"
     if view.stop_reason:
         status += f" · stopped: {_inline(view.stop_reason)}"
+    for warning in view.warnings:
+        status += f"\n\n> **Warning:** {_inline(warning)}"
     facts = " · ".join(f"**{name}:** {value}" for name, value in view.facts)
     ids = f"Task `{view.task}` · run `{view.run_id}` · finished {view.finished}"
     return f"# {_inline(view.title)}\n\n{status}\n\n{ids}\n\n{facts}"

@@ -84,6 +84,7 @@ class ReportView:
     run_id: str
     status: str
     stop_reason: str
+    warnings: list[str]
     exit_code: int
     finished: str
     facts: list[tuple[str, str]]
@@ -122,6 +123,7 @@ def build_view(record: Mapping[str, Any], *, with_cost_chart: bool) -> ReportVie
         run_id=record["run_id"],
         status=record["status"],
         stop_reason=record.get("stop_reason") or "",
+        warnings=list(record.get("warnings") or []),
         exit_code=record["exit_code"],
         finished=formatting.timestamp(record["finished_at"]),
         facts=_facts(record),

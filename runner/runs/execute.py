@@ -12,7 +12,6 @@ import contextlib
 import filecmp
 import hashlib
 import json
-import os
 import re
 import secrets
 import shutil
@@ -22,20 +21,21 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from runner.caps.budget import Budget, Spend
-from runner.config.crossref import ancestors
+from runner.caps.budget import Budget
+from runner.config.coerce import resolve_inputs
 from runner.config.project import Project
-from runner.config.specs import StepSpec, TaskSpec
+from runner.config.specs import TaskSpec
 from runner.config.templates import TemplateError, render
+from runner.core.results import RunResult
 from runner.errors import ConfigError, UsageError
 from runner.model.factory import ModelPool
-from runner.pipelines.dag import Node, run_dag
-from runner.pipelines.planner import PlanOutcome, run_planned
+from runner.pipelines.declared import PipelineOutcome, run_pipeline
 from runner.redact import redact_secrets
-from runner.runs.inputs import resolve_inputs
+from runner.runs.context import RunContext
+from runner.runs.options import RunOptions
 from runner.runs.record import build_record
-from runner.runs.steps import RunContext, preflight_prices, run_agent_step, run_tool_step
-from runner.runs.types import RunOptions, RunResult
+from runner.runs.secrets import known_secrets
+from runner.runs.steps import StepRunner, preflight_prices, run_agent_step
 from runner.store.recorder import RunRecorder
 from runner.store.runstore import RunStore, now_iso
 from runner.tools.registry import ToolRegistry
@@ -113,22 +113,38 @@ async def _execute(
     recorder = RunRecorder(store, run_id, attempt, options.events, known_secrets(project, options))
     try:
         budget = options.parent_budget.child(caps, "task") if options.parent_budget else Budget(caps, scope="task")
-        if attempt > 1:  # caps carry over; the parents (a batch) counted this spend when it happened
-            spent = store.spent(run_id)
-            budget.add_spend(
-                Spend(int(spent["model_calls"]), 0, int(spent["input_tokens"]), int(spent["output_tokens"]), 0, spent["cost_usd"]),
-                local=True,
-            )
+        warnings = _carry_over(store, run_id, budget) if attempt > 1 else []
         resumed = store.completed_steps(run_id) if options.resume and attempt > 1 else {}
         ctx = RunContext(
             project, task, inputs, run_id, attempt, options, store, recorder, budget, pool, registry,
             workspace=_workspace(project, task, run_id, options, fresh=attempt > 1 and not resumed),
             today=today, previous=_previous(store, task, run_id, inputs), config_hash=chash, resumed=resumed,
+            warnings=warnings,
         )
         return await _attempt(ctx)
     except BaseException as exc:  # record why the run stopped, then let the error reach the caller
-        store.finish_run(run_id, {"status": "failed", "error": redact_secrets(f"{type(exc).__name__}: {exc}", recorder.secrets)})
+        store.abort_run(run_id, redact_secrets(f"{type(exc).__name__}: {exc}", recorder.secrets))
         raise
+
+
+def _carry_over(store: RunStore, run_id: str, budget: Budget) -> list[str]:
+    """A resumed run's caps carry over: its wall clock counts from the first attempt, and what
+    earlier attempts spent counts here (the parents, a batch, counted it when it happened, or
+    re-read it from the run store after a crash). Calls a crash left in flight count at their
+    worst case, and the run says so."""
+    row = store.run(run_id)
+    if row is not None:
+        first = datetime.fromisoformat(row["started_at"])
+        budget.count_from((datetime.now(UTC) - first).total_seconds())
+    unsettled = store.unsettled_calls(run_id)
+    budget.add_spend(store.spent(run_id), local=True)
+    if not unsettled.model_calls:
+        return []
+    return [
+        f"{unsettled.model_calls} model call(s) were in flight when an earlier attempt of this run ended; "
+        f"they are counted at their worst case (${unsettled.cost_usd:.6f}, {unsettled.total_tokens} tokens): "
+        "this spend is an estimate"
+    ]
 
 
 async def _attempt(ctx: RunContext) -> RunResult:
@@ -140,35 +156,36 @@ async def _attempt(ctx: RunContext) -> RunResult:
     )
     started_at, started = now_iso(), time.monotonic()
     preflight_prices(ctx, task.agents_used())
-    plan: PlanOutcome | None = None
-    if task.pipeline is None:
-        assert task.agent is not None and task.goal is not None
-        record = await run_agent_step(ctx, "main", "agent", task.agent, task.goal, visible=set(), output_schema=task.output_schema)
-        status, error, kind, output = record["status"], record["error"], record["error_kind"], record["output"]
-    else:
-        status, error, kind, output, plan = await _run_pipeline(ctx)
+    outcome = await _run_steps(ctx)
     duration = time.monotonic() - started
-    title = _title(ctx)
-    output, error = redact_secrets(output, recorder.secrets), redact_secrets(error, recorder.secrets)
-    record_ = redact_secrets(
-        build_record(ctx, status=status, error=error, output=output, plan=plan, started_at=started_at, duration=duration, title=title),
+    output, error = redact_secrets(outcome.output, recorder.secrets), redact_secrets(outcome.error, recorder.secrets)
+    record = redact_secrets(
+        build_record(
+            ctx, status=outcome.status, error=error, output=output, plan=outcome.plan, started_at=started_at,
+            duration=duration, title=_title(ctx),
+        ),
         recorder.secrets,
     )
-    report_dir = _write_report(ctx, record_)
     result = RunResult(
-        run_id=ctx.run_id, task=task.name, status=status, output=output, error=error, error_kind=kind,
-        cost_usd=budget.spent.cost_usd, input_tokens=budget.spent.input_tokens, output_tokens=budget.spent.output_tokens,
-        model_calls=budget.spent.steps, tool_calls=budget.spent.tool_calls, duration_seconds=duration, report_dir=report_dir,
+        run_id=ctx.run_id, task=task.name, status=outcome.status, output=output, error=error,
+        error_kind=outcome.error_kind, error_scope=outcome.error_scope, usage=budget.spent,
+        duration_seconds=duration, report_dir=_write_report(ctx, record), warnings=tuple(record["warnings"]),
     )
-    record_["exit_code"] = result.exit_code
-    ctx.store.finish_run(ctx.run_id, {
-        "status": status, "error": error, "error_kind": kind, "cost_usd": result.cost_usd,
-        "input_tokens": result.input_tokens, "output_tokens": result.output_tokens, "model_calls": result.model_calls,
-        "tool_calls": result.tool_calls, "output_json": json.dumps(output, default=str),
-        "record_json": json.dumps(record_, default=str), "report_dir": str(report_dir) if report_dir else None,
-    })
+    ctx.store.finish_run(result, record)
     recorder.emit("run_finished", **result.manifest())
     return result
+
+
+async def _run_steps(ctx: RunContext) -> PipelineOutcome:
+    """One agent on the task's goal, or the task's pipeline."""
+    task = ctx.task
+    if task.pipeline is not None:
+        return await run_pipeline(StepRunner(ctx), task)
+    assert task.agent is not None and task.goal is not None
+    record = await run_agent_step(ctx, "main", "agent", task.agent, task.goal, visible=set(), output_schema=task.output_schema)
+    if not record.completed:
+        return PipelineOutcome(record.status, record.output, record.error, record.error_kind, record.error_scope)
+    return PipelineOutcome("completed", record.output)
 
 
 async def _registry(project: Project, task: TaskSpec, stack: contextlib.AsyncExitStack) -> ToolRegistry:
@@ -208,66 +225,7 @@ def _tools_used(project: Project, task: TaskSpec) -> dict[str, str]:
     return used
 
 
-async def _run_pipeline(ctx: RunContext) -> tuple[str, str | None, str | None, Any, PlanOutcome | None]:
-    pipeline = ctx.task.pipeline
-    assert pipeline is not None
-    nodes = [Node(s.id, s.depends_on, _declared_runner(ctx, s), kind=s.kind) for s in pipeline.steps]
-    results = await run_dag(ctx, nodes, pipeline.max_parallel)
-    bad = [r for r in results.values() if r["status"] != "completed"]
-    if bad:
-        worst = _worst(bad)
-        status = "failed" if worst["status"] == "skipped" else worst["status"]
-        return status, f"step {worst['id']}: {worst['error']}", worst["error_kind"], None, None
-    plan = await run_planned(ctx, pipeline.planner, pipeline.max_parallel) if pipeline.planner else None
-    if plan is not None and plan.status != "completed":
-        return plan.status, plan.error, plan.error_kind, None, plan
-    output: Any = None
-    if pipeline.synthesis is not None:
-        record = await run_agent_step(
-            ctx, "synthesis", "synthesis", pipeline.synthesis.agent, pipeline.synthesis.goal,
-            visible=None, output_schema=ctx.task.output_schema,
-        )
-        if record["status"] != "completed":
-            return record["status"], f"step synthesis: {record['error']}", record["error_kind"], None, plan
-        output = record["output"]
-    elif ctx.task.report.narrative_step:
-        output = ctx.done[ctx.task.report.narrative_step]["output"]
-    else:
-        last = [s.id for s in pipeline.steps] or list(ctx.done)
-        output = ctx.done[last[-1]]["output"] if last else None
-    return "completed", None, None, output, plan
-
-
-def _declared_runner(ctx: RunContext, step: StepSpec) -> Any:
-    async def run() -> dict[str, Any]:
-        visible = ancestors(step.id, ctx.task.pipeline.steps)  # type: ignore[union-attr]
-        if step.tool is not None:
-            return await run_tool_step(ctx, step.id, step.tool, step.args, visible)
-        assert step.agent is not None and step.goal is not None
-        return await run_agent_step(
-            ctx, step.id, "agent", step.agent, step.goal, visible=visible, tools=step.tools,
-            caps=step.caps, output_schema=step.output_schema,
-        )
-
-    return run
-
-
-def _worst(records: list[dict[str, Any]]) -> dict[str, Any]:
-    order = {"capped": 0, "stuck": 1, "failed": 2, "skipped": 3}
-    return min(records, key=lambda r: order.get(r["status"], 4))
-
-
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-def known_secrets(project: Project, options: RunOptions) -> list[str]:
-    """Every key this run could hold: given, the SDK's standard variable, and each variable
-    an agent or tool names. Redacted from everything the run records."""
-    names = {"OPENAI_API_KEY"}
-    names |= {a.model.api_key_env for a in project.agents.values() if a.model.api_key_env}
-    names |= {t.data.get("http", {}).get("api_key_env") for t in project.tools.values() if t.type == "http"} - {None}
-    values = [options.api_key or ""] + [os.environ.get(n, "") for n in sorted(names)]
-    return [v for v in values if len(v) >= 6]
 
 
 def _open_store(path: Path) -> RunStore:

@@ -1,46 +1,36 @@
-"""Building the run record (``runner/reports/report.schema.json``) from a finished run."""
+"""Building the report record (``runner/reports/report.schema.json``) from a finished run."""
 
 from __future__ import annotations
 
 import mimetypes
 from typing import TYPE_CHECKING, Any
 
-from runner.runs.types import STATUS_EXIT
+from runner.core.status import Status, exit_code
+from runner.reports.record import SCHEMA_VERSION, usage_rollups
 from runner.store.runstore import now_iso
 
 if TYPE_CHECKING:
     from runner.pipelines.planner import PlanOutcome
-    from runner.runs.steps import RunContext
-
-SCHEMA_VERSION = "runner.report/v1"
-STEP_KEYS = (
-    "id", "kind", "agent", "tool", "status", "output", "data", "error", "started_at",
-    "duration_seconds", "usage", "model", "tool_calls", "artifacts",
-)
+    from runner.runs.context import RunContext
 
 
 def build_record(
-    ctx: RunContext, *, status: str, error: str | None, output: Any, plan: PlanOutcome | None,
+    ctx: RunContext, *, status: Status, error: str | None, output: Any, plan: PlanOutcome | None,
     started_at: str, duration: float, title: str,
 ) -> dict[str, Any]:
     """The JSON-able record every report format is rendered from."""
-    from runner.reports.record import usage_rollups
-
-    steps = [{k: record.get(k) for k in STEP_KEYS} for record in ctx.done.values()]
-    for step in steps:
-        step["tool_calls"] = step["tool_calls"] or []
-        step["artifacts"] = step["artifacts"] or []
+    steps = [record.as_dict() for record in ctx.done.values()]
     usage = usage_rollups(steps)
     usage["total"]["tool_calls"] = ctx.budget.spent.tool_calls
     descriptions = {s.id: s.description for s in ctx.task.pipeline.steps} if ctx.task.pipeline else {}
     artifacts: list[dict[str, Any]] = []
     for step in steps:
         caption = descriptions.get(str(step["id"]))
-        for path in step["artifacts"] or []:
+        for path in step["artifacts"]:
             media_type = mimetypes.guess_type(path)[0] or "application/octet-stream"
             artifact = {"path": path, "media_type": media_type, "step": step["id"]}
             artifacts.append(artifact | {"caption": caption} if caption else artifact)
-    tables = {sid: table for sid in ctx.task.report.tables if (table := _table(ctx.done.get(sid, {}).get("data")))}
+    tables = {sid: table for sid in ctx.task.report.tables if sid in ctx.done and (table := _table(ctx.done[sid].data))}
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": ctx.run_id,
@@ -48,7 +38,8 @@ def build_record(
         "title": title,
         "status": status,
         "stop_reason": error,
-        "exit_code": STATUS_EXIT.get(status, 1),
+        "warnings": ctx.warnings + [w for step in ctx.done.values() for w in step.warnings],
+        "exit_code": exit_code(status),
         "started_at": started_at,
         "finished_at": now_iso(),
         "duration_seconds": round(duration, 3),

@@ -1,103 +1,77 @@
 """Running one step of a run: an agent step (the think -> act loop) or a tool step.
 
-Both return a step record (a dict shaped like ``report.schema.json#/steps``) and save it
-in the run store, so a resumed run can skip what already completed.
+Each returns a :class:`~runner.core.steps.StepRecord`, redacted and saved in the run store,
+so a resumed run can skip what already completed. :class:`StepRunner` offers these to the
+pipelines (it is their :class:`~runner.pipelines.host.StepHost`).
 """
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass, field
-from datetime import date
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from runner.agent.loop import AgentEnv, run_agent
-from runner.caps.budget import Budget
-from runner.caps.pricing import Pricer
-from runner.config.prices import find_price, unpriced_message
-from runner.config.project import Project
-from runner.config.specs import AgentSpec, Caps, TaskSpec, ToolRef
+from runner.caps.budget import within_deadline
+from runner.config.prices import unpriced_message
+from runner.config.specs import AgentSpec, Caps, ToolRef
 from runner.config.templates import TemplateError, render
+from runner.core.status import Status
+from runner.core.steps import StepKind, StepRecord, ToolCallSummary
+from runner.core.usage import Usage
 from runner.errors import CapReached, ConfigError, ToolFailure
-from runner.model.factory import Endpoint, ModelPool
 from runner.redact import redact_secrets
+from runner.runs.context import RunContext
 from runner.runs.toolbox import ToolBox, tool_context
-from runner.runs.types import RunOptions
-from runner.store.recorder import RunRecorder
-from runner.store.runstore import RunStore, now_iso
-from runner.tools.registry import ToolRegistry
+from runner.store.runstore import now_iso
 
 
-@dataclass
-class RunContext:
-    """Everything the steps of one run share."""
+class StepRunner:
+    """Runs the steps of one run (the pipelines' :class:`~runner.pipelines.host.StepHost`)."""
 
-    project: Project
-    task: TaskSpec
-    inputs: dict[str, Any]
-    run_id: str
-    attempt: int
-    options: RunOptions
-    store: RunStore
-    recorder: RunRecorder
-    budget: Budget
-    pool: ModelPool
-    registry: ToolRegistry
-    workspace: Path
-    today: date
-    previous: dict[str, Any] | None = None
-    config_hash: str = ""
-    done: dict[str, dict[str, Any]] = field(default_factory=dict)  # step id -> record
-    resumed: dict[str, dict[str, Any]] = field(default_factory=dict)  # completed in an earlier attempt
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+
+    @property
+    def done(self) -> Mapping[str, StepRecord]:
+        return self.ctx.done
+
+    def agent(self, name: str) -> AgentSpec:
+        return self.ctx.project.agents[name]
 
     def template_context(self, visible: set[str] | None = None) -> dict[str, Any]:
-        steps = {
-            sid: {"output": r.get("output"), "data": r.get("data"), "status": r["status"], "artifacts": r.get("artifacts", [])}
-            for sid, r in self.done.items()
-            if visible is None or sid in visible
-        }
-        return {
-            "inputs": self.inputs,
-            "steps": steps,
-            "previous": self.previous,
-            "today": self.today.isoformat(),
-            "run_id": self.run_id,
-        }
+        return self.ctx.template_context(visible)
 
-    def endpoint(self, agent: AgentSpec) -> Endpoint:
-        options = self.options
-        return self.pool.endpoint(agent.model, options.model_override, options.base_url_override, options.api_key)
+    async def run_agent(
+        self, step_id: str, kind: StepKind, agent_name: str, goal_template: str, *, visible: set[str] | None,
+        tools: tuple[ToolRef, ...] | None = None, caps: Caps | None = None,
+        output_schema: dict[str, Any] | None = None, literal_goal: bool = False,
+    ) -> StepRecord:
+        return await run_agent_step(
+            self.ctx, step_id, kind, agent_name, goal_template, visible=visible, tools=tools, caps=caps,
+            output_schema=output_schema, literal_goal=literal_goal,
+        )
 
-    def pricer(self, endpoint: Endpoint) -> Pricer:
-        return Pricer(endpoint.model_id, find_price(self.project.prices, endpoint.model_id))
+    async def run_tool(self, step_id: str, tool_name: str, args: dict[str, Any], visible: set[str]) -> StepRecord:
+        return await run_tool_step(self.ctx, step_id, tool_name, args, visible)
 
+    def skip(self, step_id: str, kind: StepKind, reason: str) -> StepRecord:
+        record = StepRecord(step_id, kind, status="skipped", error=reason, started_at=now_iso(), finished_at=now_iso())
+        self.ctx.done[step_id] = record
+        self.ctx.recorder.emit("step_finished", step=step_id, status="skipped", error=reason, cost_usd=0.0, duration_seconds=0.0)
+        return record
 
-def new_step(step_id: str, kind: str, *, agent: str | None = None, tool: str | None = None) -> dict[str, Any]:
-    return {
-        "id": step_id,
-        "kind": kind,
-        "agent": agent,
-        "tool": tool,
-        "status": "running",
-        "output": None,
-        "data": None,
-        "error": None,
-        "error_kind": None,
-        "started_at": now_iso(),
-        "duration_seconds": 0.0,
-        "usage": {"input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0, "cost_usd": 0.0, "model_calls": 0},
-        "model": None,
-        "tool_calls": [],
-        "artifacts": [],
-    }
+    def record_plan(self, plan: Any, reason: str | None, *, attempt: int, problems: list[str]) -> None:
+        ctx = self.ctx
+        ctx.store.add_plan(ctx.run_id, ctx.attempt, plan if isinstance(plan, dict) else {"raw": plan}, reason)
+        ctx.recorder.emit("plan", attempt=attempt, valid=not problems, problems=problems, plan=plan)
 
 
 async def run_agent_step(
     ctx: RunContext,
     step_id: str,
-    kind: str,
+    kind: StepKind,
     agent_name: str,
     goal_template: str,
     *,
@@ -106,7 +80,7 @@ async def run_agent_step(
     caps: Caps | None = None,
     output_schema: dict[str, Any] | None = None,
     literal_goal: bool = False,
-) -> dict[str, Any]:
+) -> StepRecord:
     """Run one agent on a goal inside the run's budget. ``goal_template`` is rendered with the
     run's template context unless ``literal_goal`` (text written by a model is never a template)."""
     if step_id in ctx.resumed:
@@ -114,7 +88,7 @@ async def run_agent_step(
     agent = ctx.project.agents[agent_name]
     if tools is not None:
         agent = agent.with_tools(tools)
-    record = new_step(step_id, kind, agent=agent.name)
+    record = StepRecord(step_id, kind, agent=agent.name, started_at=now_iso())
     started = time.monotonic()
     ctx.recorder.emit("step_started", step=step_id, kind=kind, agent=agent.name)
     try:
@@ -123,7 +97,7 @@ async def run_agent_step(
     except TemplateError as exc:
         return _finish(ctx, record, started, "failed", error=str(exc), kind="template")
     except CapReached as cap:
-        return _finish(ctx, record, started, "capped", error=str(cap), kind=cap.cap)
+        return _finish(ctx, record, started, "capped", error=str(cap), kind=cap.cap, scope=cap.scope)
     endpoint = ctx.endpoint(agent)
     env = AgentEnv(
         model=ctx.pool.get(endpoint, agent.model),
@@ -137,44 +111,37 @@ async def run_agent_step(
         model_id=endpoint.model_id,
     )
     outcome = await run_agent(agent, goal, env)
-    record.update(
-        output=outcome.output,
-        data=outcome.data[-1] if outcome.data else None,
-        model=endpoint.model_id,
-        artifacts=outcome.artifacts,
-        usage={
-            "input_tokens": outcome.input_tokens,
-            "output_tokens": outcome.output_tokens,
-            "cached_input_tokens": 0,
-            "cost_usd": outcome.cost_usd,
-            "model_calls": outcome.model_calls,
-        },
+    record = replace(
+        record, output=outcome.output, data=outcome.data[-1] if outcome.data else None, model=endpoint.model_id,
+        artifacts=tuple(outcome.artifacts), usage=outcome.usage, warnings=tuple(outcome.warnings),
     )
-    return _finish(ctx, record, started, outcome.status, error=outcome.error, kind=outcome.error_kind)
+    return _finish(ctx, record, started, outcome.status, error=outcome.error, kind=outcome.error_kind, scope=outcome.error_scope)
 
 
-async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dict[str, Any], visible: set[str]) -> dict[str, Any]:
+async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dict[str, Any], visible: set[str]) -> StepRecord:
     """Call one tool with declared arguments: no model, no cost."""
     if step_id in ctx.resumed:
         return _reuse(ctx, step_id)
-    record = new_step(step_id, "tool", tool=tool_name)
+    record = StepRecord(step_id, "tool", tool=tool_name, started_at=now_iso())
     started = time.monotonic()
     ctx.recorder.emit("step_started", step=step_id, kind="tool", tool=tool_name)
     try:
         rendered = _render_arg(args, ctx.template_context(visible))
         ctx.budget.check_can_start()
         ctx.budget.take_tool_call()
-        context = tool_context(ctx.workspace, None, ctx.recorder.secrets)
-        result = await ctx.registry.invoke(tool_name, rendered, context)
+        deadline = ctx.budget.deadline()
+        context = replace(tool_context(ctx.workspace, None, ctx.recorder.secrets), deadline=deadline.at if deadline else None)
+        async with within_deadline(ctx.budget):
+            result = await ctx.registry.invoke(tool_name, rendered, context)
     except (TemplateError, ToolFailure) as exc:
         return _finish(ctx, record, started, "failed", error=str(exc), kind="tool")
     except CapReached as cap:
-        return _finish(ctx, record, started, "capped", error=str(cap), kind=cap.cap)
-    record.update(output=result.content, data=result.data, artifacts=list(result.artifacts))
-    record["tool_calls"] = [
-        {"name": tool_name, "arguments": rendered, "status": "ok", "duration_seconds": time.monotonic() - started,
-         "output_excerpt": result.content[:500]}
-    ]
+        return _finish(ctx, record, started, "capped", error=str(cap), kind=cap.cap, scope=cap.scope)
+    call = ToolCallSummary(tool_name, "ok", rendered, time.monotonic() - started, result.content[:500])
+    record = replace(
+        record, output=result.content, data=result.data, artifacts=tuple(result.artifacts),
+        tool_calls=(call,), usage=Usage(tool_calls=1),
+    )
     return _finish(ctx, record, started, "completed")
 
 
@@ -188,38 +155,32 @@ def _render_arg(value: Any, context: dict[str, Any]) -> Any:
     return value
 
 
-def _reuse(ctx: RunContext, step_id: str) -> dict[str, Any]:
-    record = dict(ctx.resumed[step_id])
-    record["resumed"] = True
+def _reuse(ctx: RunContext, step_id: str) -> StepRecord:
+    record = replace(ctx.resumed[step_id], resumed=True)
     ctx.done[step_id] = record
-    ctx.recorder.emit("step_reused", step=step_id, status=record["status"])
+    ctx.recorder.emit("step_reused", step=step_id, status=record.status)
     return record
 
 
 def _finish(
-    ctx: RunContext, record: dict[str, Any], started: float, status: str, *, error: str | None = None, kind: str | None = None
-) -> dict[str, Any]:
-    record.update(status=status, error=error, error_kind=kind, finished_at=now_iso(), duration_seconds=time.monotonic() - started)
-    if record["kind"] != "tool":
-        record["tool_calls"] = [
-            {k: c[k] for k in ("name", "status", "duration_seconds", "output_excerpt")} | {"arguments": _args(c["arguments"])}
-            for c in ctx.recorder.tool_calls_by_step.get(record["id"], [])
-        ]
-    record.update(redact_secrets({k: record[k] for k in ("output", "data", "error")}, ctx.recorder.secrets))
+    ctx: RunContext, record: StepRecord, started: float, status: Status, *,
+    error: str | None = None, kind: str | None = None, scope: str | None = None,
+) -> StepRecord:
+    secrets = ctx.recorder.secrets
+    if record.kind != "tool":
+        record = replace(record, tool_calls=tuple(ctx.recorder.tool_calls_by_step.get(record.id, ())))
+    record = replace(
+        record, status=status, error_kind=kind, error_scope=scope, finished_at=now_iso(),
+        duration_seconds=time.monotonic() - started, output=redact_secrets(record.output, secrets),
+        data=redact_secrets(record.data, secrets), error=redact_secrets(error, secrets),
+    )
     ctx.store.save_step(ctx.run_id, record)
-    ctx.done[record["id"]] = record
+    ctx.done[record.id] = record
     ctx.recorder.emit(
-        "step_finished", step=record["id"], status=status, error=error,
-        cost_usd=record["usage"]["cost_usd"], duration_seconds=round(record["duration_seconds"], 3),
+        "step_finished", step=record.id, status=status, error=record.error,
+        cost_usd=record.usage.cost_usd, duration_seconds=round(record.duration_seconds, 3),
     )
     return record
-
-
-def _args(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return {"raw": raw}
 
 
 def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from runner.config.specs import AgentSpec
-from runner.errors import ToolFailure
+from runner.errors import InvalidToolCall
 from runner.tools.base import ToolContext, ToolResult
 from runner.tools.registry import ToolRegistry
 
@@ -42,12 +43,13 @@ class ToolBox:
     def terminates(self, name: str) -> bool:
         return name in self.registry and self.registry.get(name).terminates
 
-    async def call(self, name: str, arguments: str) -> ToolResult:
+    async def call(self, name: str, arguments: str, deadline: float | None = None) -> ToolResult:
         if name not in self.allowed:
             available = ", ".join(self.allowed) or "none"
-            raise ToolFailure(f"unknown tool '{name}'; the tools available to you are: {available}")
+            raise InvalidToolCall(f"unknown tool '{name}'; the tools available to you are: {available}")
         assert self.context is not None  # an agent with tools always has a context
-        return await self.registry.invoke(name, arguments, self.context)
+        context = self.context if deadline is None else replace(self.context, deadline=deadline)
+        return await self.registry.invoke(name, arguments, context)
 
 
 def _expand(registry: ToolRegistry, names: list[str]) -> list[str]:

@@ -6,14 +6,15 @@ accident never reaches the store, the event stream or a report.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from runner.agent.loop import ModelCallRecord, ToolCallRecord
+from runner.core.calls import ModelCallEntry, ToolCallEntry
+from runner.core.ports import EventSink
+from runner.core.steps import ToolCallSummary
 from runner.redact import redact_secrets
-from runner.runs.types import EventSink
 from runner.store.runstore import RunStore, now_iso
 
 
@@ -23,23 +24,40 @@ class RunRecorder:
     def __init__(self, store: RunStore, run_id: str, attempt: int, sink: EventSink | None, secrets: Sequence[str]):
         self.store, self.run_id, self.attempt = store, run_id, attempt
         self.sink, self.secrets = sink, tuple(s for s in secrets if s)
-        self.tool_calls_by_step: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        self.models_by_step: dict[str, str] = {}
+        self.tool_calls_by_step: dict[str, list[ToolCallSummary]] = defaultdict(list)
 
     def emit(self, event: str, **fields: Any) -> None:
         if self.sink is not None:
             self.sink(redact_secrets({"event": event, "run_id": self.run_id, "at": now_iso(), **fields}, self.secrets))
 
-    def model_call(self, call: ModelCallRecord) -> None:
-        data = redact_secrets(dataclasses.asdict(call), self.secrets)
-        self.models_by_step[call.step_id] = call.model
-        self.store.add_model_call(self.run_id, self.attempt, data)
-        content = (data.pop("content") or "")[:300]
-        self.emit("model_call", **data, content_excerpt=content)
+    def call_reserved(self, call: ModelCallEntry) -> int:
+        """Write a call's worst case before it is sent (durable: it survives a ``kill -9``)."""
+        return self.store.add_model_call(self.run_id, self.attempt, call)
 
-    def tool_call(self, call: ToolCallRecord) -> None:
-        data = redact_secrets(dataclasses.asdict(call), self.secrets)
-        data["artifacts"] = list(data["artifacts"])
-        self.store.add_tool_call(self.run_id, self.attempt, data)
-        self.tool_calls_by_step[call.step_id].append(data)
-        self.emit("tool_call", **data)
+    def model_call(self, call: ModelCallEntry, ledger_id: int | None = None) -> None:
+        call = replace(call, error=redact_secrets(call.error, self.secrets), content=redact_secrets(call.content, self.secrets))
+        if ledger_id is None:
+            self.store.add_model_call(self.run_id, self.attempt, call)
+        else:
+            self.store.settle_model_call(ledger_id, call)
+        self.emit(
+            "model_call", step_id=call.step_id, agent=call.agent, model=call.model, seq=call.seq,
+            input_tokens=call.usage.input_tokens, output_tokens=call.usage.output_tokens,
+            cached_input_tokens=call.usage.cached_input_tokens, cost_usd=call.usage.cost_usd,
+            latency_seconds=call.latency_seconds, status=call.status, error=call.error,
+            tool_calls=call.tool_calls, content_excerpt=(call.content or "")[:300],
+        )
+
+    def tool_call(self, call: ToolCallEntry) -> None:
+        call = replace(
+            call, arguments=redact_secrets(call.arguments, self.secrets),
+            output_excerpt=redact_secrets(call.output_excerpt, self.secrets),
+        )
+        self.store.add_tool_call(self.run_id, self.attempt, call)
+        summary = ToolCallSummary.parsed(call.name, call.status, call.arguments, call.duration_seconds, call.output_excerpt)
+        self.tool_calls_by_step[call.step_id].append(summary)
+        self.emit(
+            "tool_call", step_id=call.step_id, agent=call.agent, seq=call.seq, name=call.name, arguments=call.arguments,
+            status=call.status, duration_seconds=call.duration_seconds, output_excerpt=call.output_excerpt,
+            artifacts=list(call.artifacts),
+        )

@@ -14,6 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from runner.core.calls import ModelCallEntry, ToolCallEntry
+from runner.core.results import RunResult
+from runner.core.steps import StepRecord
+from runner.core.usage import Usage
 from runner.errors import UsageError
 
 SCHEMA = """
@@ -30,6 +34,7 @@ CREATE TABLE IF NOT EXISTS runs (
   cost_usd REAL NOT NULL DEFAULT 0,
   input_tokens INTEGER NOT NULL DEFAULT 0,
   output_tokens INTEGER NOT NULL DEFAULT 0,
+  cached_input_tokens INTEGER NOT NULL DEFAULT 0,
   model_calls INTEGER NOT NULL DEFAULT 0,
   tool_calls INTEGER NOT NULL DEFAULT 0,
   error TEXT,
@@ -54,6 +59,7 @@ CREATE TABLE IF NOT EXISTS steps (
   cost_usd REAL NOT NULL DEFAULT 0,
   input_tokens INTEGER NOT NULL DEFAULT 0,
   output_tokens INTEGER NOT NULL DEFAULT 0,
+  cached_input_tokens INTEGER NOT NULL DEFAULT 0,
   model_calls INTEGER NOT NULL DEFAULT 0,
   tool_calls INTEGER NOT NULL DEFAULT 0,
   model TEXT,
@@ -103,6 +109,10 @@ CREATE TABLE IF NOT EXISTS plans (
   created_at TEXT NOT NULL
 );
 """
+MIGRATIONS = (  # columns added after a store was first created: (table, column, definition)
+    ("runs", "cached_input_tokens", "INTEGER NOT NULL DEFAULT 0"),
+    ("steps", "cached_input_tokens", "INTEGER NOT NULL DEFAULT 0"),
+)
 
 
 def now_iso() -> str:
@@ -126,6 +136,13 @@ class RunStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=30000")
         self._db.executescript(SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        for table, column, definition in MIGRATIONS:
+            present = {row["name"] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            if column not in present:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
 
     def close(self) -> None:
         with self._lock:
@@ -160,6 +177,18 @@ class RunStore:
             )
             return attempt
 
+    def unsettled_calls(self, run_id: str) -> Usage:
+        """Mark the calls an earlier attempt left ``reserved`` (it died with them in flight) as
+        ``unsettled``; they keep counting at their worst case. Returns what they add up to."""
+        with self._lock:
+            self._db.execute("UPDATE model_calls SET status = 'unsettled' WHERE run_id = ? AND status = 'reserved'", (run_id,))
+            row = self._db.execute(
+                "SELECT COALESCE(SUM(input_tokens),0), COALESCE(SUM(output_tokens),0), COALESCE(SUM(cost_usd),0), COUNT(*)"
+                " FROM model_calls WHERE run_id = ? AND status = 'unsettled'",
+                (run_id,),
+            ).fetchone()
+        return Usage(int(row[0]), int(row[1]), 0, float(row[2]), int(row[3]))
+
     def run(self, run_id: str) -> dict[str, Any] | None:
         with self._lock:
             row = self._db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
@@ -170,7 +199,22 @@ class RunStore:
             rows = self._db.execute("SELECT run_id FROM runs WHERE run_id LIKE ? LIMIT 5", (prefix + "%",)).fetchall()
         return [r["run_id"] for r in rows]
 
-    def finish_run(self, run_id: str, fields: dict[str, Any]) -> None:
+    def finish_run(self, result: RunResult, record: dict[str, Any]) -> None:
+        """Record how a run ended: its status, usage, output and report record."""
+        usage = result.usage
+        self._update_run(result.run_id, {
+            "status": result.status, "error": result.error, "error_kind": result.error_kind,
+            "cost_usd": usage.cost_usd, "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+            "cached_input_tokens": usage.cached_input_tokens, "model_calls": usage.model_calls,
+            "tool_calls": usage.tool_calls, "output_json": dumps(result.output), "record_json": dumps(record),
+            "report_dir": str(result.report_dir) if result.report_dir else None,
+        })
+
+    def abort_run(self, run_id: str, error: str) -> None:
+        """Record that a run stopped on an exception (it is re-raised to the caller)."""
+        self._update_run(run_id, {"status": "failed", "error": error})
+
+    def _update_run(self, run_id: str, fields: dict[str, Any]) -> None:
         columns = ", ".join(f"{k} = ?" for k in fields)
         with self._lock:  # one statement: its own transaction
             self._db.execute(f"UPDATE runs SET {columns}, finished_at = ? WHERE run_id = ?", (*fields.values(), now_iso(), run_id))
@@ -192,51 +236,45 @@ class RunStore:
             ).fetchone()
         return dict(row) if row else None
 
-    def spent(self, run_id: str) -> dict[str, float]:
-        """Money and tokens already spent by every attempt of a run (caps carry over)."""
+    def spent(self, run_id: str) -> Usage:
+        """What every attempt of a run has used so far (caps carry over): settled calls as
+        reported, calls a crash left unsettled at their worst case, failed attempts that may
+        have been billed at their worst case."""
         with self._lock:
             row = self._db.execute(
                 "SELECT COALESCE(SUM(cost_usd),0) c, COALESCE(SUM(input_tokens),0) i, COALESCE(SUM(output_tokens),0) o,"
-                " COUNT(*) n FROM model_calls WHERE run_id = ? AND status = 'ok'",
+                " COALESCE(SUM(cached_input_tokens),0) k,"
+                " COALESCE(SUM(status != 'error' OR input_tokens + output_tokens > 0), 0) n"
+                " FROM model_calls WHERE run_id = ?",
                 (run_id,),
             ).fetchone()
-        return {"cost_usd": row["c"], "input_tokens": row["i"], "output_tokens": row["o"], "model_calls": row["n"]}
+            (tools,) = self._db.execute("SELECT COUNT(*) FROM tool_calls WHERE run_id = ?", (run_id,)).fetchone()
+        return Usage(int(row["i"]), int(row["o"]), int(row["k"]), float(row["c"]), int(row["n"]), int(tools))
 
     # -- steps ----------------------------------------------------------------------
 
-    def completed_steps(self, run_id: str) -> dict[str, dict[str, Any]]:
+    def completed_steps(self, run_id: str) -> dict[str, StepRecord]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT * FROM steps WHERE run_id = ? AND status = 'completed'", (run_id,)
+                "SELECT step_id, record_json FROM steps WHERE run_id = ? AND status = 'completed'", (run_id,)
             ).fetchall()
-        return {r["step_id"]: json.loads(r["record_json"]) for r in rows}
+        return {r["step_id"]: StepRecord.from_dict(json.loads(r["record_json"])) for r in rows}
 
     def steps(self, run_id: str) -> list[dict[str, Any]]:
         with self._lock:
             rows = self._db.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY started_at", (run_id,)).fetchall()
         return [dict(r) | json.loads(r["record_json"]) for r in rows]
 
-    def save_step(self, run_id: str, step: dict[str, Any]) -> None:
-        """Insert or replace one step's record (status, output, usage, artifacts)."""
+    def save_step(self, run_id: str, step: StepRecord) -> None:
+        """Insert or replace one step's record; the columns are for queries, the record is the truth."""
+        usage = step.usage
         row = {
-            "run_id": run_id,
-            "step_id": step["id"],
-            "kind": step["kind"],
-            "agent": step.get("agent"),
-            "tool": step.get("tool"),
-            "status": step["status"],
-            "error": step.get("error"),
-            "error_kind": step.get("error_kind"),
-            "started_at": step["started_at"],
-            "finished_at": step.get("finished_at"),
-            "duration_seconds": step.get("duration_seconds"),
-            "cost_usd": step.get("usage", {}).get("cost_usd", 0.0),
-            "input_tokens": step.get("usage", {}).get("input_tokens", 0),
-            "output_tokens": step.get("usage", {}).get("output_tokens", 0),
-            "model_calls": step.get("usage", {}).get("model_calls", 0),
-            "tool_calls": len(step.get("tool_calls", [])),
-            "model": step.get("model"),
-            "record_json": dumps(step),
+            "run_id": run_id, "step_id": step.id, "kind": step.kind, "agent": step.agent, "tool": step.tool,
+            "status": step.status, "error": step.error, "error_kind": step.error_kind, "started_at": step.started_at,
+            "finished_at": step.finished_at, "duration_seconds": step.duration_seconds, "cost_usd": usage.cost_usd,
+            "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+            "cached_input_tokens": usage.cached_input_tokens, "model_calls": usage.model_calls,
+            "tool_calls": len(step.tool_calls), "model": step.model, "record_json": dumps(step.as_dict()),
         }
         columns = ", ".join(row)
         marks = ", ".join("?" for _ in row)
@@ -245,28 +283,44 @@ class RunStore:
 
     # -- calls and plans ------------------------------------------------------------
 
-    def add_model_call(self, run_id: str, attempt: int, call: dict[str, Any]) -> None:
+    def add_model_call(self, run_id: str, attempt: int, call: ModelCallEntry) -> int:
+        """Insert one model call (``reserved`` ones before they are sent); returns its id."""
+        usage = call.usage
         with self._lock:  # one statement: autocommit is its own transaction
-            self._db.execute(
+            cursor = self._db.execute(
                 "INSERT INTO model_calls (run_id, attempt, step_id, agent, model, seq, input_tokens, output_tokens,"
                 " cached_input_tokens, cost_usd, latency_seconds, status, error, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    run_id, attempt, call["step_id"], call["agent"], call["model"], call["seq"],
-                    call["input_tokens"], call["output_tokens"], call["cached_input_tokens"], call["cost_usd"],
-                    call["latency_seconds"], call["status"], call.get("error"), now_iso(),
+                    run_id, attempt, call.step_id, call.agent, call.model, call.seq, usage.input_tokens,
+                    usage.output_tokens, usage.cached_input_tokens, usage.cost_usd, call.latency_seconds,
+                    call.status, call.error, now_iso(),
+                ),
+            )
+            return int(cursor.lastrowid or 0)
+
+    def settle_model_call(self, call_id: int, call: ModelCallEntry) -> None:
+        """Replace a reserved call's worst case by how it ended."""
+        usage = call.usage
+        with self._lock:
+            self._db.execute(
+                "UPDATE model_calls SET input_tokens = ?, output_tokens = ?, cached_input_tokens = ?, cost_usd = ?,"
+                " latency_seconds = ?, status = ?, error = ? WHERE id = ?",
+                (
+                    usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.cost_usd,
+                    call.latency_seconds, call.status, call.error, call_id,
                 ),
             )
 
-    def add_tool_call(self, run_id: str, attempt: int, call: dict[str, Any]) -> None:
+    def add_tool_call(self, run_id: str, attempt: int, call: ToolCallEntry) -> None:
         with self._lock:
             self._db.execute(
                 "INSERT INTO tool_calls (run_id, attempt, step_id, agent, seq, name, arguments, status,"
                 " duration_seconds, output_excerpt, artifacts_json, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    run_id, attempt, call["step_id"], call["agent"], call["seq"], call["name"], call["arguments"],
-                    call["status"], call["duration_seconds"], call["output_excerpt"], dumps(call["artifacts"]), now_iso(),
+                    run_id, attempt, call.step_id, call.agent, call.seq, call.name, call.arguments, call.status,
+                    call.duration_seconds, call.output_excerpt, dumps(list(call.artifacts)), now_iso(),
                 ),
             )
 

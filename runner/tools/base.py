@@ -52,6 +52,7 @@ class ToolContext:
     network: NetworkPolicy = field(default_factory=NetworkPolicy)
     settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     secrets: Sequence[str] = ()
+    deadline: float | None = None  # time.monotonic() by which sandboxed work must end (a wall-clock cap)
 
     def __post_init__(self) -> None:
         root = Path(self.workspace)

@@ -4,21 +4,36 @@ Output is read in chunks as it arrives and the cap is enforced while reading (a 
 child is killed, not buffered). The process is started in a new session and its whole
 process group is killed when the run ends, whatever the reason. No ``preexec_fn``: the
 runner is multi-threaded, so user and group switching goes through ``Popen`` arguments.
+
+Work that must happen between the start of the process and the start of the command
+(putting it into a control group, so that nothing it forks escapes) uses a gate instead:
+the process starts as ``/bin/sh`` waiting for one line on its stdin and only then execs
+the command; the line is sent after ``before_start`` has returned. A checker can also
+watch the process while it runs and stop it (a disk quota, a memory event).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import selectors
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 _CHUNK = 65536
+GATE_LINE = b"go\n"
+GATE_EXIT = 125
+GATE = ("/bin/sh", "-c", f'IFS= read -r gate && [ "$gate" = go ] && exec "$@"; exit {GATE_EXIT}', "runner-gate")
+"""Waits for :data:`GATE_LINE` on stdin (``read`` takes one byte at a time from a pipe, so
+the command's own stdin follows untouched), then becomes the command."""
+
+End = Literal["exited", "timed_out", "truncated", "stopped"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +49,15 @@ class ProcessOutcome:
     stderr: bytes
     timed_out: bool = False
     truncated: bool = False
+    stopped: bool = False
+
+
+@dataclass(frozen=True)
+class Watch:
+    """A check made about every ``every_seconds`` while the process runs; True stops it."""
+
+    check: Callable[[], bool]
+    every_seconds: float = 0.25
 
 
 @dataclass
@@ -59,13 +83,22 @@ def run_bounded(
     max_output_bytes: int,
     stdin_data: bytes | None = None,
     run_as: int | None = None,
+    pass_fds: Sequence[int] = (),
+    before_start: Callable[[int], None] | None = None,
+    watch: Watch | None = None,
 ) -> ProcessOutcome:
     """Run ``argv`` and collect at most ``max_output_bytes`` of stdout+stderr.
 
     ``run_as`` starts the process as that uid/gid with no supplementary groups (only
-    possible when the runner is root). The process group is killed on timeout, on
-    reaching the output cap, and after a normal exit (stray background children).
+    possible when the runner is root). ``pass_fds`` stay open in the process.
+    ``before_start(pid)`` runs while the process waits at its gate, before ``argv`` runs;
+    if it raises, the process is killed without having run ``argv``. ``watch`` may stop
+    the process while it runs. The process group is killed on timeout, on reaching the
+    output cap, when stopped, and after a normal exit (stray background children).
     """
+    if before_start is not None:
+        argv = [*GATE, *argv]
+        stdin_data = GATE_LINE + (stdin_data or b"")
     process = subprocess.Popen(  # argv built by the sandbox layer; never a shell
         list(argv),
         stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
@@ -75,34 +108,40 @@ def run_bounded(
         env=dict(env),
         start_new_session=True,
         close_fds=True,
+        pass_fds=tuple(pass_fds),
         user=run_as,
         group=run_as,
         extra_groups=[] if run_as is not None else None,
     )
     streams = _Streams(bytearray(), bytearray(), max_output_bytes)
     try:
-        timed_out = _pump(process, streams, stdin_data, time.monotonic() + wall_seconds)
+        if before_start is not None:
+            before_start(process.pid)
+        end = _pump(process, streams, stdin_data, time.monotonic() + wall_seconds, watch)
     finally:
         _kill_group(process)
         for pipe in (process.stdin, process.stdout, process.stderr):
             if pipe is not None:
                 pipe.close()
         returncode = process.wait()
-    cut_short = timed_out or streams.truncated
+    cut_short = end != "exited"
     return ProcessOutcome(
         returncode=None if cut_short and returncode < 0 else returncode,
         stdout=bytes(streams.stdout),
         stderr=bytes(streams.stderr),
-        timed_out=timed_out,
+        timed_out=end == "timed_out",
         truncated=streams.truncated,
+        stopped=end == "stopped",
     )
 
 
-def _pump(process: subprocess.Popen[bytes], streams: _Streams, stdin_data: bytes | None, deadline: float) -> bool:
-    """Move data until the process exits, the deadline passes or the cap is hit.
+def _pump(
+    process: subprocess.Popen[bytes], streams: _Streams, stdin_data: bytes | None, deadline: float, watch: Watch | None
+) -> End:
+    """Move data until the process exits, the deadline passes, the cap is hit or the watch stops it.
 
-    Returns whether the deadline passed. The process is never reaped here, so its
-    process group id stays valid for the kill that follows.
+    The process is never reaped here, so its process group id stays valid for the kill
+    that follows.
     """
     with selectors.DefaultSelector() as selector:
         assert process.stdout is not None and process.stderr is not None
@@ -114,14 +153,21 @@ def _pump(process: subprocess.Popen[bytes], streams: _Streams, stdin_data: bytes
             os.set_blocking(process.stdin.fileno(), False)
             selector.register(process.stdin, selectors.EVENT_WRITE, "stdin")
         exited = False
+        next_check = time.monotonic() + watch.every_seconds if watch else math.inf
         try:
             while not streams.truncated:
-                remaining = 0.0 if exited else deadline - time.monotonic()
+                now = time.monotonic()
+                if not exited and now >= next_check:
+                    assert watch is not None
+                    if watch.check():
+                        return "stopped"
+                    next_check = time.monotonic() + watch.every_seconds
+                remaining = 0.0 if exited else deadline - now
                 if remaining < 0:
-                    return True
-                events = selector.select(remaining)
+                    return "timed_out"
+                events = selector.select(min(remaining, max(next_check - now, 0.0)))
                 if not events and exited:
-                    return False  # drained what the exited process left in the pipes
+                    return "exited"  # drained what the exited process left in the pipes
                 for key, _ in events:
                     if key.data == "exit":
                         exited = True
@@ -131,8 +177,8 @@ def _pump(process: subprocess.Popen[bytes], streams: _Streams, stdin_data: bytes
                     else:
                         _read(selector, key, streams)
                 if not _reading(selector) and (exited or exit_fd is None):
-                    return False
-            return False
+                    return "exited"
+            return "truncated"
         finally:
             if exit_fd is not None:
                 os.close(exit_fd)

@@ -7,6 +7,7 @@ so deterministic pipeline steps fail while the model still sees the output.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -24,9 +25,12 @@ def command_outcome(result: CommandResult) -> ToolResult:
     return ToolResult(content=result.render(), data=data)
 
 
-def policy_with_settings(policy: SandboxPolicy, settings: Mapping[str, Any]) -> SandboxPolicy:
-    """``policy`` with a per-tool ``timeout_seconds`` setting applied as the wall-clock limit."""
+def policy_with_settings(policy: SandboxPolicy, settings: Mapping[str, Any], deadline: float | None = None) -> SandboxPolicy:
+    """``policy`` with a per-tool ``timeout_seconds`` setting applied as the wall-clock limit,
+    never past ``deadline`` (``time.monotonic()``: the run's wall-clock cap)."""
     timeout = settings.get("timeout_seconds")
-    if timeout is None:
-        return policy
-    return replace(policy, wall_seconds=float(timeout))
+    if timeout is not None:
+        policy = replace(policy, wall_seconds=float(timeout))
+    if deadline is not None:
+        policy = replace(policy, wall_seconds=max(min(policy.wall_seconds, deadline - time.monotonic()), 0.01))
+    return policy

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from runner.errors import ConfigError, ToolFailure
+from runner.errors import ConfigError, InvalidToolCall, ToolFailure
 from runner.redact import redact_secrets
 from runner.tools.arguments import ArgumentsInvalid
 from runner.tools.base import Tool, ToolContext, ToolResult, redact_result
@@ -21,7 +21,7 @@ TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _MAX_ARGUMENTS_CHARS = 1_000_000
 
 
-class UnknownTool(ToolFailure):
+class UnknownTool(InvalidToolCall):
     """A tool name that is not registered; ``suggestion`` is the closest known name."""
 
     def __init__(self, name: str, known: list[str]):
@@ -84,13 +84,14 @@ class ToolRegistry:
         try:
             validated = tool.arguments.validate(arguments)
         except ArgumentsInvalid as invalid:
-            raise ToolFailure(
+            raise InvalidToolCall(
                 f"invalid arguments for tool '{tool.name}': {'; '.join(invalid.problems)}. {_expected(tool)}"
             ) from None
         try:
             result = await tool.run(ctx, validated)
         except ToolFailure as failure:
-            raise ToolFailure(redact_secrets(str(failure), ctx.secrets)) from None
+            kind = InvalidToolCall if isinstance(failure, InvalidToolCall) else ToolFailure
+            raise kind(redact_secrets(str(failure), ctx.secrets)) from None
         return redact_result(result, ctx.secrets)
 
 
@@ -119,17 +120,17 @@ def _parse_arguments(tool: Tool, arguments_json: str | dict[str, Any]) -> dict[s
     if not text:
         return {}
     if len(text) > _MAX_ARGUMENTS_CHARS:
-        raise ToolFailure(
+        raise InvalidToolCall(
             f"arguments for tool '{tool.name}' are {len(text)} characters long (limit {_MAX_ARGUMENTS_CHARS})"
         )
     try:
         value = json.loads(text, parse_constant=_reject_constant)
     except ValueError as error:
-        raise ToolFailure(
+        raise InvalidToolCall(
             f"arguments for tool '{tool.name}' are not valid JSON ({error}). Send one JSON object. {_expected(tool)}"
         ) from None
     if not isinstance(value, dict):
-        raise ToolFailure(
+        raise InvalidToolCall(
             f"arguments for tool '{tool.name}' must be a JSON object, got {type(value).__name__}. {_expected(tool)}"
         )
     return value

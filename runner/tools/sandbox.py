@@ -7,29 +7,40 @@ read-only, fresh ``/proc``, ``/dev`` and ``/tmp``, one writable bind of the work
 empty environment as uid/gid 65534 when the runner is root (``RLIMIT_NPROC`` does
 nothing for uid 0). Nothing of the host's ``/etc`` or home is visible inside.
 
+``prlimit`` limits are per process; each call also has totals (see ``call_limits``): one
+control group bounds the memory and the number of processes of the whole call and kills
+them all at its end, ``/tmp`` and ``/dev/shm`` are tmpfs mounts of ``tmp_mb`` each (the
+rest of ``/dev`` is read-only), the workspace has a disk quota (``disk_mb``), and a
+seccomp filter denies ptrace, mounts, namespaces, bpf, io_uring, the key ring and
+non-Unix sockets. What the host cannot enforce is said loudly, never silently skipped.
+
 Commands run with the host's Debian system Python (``/usr/bin/python3``), not the
 runner's virtualenv: packages such as pandas are only available inside the sandbox if
 they are installed system-wide under ``/usr``.
 
 Fail closed: with ``mode: bwrap`` and no working bubblewrap, :class:`SandboxUnavailable`
 is raised. ``mode: none`` (explicit in the agent YAML only) runs without isolation but
-still with an empty environment, the limits and the timeout.
+still with an empty environment, the limits, the totals and the timeout.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
-import signal
 import stat
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from runner.errors import SandboxUnavailable
+from runner.tools.call_limits import CallLimits, unenforced_here, warn_once
 from runner.tools.capture import ProcessOutcome, run_bounded
+from runner.tools.command_result import CommandResult, Exceeded
+from runner.tools.disk_quota import MIB
 
 NOBODY = 65534
 SANDBOX_WORKSPACE = "/workspace"
@@ -41,10 +52,17 @@ _INSTALL_HINT = (
     "code and shell tools without isolation"
 )
 
+__all__ = ["CommandResult", "SandboxPolicy", "ensure_sandbox", "probe_sandbox", "run_command"]
+
 
 @dataclass(frozen=True)
 class SandboxPolicy:
-    """Limits for one sandboxed command (the agent YAML's ``sandbox:`` block)."""
+    """Limits for one sandboxed command (the agent YAML's ``sandbox:`` block).
+
+    ``memory_mb`` and ``max_processes`` bound each process and, where control groups
+    work, the whole call; ``tmp_mb`` sizes the sandbox's ``/tmp`` and ``/dev/shm``;
+    ``disk_mb`` is the most the run's workspace may hold after a call.
+    """
 
     mode: Literal["bwrap", "none"] = "bwrap"
     cpu_seconds: int = 10
@@ -55,6 +73,8 @@ class SandboxPolicy:
     max_output_bytes: int = 65536
     max_open_files: int = 256
     network: bool = False
+    tmp_mb: int = 64
+    disk_mb: int = 1024
 
 
 @dataclass(frozen=True)
@@ -63,47 +83,6 @@ class SandboxProbe:
 
     ok: bool
     reason: str = ""
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """The outcome of one sandboxed command, rendered for the model by :meth:`render`."""
-
-    exit_code: int | None
-    stdout: str
-    stderr: str
-    timed_out: bool
-    truncated: bool
-    policy: SandboxPolicy
-
-    @property
-    def ok(self) -> bool:
-        """True when the command ran to completion and exited 0."""
-        return self.exit_code == 0 and not self.timed_out and not self.truncated
-
-    def render(self) -> str:
-        """Status line, then stdout and stderr."""
-        parts = [self.status()]
-        if self.stdout:
-            parts.append(f"stdout:\n{self.stdout}")
-        if self.stderr:
-            parts.append(f"stderr:\n{self.stderr}")
-        return "\n".join(parts)
-
-    def status(self) -> str:
-        """One line saying how the command ended."""
-        if self.timed_out:
-            return f"killed: wall-clock limit of {self.policy.wall_seconds:g}s reached"
-        if self.truncated:
-            return f"killed: output exceeded {self.policy.max_output_bytes} bytes (truncated)"
-        code = self.exit_code
-        if code is not None and code > 128 and code - 128 in signal.valid_signals():
-            name = signal.Signals(code - 128).name
-            return (
-                f"killed by {name} (limits: cpu {self.policy.cpu_seconds}s, "
-                f"memory {self.policy.memory_mb} MB, processes {self.policy.max_processes})"
-            )
-        return f"exit code {code}"
 
 
 def run_command(
@@ -116,43 +95,54 @@ def run_command(
     """
     prlimit = _require("prlimit")
     limits = [prlimit, *limit_flags(policy), "--"]
-    if policy.mode == "bwrap":
-        bwrap = ensure_sandbox()
-        argv = [*bwrap_argv(bwrap, policy, workspace), *limits, *command]
-        env: dict[str, str] = {}
-        cwd = None
-    elif policy.mode == "none":
-        argv = [*limits, *command]
-        env = {"PATH": SANDBOX_PATH, "HOME": str(workspace), "LANG": "C.UTF-8"}
-        cwd = workspace
-    else:
+    if policy.mode not in ("bwrap", "none"):
         raise SandboxUnavailable(f"unknown sandbox mode {policy.mode!r}: use 'bwrap' or 'none'")
+    bwrap = ensure_sandbox() if policy.mode == "bwrap" else None
     prepare_workspace(workspace)
-    outcome = run_bounded(
-        argv,
-        env=env,
-        cwd=cwd,
-        wall_seconds=policy.wall_seconds,
-        max_output_bytes=policy.max_output_bytes,
-        stdin_data=stdin,
-        run_as=NOBODY if os.geteuid() == 0 else None,
-    )
-    return _result(outcome, policy)
+    with CallLimits(policy, workspace, bwrap) as call:
+        if bwrap is not None:
+            argv = [*bwrap_argv(bwrap, policy, workspace, seccomp_fd=call.seccomp_fd), *limits, *command]
+            env: dict[str, str] = {}
+            cwd = None
+        else:
+            argv = [*limits, *command]
+            env = {"PATH": SANDBOX_PATH, "HOME": str(workspace), "LANG": "C.UTF-8"}
+            cwd = workspace
+        outcome = run_bounded(
+            argv,
+            env=env,
+            cwd=cwd,
+            wall_seconds=policy.wall_seconds,
+            max_output_bytes=policy.max_output_bytes,
+            stdin_data=stdin,
+            run_as=sandbox_user(),
+            pass_fds=call.pass_fds,
+            before_start=call.before_start,
+            watch=call.watch,
+        )
+    return _result(outcome, policy, call)
+
+
+def sandbox_user() -> int | None:
+    """The uid/gid sandboxed commands run as: 65534 when the runner is root, else the runner's own."""
+    return NOBODY if os.geteuid() == 0 else None
 
 
 def limit_flags(policy: SandboxPolicy) -> list[str]:
     """``prlimit`` options for ``policy`` (soft = hard)."""
     return [
-        f"--as={policy.memory_mb * 1024 * 1024}",
+        f"--as={policy.memory_mb * MIB}",
         f"--cpu={policy.cpu_seconds}",
         f"--nofile={policy.max_open_files}",
-        f"--fsize={policy.max_file_mb * 1024 * 1024}",
+        f"--fsize={policy.max_file_mb * MIB}",
         f"--nproc={policy.max_processes}",
         "--core=0",
     ]
 
 
-def bwrap_argv(bwrap: str, policy: SandboxPolicy, workspace: Path | None) -> list[str]:
+def bwrap_argv(
+    bwrap: str, policy: SandboxPolicy, workspace: Path | None, *, seccomp_fd: int | None = None
+) -> list[str]:
     """The bubblewrap command line up to (not including) the confined command."""
     argv = [bwrap, "--unshare-all"]
     if policy.network:
@@ -163,13 +153,28 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, workspace: Path | None) -> lis
         target = Path("/", name)
         if target.is_symlink():
             argv += ["--symlink", os.readlink(target), f"/{name}"]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    size = ["--size", str(policy.tmp_mb * MIB)] if "--size" in bwrap_options(bwrap) else []
+    # /dev is a tmpfs bwrap fills with device nodes: only its /dev/shm stays writable, sized
+    argv += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    argv += [*size, "--tmpfs", "/tmp"]
     if workspace is not None:
         argv += ["--bind", str(workspace), SANDBOX_WORKSPACE, "--chdir", SANDBOX_WORKSPACE]
     argv += ["--remount-ro", "/"]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     argv += ["--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/tmp"]
     argv += ["--setenv", "LANG", "C.UTF-8", "--"]
     return argv
+
+
+@functools.cache
+def bwrap_options(bwrap: str) -> frozenset[str]:
+    """The options this bubblewrap accepts, read from its ``--help`` (``--size`` needs 0.5 or later)."""
+    try:
+        shown = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=20, env={}, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return frozenset()
+    return frozenset(re.findall(r"^\s+(--[a-z][a-z-]*)", shown.stdout + shown.stderr, re.MULTILINE))
 
 
 def ensure_sandbox() -> str:
@@ -180,6 +185,7 @@ def ensure_sandbox() -> str:
     probe = probe_sandbox(bwrap)
     if not probe.ok:
         raise SandboxUnavailable(f"bubblewrap does not work on this host ({probe.reason}): {_INSTALL_HINT}")
+    warn_once(unenforced_here(False, bwrap))  # at the start of a run, before any model call is paid for
     return bwrap
 
 
@@ -237,7 +243,13 @@ def _require(program: str) -> str:
     return path
 
 
-def _result(outcome: ProcessOutcome, policy: SandboxPolicy) -> CommandResult:
+def _result(outcome: ProcessOutcome, policy: SandboxPolicy, call: CallLimits) -> CommandResult:
+    disk = call.disk
+    exceeded: Exceeded | None = None
+    if disk is not None and disk.exceeded:
+        exceeded = "disk"
+    elif call.events.oom_kills:
+        exceeded = "memory"
     return CommandResult(
         exit_code=outcome.returncode,
         stdout=outcome.stdout.decode("utf-8", "replace"),
@@ -245,4 +257,7 @@ def _result(outcome: ProcessOutcome, policy: SandboxPolicy) -> CommandResult:
         timed_out=outcome.timed_out,
         truncated=outcome.truncated,
         policy=policy,
+        exceeded=exceeded,
+        disk=disk,
+        unenforced=call.unenforced,
     )

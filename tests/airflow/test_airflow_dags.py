@@ -166,7 +166,7 @@ def test_daily_report_refuses_bad_params_at_trigger_time(airflow_db: float, conf
         dag.test(logical_date=None, run_conf=conf)
 
 
-@pytest.mark.parametrize("cap", ["nan", "-1", "lots", "inf"])
+@pytest.mark.parametrize("cap", ["nan", "-1", "lots", "inf", "None"])
 def test_templated_caps_that_are_not_numbers_fail_once_before_any_call(
     airflow_db: float, project: Path, scripted_server: Any, model_connection: Any, test_dags: Any, cap: str
 ) -> None:

@@ -80,7 +80,7 @@ def test_merged_output_is_what_runner_batch_writes(project: Path, scripted_serve
     flags = ("--id-column", id_column) if id_column else ()
     with scripted_server(SCRIPT) as server:
         _cli_batch(project, source, server, project / "cli.jsonl", *flags)
-        plan, shards, results = _fanout(project, source, server, shards=3, options={"id_column": id_column or "None"})
+        plan, shards, results = _fanout(project, source, server, shards=3, options={"id_column": id_column})
     manifest, left, _ = _merge(plan, shards, results)
     keep = ("id", "row", "status", "output", "error", "error_kind")
     merged = [{k: r[k] for k in keep} for r in _lines(plan.work / "merged.jsonl")]
@@ -146,7 +146,7 @@ def test_merge_refuses_missing_shard_outputs(project: Path, scripted_server: Any
 
 
 def test_merged_journals_refuse_rows_out_of_their_range(project: Path, scripted_server: Any) -> None:
-    from runner.batch.api import open_journal
+    from runner.batch.file_batch import open_journal
 
     source = project / "tickets.jsonl"
     source.write_text("".join(json.dumps({"text": f"ticket {i}"}) + "\n" for i in range(4)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +13,11 @@ from runner.airflow.plan import FanoutPlan, ShardSpec, plan_shards, run_work_dir
 from runner.config.specs import Caps
 from runner.errors import UsageError
 
-# What "{{ params.x }}" renders for the example DAG's defaults: every null param is "None".
+# What "{{ params.x }}" renders natively (render_template_as_native_obj) for the example DAG's defaults.
 RENDERED_DEFAULTS = {
-    "input_format": "None", "output_format": "None", "map": "[]", "id_column": "None", "concurrency": "8",
-    "rpm": "None", "tpm": "None", "max_attempts": "2", "stop_after_failures": "None", "max_cost_usd": "None",
-    "max_tokens": "None", "max_wall_seconds": "None", "row_max_cost_usd": "None", "row_max_steps": "None",
-    "durable": "False", "model": "None",
+    "input_format": None, "output_format": None, "map": [], "id_column": None, "concurrency": 8, "rpm": None,
+    "tpm": None, "max_attempts": 2, "stop_after_failures": None, "max_cost_usd": None, "max_tokens": None,
+    "max_wall_seconds": None, "row_max_cost_usd": None, "row_max_steps": None, "durable": False, "model": None,
 }  # fmt: skip
 
 
@@ -43,7 +43,7 @@ def test_every_cli_batch_option_is_taken() -> None:
 def test_caps_mappings_tighten_the_flat_caps() -> None:
     options = FanoutOptions.from_mapping({"caps": {"max_cost_usd": "1", "max_steps": 50}, "max_cost_usd": 3})
     assert options.batch_caps == Caps(max_cost_usd=1.0, max_steps=50)
-    options = FanoutOptions.from_mapping({"row_caps": '{"max_tool_calls": 2}', "row_max_steps": "4"})
+    options = FanoutOptions.from_mapping({"row_caps": '{"max_tool_calls": 2, "max_cost_usd": null}', "row_max_steps": "4"})
     assert options.row_caps == Caps(max_tool_calls=2, max_steps=4)
 
 
@@ -51,7 +51,9 @@ def test_caps_mappings_tighten_the_flat_caps() -> None:
     ("values", "message"),
     [
         ({"max_cost_usd": "nan"}, "options.max_cost_usd: 'nan' is not a finite number"),
-        ({"row_max_cost_usd": "-1"}, "options.max_cost_usd: -1.0 is less than the minimum of 0"),
+        ({"max_cost_usd": "None"}, "options.max_cost_usd: 'None' is not a number (to set no cap, leave it out)"),
+        ({"row_max_cost_usd": "-1"}, "options.row_max_cost_usd: '-1' is out of range"),
+        ({"rpm": "None"}, "options.rpm: expected a number, got 'None'"),
         ({"concurrency": "0"}, "options.concurrency: 0 is less than the minimum of 1"),
         ({"max_attempts": "two"}, "options.max_attempts: expected an integer"),
         ({"input_format": "xlsx"}, "options.input_format: 'xlsx' is not one of csv, jsonl, parquet"),
@@ -60,7 +62,7 @@ def test_caps_mappings_tighten_the_flat_caps() -> None:
     ],
 )
 def test_bad_options_are_refused_by_name(values: dict[str, Any], message: str) -> None:
-    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(".", r"\.")):
+    with pytest.raises(UsageError, match=re.escape(message)):
         FanoutOptions.from_mapping(values)
 
 

@@ -265,8 +265,8 @@ def test_rendered_inputs_and_connection_ids() -> None:
 
     assert _inputs({"date": "2025-06-02"}) == {"date": "2025-06-02"}
     assert _inputs('{"date": "2025-06-02", "n": 3}') == {"date": "2025-06-02", "n": 3}  # "{{ params.x | tojson }}"
-    assert _inputs(None) == _inputs("None") == {}
-    for bad in ("date=2025-06-02", "[1, 2]", 7):
+    assert _inputs(None) == {}
+    for bad in ("date=2025-06-02", "[1, 2]", 7, "None"):
         with pytest.raises(UsageError, match="inputs: "):
             _inputs(bad)
-    assert model_credentials("None") == model_credentials("") == (None, None)  # a null conn_id param
+    assert model_credentials(None) == model_credentials("") == (None, None)

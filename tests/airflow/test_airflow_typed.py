@@ -15,6 +15,7 @@ from runner.airflow.typed import (
     optional_text,
     required_text,
     text_list,
+    typed_cap,
     typed_caps,
 )
 from runner.config.specs import Caps
@@ -28,12 +29,11 @@ from runner.errors import UsageError
         ({"max_cost_usd": 0.5, "max_steps": 3}, Caps(max_cost_usd=0.5, max_steps=3)),
         ({"max_steps": "3", "max_tokens": " 100 "}, Caps(max_steps=3, max_tokens=100)),
         ({"max_steps": 3.0}, Caps(max_steps=3)),  # a JSON number that happens to be written 3.0
-        ({"max_cost_usd": "None", "max_steps": ""}, Caps()),  # a null param renders as "None"
-        ({"max_cost_usd": None}, Caps()),
+        ({"max_cost_usd": None}, Caps()),  # a null param rendered natively (or JSON null): no cap
         ({"max_cost_usd": 0}, Caps(max_cost_usd=0.0)),
         ('{"max_cost_usd": 1.25}', Caps(max_cost_usd=1.25)),  # "{{ params.caps | tojson }}"
+        ('{"max_cost_usd": null}', Caps()),
         (None, Caps()),
-        ("None", Caps()),
     ],
 )
 def test_caps_accept_numbers_and_their_text(raw: Any, expected: Caps) -> None:
@@ -45,23 +45,26 @@ def test_caps_accept_numbers_and_their_text(raw: Any, expected: Caps) -> None:
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ({"max_cost_usd": "nan"}, "caps.max_cost_usd: 'nan' is not a finite number"),
+        ({"max_cost_usd": "nan"}, "caps.max_cost_usd: 'nan' is not a finite number; give a number of US dollars"),
         ({"max_cost_usd": float("nan")}, "not a finite number"),
         ({"max_cost_usd": "inf"}, "not a finite number"),
-        ({"max_cost_usd": -1}, "caps.max_cost_usd: -1.0 is less than the minimum of 0"),
-        ({"max_cost_usd": "-0.01"}, "less than the minimum of 0"),
-        ({"max_cost_usd": "abc"}, "caps.max_cost_usd: expected a number, got 'abc'"),
-        ({"max_cost_usd": True}, "expected a number, got True"),
-        ({"max_cost_usd": [1]}, "expected a number"),
-        ({"max_steps": "1.5"}, "caps.max_steps: expected an integer, got '1.5'"),
-        ({"max_steps": 1.5}, "expected an integer"),
-        ({"max_steps": 0}, "caps.max_steps: 0 is less than the minimum of 1"),
-        ({"max_wall_seconds": 0}, "less than or equal to the minimum of 0"),
-        ({"max_cost_usd": 10**7}, "greater than the maximum"),
+        ({"max_cost_usd": -1}, "caps.max_cost_usd: -1 is out of range; give a number of US dollars, at least 0"),
+        ({"max_cost_usd": "-0.01"}, "out of range"),
+        ({"max_cost_usd": "abc"}, "caps.max_cost_usd: 'abc' is not a number"),
+        ({"max_cost_usd": "None"}, "'None' is not a number (to set no cap, leave it out)"),  # a null param as text
+        ({"max_steps": ""}, "'' is not a number (to set no cap, leave it out)"),
+        ({"max_cost_usd": True}, "True is a boolean, not a number"),
+        ({"max_cost_usd": [1]}, "is not a number"),
+        ({"max_steps": "1.5"}, "caps.max_steps: '1.5' is not a whole number"),
+        ({"max_steps": 1.5}, "not a whole number"),
+        ({"max_steps": 0}, "caps.max_steps: 0 is out of range"),
+        ({"max_wall_seconds": 0}, "out of range; give a number of seconds, more than 0"),
+        ({"max_cost_usd": 10**7}, "out of range"),
         ({"max_cost_ud": 1}, "unknown cap 'max_cost_ud'. Did you mean 'max_cost_usd'?"),
         ('{"max_cost_usd": NaN}', "not valid JSON"),
         ("0.5", "expected a mapping of cap names"),
         ([("max_steps", 1)], "expected a mapping of cap names"),
+        ("None", "not valid JSON"),
     ],
 )
 def test_caps_refuse_what_is_not_a_valid_cap(raw: Any, message: str) -> None:
@@ -76,13 +79,13 @@ def test_refused_caps_are_usage_errors_exit_2() -> None:
 
 
 @pytest.mark.parametrize(
-    ("raw", "expected"), [("4", 4), (4, 4), ("-2", -2), (4.0, 4), ("None", None), ("", None), (None, None)]
+    ("raw", "expected"), [("4", 4), (4, 4), ("-2", -2), (4.0, 4), (None, None)]
 )
 def test_optional_int(raw: Any, expected: int | None) -> None:
     assert optional_int(raw, "n") == expected
 
 
-@pytest.mark.parametrize("raw", ["4.5", 4.5, True, "four", [4], float("inf"), "0x10"])
+@pytest.mark.parametrize("raw", ["4.5", 4.5, True, "four", [4], float("inf"), "0x10", "None", ""])
 def test_optional_int_refuses(raw: Any) -> None:
     with pytest.raises(UsageError, match=r"^n: expected an integer"):
         optional_int(raw, "n")
@@ -98,25 +101,30 @@ def test_int_and_number_bounds() -> None:
     with pytest.raises(UsageError, match="not a finite number"):
         optional_number("-inf", "rpm")
     assert optional_number("1e3", "rpm") == 1000.0
-    assert optional_number("None", "rpm") is None
+    assert optional_number(None, "rpm") is None
+    with pytest.raises(UsageError, match="rpm: expected a number, got 'None'"):
+        optional_number("None", "rpm")
     assert not math.isnan(optional_number("0.25", "x") or math.nan)
 
 
 def test_text_flag_choice_and_lists() -> None:
-    assert optional_text(" id ", "id_column") == "id" and optional_text("None", "id_column") is None
+    assert optional_text(" id ", "id_column") == "id" and optional_text("", "id_column") is None
     with pytest.raises(UsageError, match="id_column: expected text, got int 7"):
         optional_text(7, "id_column")
     with pytest.raises(UsageError, match="task: a value is required"):
         required_text("", "task")
     assert flag("True", "durable") is True and flag("false", "durable") is False and flag(None, "durable") is False
+    assert typed_cap("0.5", "options.row_max_cost_usd", "max_cost_usd") == 0.5 and typed_cap(None, "x", "max_steps") is None
+    with pytest.raises(UsageError, match=r"^options\.row_max_steps: '0' is out of range; give a whole number of model calls"):
+        typed_cap("0", "options.row_max_steps", "max_steps")
     with pytest.raises(UsageError, match="durable: expected true or false"):
         flag("maybe", "durable")
-    assert choice("csv", "input_format", ("csv", "jsonl")) == "csv" and choice("None", "f", ("csv",)) is None
+    assert choice("csv", "input_format", ("csv", "jsonl")) == "csv" and choice(None, "f", ("csv",)) is None
     with pytest.raises(UsageError, match=r"'jsonll' is not one of csv, jsonl\. Did you mean 'jsonl'"):
         choice("jsonll", "input_format", ("csv", "jsonl"))
     assert text_list('["subject=title", "body=text"]', "map") == ("subject=title", "body=text")
     assert text_list(["a=b"], "map") == ("a=b",) and text_list("a=b", "map") == ("a=b",)
-    assert text_list("[]", "map") == () and text_list("None", "map") == ()
+    assert text_list("[]", "map") == () and text_list(None, "map") == ()
     with pytest.raises(UsageError, match="map: expected a list of text items"):
         text_list("[1, 2]", "map")
 

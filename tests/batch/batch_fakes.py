@@ -11,8 +11,10 @@ from typing import Any
 from runner.batch.inputs import InputSource, read_rows
 from runner.caps.budget import Estimate
 from runner.config.specs import Caps, InputSpec
+from runner.core.results import RunResult
+from runner.core.usage import Usage
 from runner.errors import CapReached
-from runner.runs.types import RunOptions, RunResult
+from runner.runs.options import RunOptions
 
 TICKET_SPECS = (
     InputSpec("subject", "string"),
@@ -58,7 +60,7 @@ class FakeExecutor:
         self.executed: list[str] = []
         self.in_flight = self.max_in_flight = self.max_tasks = 0
         self.options: list[RunOptions] = []
-        self.totals: dict[str, list[float]] = {}
+        self.totals: dict[str, Usage] = {}
 
     async def __call__(self, inputs: dict[str, Any], options: RunOptions) -> RunResult:
         self.executed.append(inputs["subject"])
@@ -83,9 +85,9 @@ class FakeExecutor:
             try:
                 held = budget.reserve(Estimate(tin, tout, self.cost_per_call))
             except CapReached as exc:
-                return self._result(options, budget, "capped", error=str(exc), error_kind=exc.cap)
+                return self._result(options, budget, "capped", error=str(exc), error_kind=exc.cap, error_scope=exc.scope)
             await asyncio.sleep(self.delay)
-            held.settle(tin, tout, 0, self.cost_per_call)
+            held.settle(Usage(tin, tout, 0, self.cost_per_call))
         plan = self.fail.get(inputs["subject"])
         kind = plan.pop(0) if plan else None
         if kind is not None:
@@ -94,19 +96,8 @@ class FakeExecutor:
 
     def _result(self, options: RunOptions, budget: Any, status: str, **fields: Any) -> RunResult:
         """Like ``execute_task``: cost and tokens are the run's totals over all its attempts."""
-        total = self.totals.setdefault(str(options.run_id), [0.0, 0, 0])
-        total[0] += budget.spent.cost_usd
-        total[1] += budget.spent.input_tokens
-        total[2] += budget.spent.output_tokens
-        return RunResult(
-            run_id=str(options.run_id),
-            task="triage",
-            status=status,
-            cost_usd=total[0],
-            input_tokens=int(total[1]),
-            output_tokens=int(total[2]),
-            **fields,
-        )
+        total = self.totals[str(options.run_id)] = self.totals.get(str(options.run_id), Usage()) + budget.spent
+        return RunResult(run_id=str(options.run_id), task="triage", status=status, usage=total, **fields)
 
 
 def rows_of(source: InputSource) -> Iterator[Any]:

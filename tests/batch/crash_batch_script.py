@@ -17,7 +17,8 @@ from runner.batch.inputs import InputSource, file_sha256, read_rows
 from runner.batch.journal import BatchJournal
 from runner.batch.output import write_output
 from runner.config.specs import Caps, InputSpec
-from runner.runs.types import RunOptions, RunResult
+from runner.core.results import RunResult
+from runner.runs.options import RunOptions
 
 SPECS = (InputSpec("subject", "string"),)
 

@@ -12,7 +12,7 @@ from runner.batch.engine import FailurePolicy, batch_budget, batch_run_id, run_b
 from runner.batch.ratelimit import SharedRateLimiter
 from runner.config.specs import Caps
 from runner.errors import EXIT_CAPPED, EXIT_FAILED, EXIT_OK
-from runner.runs.types import RunOptions
+from runner.runs.options import RunOptions
 from tests.batch.batch_fakes import FakeExecutor, rows_of, tickets
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,7 +63,7 @@ async def test_usd_cap_stops_new_rows_and_records_not_run(make_batch) -> None:
     summary = await run(source, journal, executor, budget=budget, concurrency=2)
     counts = summary.counts
     assert counts["done"] == 5 and counts["done"] + counts["not_run"] == 20
-    assert summary.cost_usd <= 0.05 + 1e-9
+    assert summary.usage.cost_usd <= 0.05 + 1e-9
     assert summary.stop_kind == "max_cost_usd" and summary.exit_code == EXIT_CAPPED
     not_run = [r for r in journal.records() if r.status == "not_run"]
     assert all(r.error_kind == "max_cost_usd" and "batch cap max_cost_usd" in (r.error or "") for r in not_run)
@@ -77,7 +77,7 @@ async def test_row_capped_by_the_batch_mid_run_is_not_run_and_reruns_on_resume(m
     second = journal.row(2)
     assert second is not None and second.status == "not_run" and second.attempts == 1
     assert summary.counts == {**summary.counts, "done": 1, "not_run": 2}
-    assert summary.cost_usd == pytest.approx(0.03)  # what row 2 spent before the cap is kept
+    assert summary.usage.cost_usd == pytest.approx(0.03)  # what row 2 spent before the cap is kept
     journal.close()
 
     _, resumed = make_batch()
@@ -90,7 +90,7 @@ async def test_token_cap(make_batch) -> None:
     budget = batch_budget(Caps(max_tokens=100))
     summary = await run(source, journal, FakeExecutor(tokens_per_call=(20, 10)), budget=budget, concurrency=3)
     assert summary.counts["done"] == 3 and summary.counts["not_run"] == 7
-    assert summary.stop_kind == "max_tokens" and summary.input_tokens + summary.output_tokens <= 100
+    assert summary.stop_kind == "max_tokens" and summary.usage.input_tokens + summary.usage.output_tokens <= 100
 
 
 async def test_wall_time_cap(make_batch) -> None:
@@ -165,7 +165,7 @@ async def test_resume_counts_earlier_spend_against_the_batch_cap(make_batch) -> 
     _, resumed = make_batch()
     budget = batch_budget(Caps(max_cost_usd=0.05))
     summary = await run(source, resumed, FakeExecutor(cost_per_call=0.01), budget=budget)
-    assert summary.counts["done"] == 5 and summary.cost_usd == pytest.approx(0.05)
+    assert summary.counts["done"] == 5 and summary.usage.cost_usd == pytest.approx(0.05)
     assert budget.spent.cost_usd == pytest.approx(0.05)
 
 

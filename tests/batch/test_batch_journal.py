@@ -9,6 +9,7 @@ import pytest
 
 from runner.batch.inputs import file_sha256
 from runner.batch.journal import BatchJournal, RowOutcome
+from runner.core.usage import Usage
 from runner.errors import UsageError
 from tests.batch.batch_fakes import rows_of, tickets, write_csv
 
@@ -36,11 +37,11 @@ def test_result_and_done_mark_are_recorded_once(make_batch) -> None:
     source, journal = make_batch(tickets(2))
     journal.ingest(rows_of(source))
     assert journal.mark_running(1, "run-1") == 1
-    assert journal.record(1, RowOutcome("done", output={"a": 1}, cost_usd=0.5, input_tokens=3, output_tokens=4))
-    assert not journal.record(1, RowOutcome("done", output={"a": 2}, cost_usd=0.5))  # not running: refused
+    assert journal.record(1, RowOutcome("done", output={"a": 1}, usage=Usage(3, 4, cost_usd=0.5)))
+    assert not journal.record(1, RowOutcome("done", output={"a": 2}, usage=Usage(cost_usd=0.5)))  # not running: refused
     row = journal.row(1)
     assert row is not None
-    assert (row.status, row.output, row.cost_usd, row.tokens, row.attempts) == ("done", {"a": 1}, 0.5, 7, 1)
+    assert (row.status, row.output, row.usage.cost_usd, row.usage.total_tokens, row.attempts) == ("done", {"a": 1}, 0.5, 7, 1)
     assert [r.number for r in journal.todo(max_attempts=2)] == [2]
 
 
@@ -49,9 +50,9 @@ def test_resume_turns_running_into_failed_and_requeues_not_run(make_batch, tmp_p
     journal.ingest(rows_of(source))
     journal.mark_running(1, "r1")  # the process "dies" with row 1 running
     journal.mark_running(2, "r2")
-    journal.record(2, RowOutcome("failed", error="boom", error_kind="server_error", cost_usd=0.25))
+    journal.record(2, RowOutcome("failed", error="boom", error_kind="server_error", usage=Usage(cost_usd=0.25)))
     journal.mark_running(3, "r3")
-    journal.record(3, RowOutcome("done", output=1, cost_usd=0.5))
+    journal.record(3, RowOutcome("done", output=1, usage=Usage(cost_usd=0.5)))
     journal.mark_not_run("batch cap max_cost_usd=1 reached", "max_cost_usd")
     journal.close()
 

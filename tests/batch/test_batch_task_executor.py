@@ -15,7 +15,7 @@ from runner.batch.ratelimit import SharedRateLimiter
 from runner.config.project import load_project_or_raise
 from runner.config.specs import Caps
 from runner.model.server import ScriptedServer
-from runner.runs.types import RunOptions
+from runner.runs.options import RunOptions
 from tests.batch.batch_fakes import write_csv
 
 pytestmark = pytest.mark.timeout(120)
@@ -84,7 +84,7 @@ async def test_rows_run_through_execute_task_and_a_429_pauses_every_row(tmp_path
     failed = next(r for r in records if r.status == "failed")
     assert failed.id == "T3" and failed.error_kind == "bad_request" and failed.attempts == 1  # not retried
     done = [r for r in records if r.status == "done"]
-    assert all(r.output == "category: hardware" and r.cost_usd > 0 and r.run_id for r in done)
-    assert summary.cost_usd > 0
+    assert all(r.output == "category: hardware" and r.usage.cost_usd > 0 and r.run_id for r in done)
+    assert summary.usage.cost_usd > 0
     assert all(req.auth_present for req in requests)
     assert "sk-batch-test-key" not in (tmp_path / "journal.sqlite3").read_bytes().decode("latin-1")

@@ -12,11 +12,12 @@ import pytest
 
 from runner.config.project import load_project_or_raise
 from runner.config.specs import Caps
+from runner.core.results import RunResult
 from runner.errors import ConfigError, InputError
 from runner.model.factory import ModelPool
 from runner.model.scripted import ScriptedModel
 from runner.runs.execute import execute_task
-from runner.runs.types import RunOptions, RunResult
+from runner.runs.options import RunOptions
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:
@@ -42,11 +43,11 @@ async def test_tool_call_then_answer_completes(project_dir: Path) -> None:
     result, model, events = await run(project_dir, "sum", script, {"a": "3"})
     assert result.status == "completed" and result.exit_code == 0
     assert result.output == "The answer is 5."
-    assert result.model_calls == 2 and result.tool_calls == 1
+    assert result.usage.model_calls == 2 and result.usage.tool_calls == 1
     assert "What is 3 + 2?" in (model.requests[0].messages[1].content or "")
     tool_message = model.requests[1].messages[-1]
     assert tool_message.role == "tool" and tool_message.content == "3 + 2 = 5"
-    assert result.cost_usd > 0
+    assert result.usage.cost_usd > 0
     report = json.loads((result.report_dir / "report.json").read_text())  # type: ignore[operator]
     assert report["status"] == "completed" and report["usage"]["total"]["model_calls"] == 2
     kinds = [e["event"] for e in events]
@@ -77,14 +78,14 @@ async def test_max_tool_calls_cap(project_dir: Path) -> None:
     ]}}
     result, _, _ = await run(project_dir, "sum", script, {"a": "1"}, caps=Caps(max_tool_calls=3))
     assert result.status == "capped" and result.error_kind == "max_tool_calls"
-    assert result.tool_calls == 3
+    assert result.usage.tool_calls == 3
 
 
 async def test_token_cap_counts_reservations(project_dir: Path) -> None:
     script = {"fallback": {**call("calculator", expression="1 + 1"), "usage": {"prompt_tokens": 400, "completion_tokens": 50}}}
     result, _, _ = await run(project_dir, "sum", script, {"a": "1"}, caps=Caps(max_tokens=1500))
     assert result.status == "capped" and result.error_kind == "max_tokens"
-    assert result.input_tokens + result.output_tokens <= 1500
+    assert result.usage.input_tokens + result.usage.output_tokens <= 1500
 
 
 def counting_calls(request: Any) -> dict[str, Any]:
@@ -97,7 +98,7 @@ async def test_money_never_overshoots(project_dir: Path) -> None:
     cap = 0.0005
     result, model, _ = await run(project_dir, "sum", ScriptedModel(counting_calls), {"a": "1"}, caps=Caps(max_cost_usd=cap))
     assert result.status == "capped" and result.error_kind == "max_cost_usd"
-    assert result.cost_usd <= cap
+    assert result.usage.cost_usd <= cap
     assert len(model.requests) >= 2
 
 
@@ -159,7 +160,7 @@ async def test_pipeline_runs_steps_in_order_and_writes_narrative(project_dir: Pa
     assert "one=2 two=6" in (model.requests[0].messages[1].content or "")
     finished = [e["step"] for e in events if e["event"] == "step_finished"]
     assert finished[-1] == "write" and set(finished[:2]) == {"one", "two"}
-    assert result.cost_usd > 0 and result.tool_calls == 2
+    assert result.usage.cost_usd > 0 and result.usage.tool_calls == 2
 
 
 async def test_resume_does_not_repay_completed_steps(project_dir: Path) -> None:
@@ -245,7 +246,7 @@ async def test_independent_steps_run_concurrently_and_task_caps_cover_the_pipeli
     assert starts < order.index(("step_finished", "left")), order  # both started before either finished
     # the task allows 2 model calls: left and right use them, join cannot start
     assert result.status == "capped" and result.error_kind == "max_steps"
-    assert result.model_calls == 2
+    assert result.usage.model_calls == 2
     join = next(e for e in events if e["event"] == "step_finished" and e["step"] == "join")
     assert join["status"] == "capped"
 

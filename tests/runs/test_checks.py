@@ -9,7 +9,7 @@ from runner.config.project import load_project_or_raise
 from runner.model.factory import ModelPool
 from runner.model.scripted import ScriptedModel
 from runner.runs.execute import execute_task
-from runner.runs.types import RunOptions
+from runner.runs.options import RunOptions
 
 PROMPT = "- revenue on 2026-11-30: 4247.30 from 64 orders\n- change in revenue: -25.3%"
 

@@ -18,7 +18,7 @@ from runner.config.project import load_project_or_raise
 from runner.model.factory import ModelPool
 from runner.model.scripted import ScriptedModel
 from runner.runs.execute import execute_task
-from runner.runs.types import RunOptions
+from runner.runs.options import RunOptions
 
 CANARY = "sk-canary-hostile-0123456789"
 AGENT = """\

@@ -18,7 +18,7 @@ from runner.model.factory import ModelPool
 from runner.model.scripted import ScriptedModel
 from runner.pipelines.planner import check_plan
 from runner.runs.execute import execute_task
-from runner.runs.types import RunOptions
+from runner.runs.options import RunOptions
 
 
 async def run(project_dir: Path, task: str, model: ScriptedModel, inputs: dict[str, Any], **options: Any) -> Any:
@@ -50,7 +50,7 @@ async def test_an_endpoint_without_usage_is_not_free(project_dir: Path) -> None:
 
     result = await run(project_dir, "sum", ScriptedModel(no_usage), {"a": "1"}, caps=Caps(max_cost_usd=0.002, max_steps=50))
     assert result.status == "capped" and result.error_kind == "max_cost_usd"
-    assert 0 < result.cost_usd <= 0.002
+    assert 0 < result.usage.cost_usd <= 0.002
 
 
 async def test_a_run_id_cannot_be_reused_with_other_inputs(project_dir: Path) -> None:

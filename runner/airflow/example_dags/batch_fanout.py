@@ -34,6 +34,7 @@ with DAG(
     start_date=datetime(2025, 1, 1, tzinfo=UTC),
     catchup=False,
     default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
+    render_template_as_native_obj=True,  # "{{ params.x }}" is the param's value (a number, null, a list), not its text
     params={
         "task": Param(
             "triage_ticket", type="string", minLength=1, description="runner task name or tasks.d/*.yaml path"
@@ -87,7 +88,7 @@ with DAG(
         max_failed_rows="{{ params.max_failed_rows }}",
         strict_conf=True,
         id_column="{{ params.id_column }}",
-        map="{{ params.map | tojson }}",
+        map="{{ params.map }}",
         input_format="{{ params.input_format }}",
         output_format="{{ params.output_format }}",
         concurrency="{{ params.concurrency }}",

@@ -31,6 +31,7 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
+    render_template_as_native_obj=True,  # a null max_cost_usd renders as None (no cap), not as the text "None"
     params={
         "task": Param(
             "daily_report", type="string", minLength=1, description="runner task name or tasks.d/*.yaml path"

@@ -20,6 +20,6 @@ def run_python(ctx: ToolContext, code: str) -> ToolResult:
     """
     settings = ctx.settings_for("python")
     interpreter = str(settings.get("interpreter", SYSTEM_PYTHON))
-    policy = policy_with_settings(ctx.sandbox, settings)
+    policy = policy_with_settings(ctx.sandbox, settings, ctx.deadline)
     result = run_command([interpreter, "-"], ctx.workspace, policy, stdin=code.encode())
     return command_outcome(result)

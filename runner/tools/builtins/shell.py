@@ -17,5 +17,5 @@ def run_shell(ctx: ToolContext, command: str) -> ToolResult:
     Args:
         command: The shell command line to run.
     """
-    policy = policy_with_settings(ctx.sandbox, ctx.settings_for("shell"))
+    policy = policy_with_settings(ctx.sandbox, ctx.settings_for("shell"), ctx.deadline)
     return command_outcome(run_command(["/bin/sh", "-c", command], ctx.workspace, policy))

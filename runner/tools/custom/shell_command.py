@@ -43,7 +43,7 @@ def build_shell_tool(data: Mapping[str, Any], source: str) -> Tool:
 
     async def run(ctx: ToolContext, arguments: dict[str, Any]) -> ToolResult:
         argv = render_argv(template, arguments, free_strings)
-        policy = policy_with_settings(ctx.sandbox, ctx.settings_for(name))
+        policy = policy_with_settings(ctx.sandbox, ctx.settings_for(name), ctx.deadline)
         if timeout is not None and "timeout_seconds" not in ctx.settings_for(name):
             policy = replace(policy, wall_seconds=float(timeout))
         result = await asyncio.to_thread(run_command, argv, ctx.workspace, policy)

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from runner.batch.coerce import MISSING, coerce_input, coerce_inputs, resolve_defaults
+from runner.config.coerce import MISSING, coerce_input, coerce_inputs, resolve_defaults
 from runner.config.specs import InputSpec
 from runner.errors import InputError
 

@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from runner.config.specs import InputSpec
+from runner.config.specs import InputSpec, TaskSpec
 from runner.errors import InputError, did_you_mean
 
 _INTEGER = re.compile(r"[+-]?\d+")
@@ -246,3 +246,10 @@ def _unknown_message(name: str, known: set[str], source: str) -> str:
     hint = did_you_mean(name, sorted(known))
     listed = ", ".join(sorted(known)) or "none"
     return f"{source}: unknown input '{name}'{hint} (task inputs: {listed})"
+
+
+def resolve_inputs(task: TaskSpec, raw: Mapping[str, Any], today: dt.date) -> dict[str, Any]:
+    """Typed inputs for one run, defaults filled in; :class:`~runner.errors.InputError` names
+    every bad or missing input at once. The same coercion as a batch row, so ``runner run
+    --input`` and ``runner batch`` accept and refuse exactly the same values."""
+    return coerce_inputs(task.inputs, raw, source=f"task '{task.name}'", today=today)

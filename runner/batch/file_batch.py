@@ -21,7 +21,7 @@ from runner.batch.ratelimit import SharedRateLimiter
 from runner.batch.summary import batch_report, write_reports
 from runner.config.project import Project
 from runner.config.specs import Caps, TaskSpec
-from runner.runs.types import RunOptions
+from runner.runs.options import RunOptions
 
 
 @dataclass
@@ -114,6 +114,7 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
                 budget=batch_budget(request.batch_caps), concurrency=request.concurrency,
                 max_attempts=request.max_attempts, failure_policy=FailurePolicy(stop_after=request.stop_after_failures),
                 rate_gate=gate, progress=_progress(request.progress, sys.stderr, request.log_interval), base_options=base,
+                ledger=executor,
             )
         records = write_output(journal, request.output_path, format=request.output_format)
         report_dir = request.report_dir or project.root / "reports" / task.name / f"batch-{summary.batch_id}"
@@ -126,9 +127,10 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
         "counts": summary.counts,
         "total": summary.total,
         "records_written": records,
-        "cost_usd": summary.cost_usd,
-        "input_tokens": summary.input_tokens,
-        "output_tokens": summary.output_tokens,
+        "cost_usd": round(summary.usage.cost_usd, 8),
+        "input_tokens": summary.usage.input_tokens,
+        "output_tokens": summary.usage.output_tokens,
+        "cached_input_tokens": summary.usage.cached_input_tokens,
         "elapsed_seconds": summary.elapsed_seconds,
         "stop_reason": summary.stop_reason,
         "stop_kind": summary.stop_kind,

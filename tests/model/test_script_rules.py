@@ -10,7 +10,7 @@ import pytest
 
 from runner.errors import ConfigError
 from runner.model.replies import Reply
-from runner.model.script import Script
+from runner.model.script_rules import Script
 
 SCRIPTS = Path(__file__).parent / "scripts"
 

@@ -10,6 +10,7 @@ HTTP 400 / ``ModelError('bad_request')`` instead.
 Rule format (YAML or JSON; a bare list is taken as ``rules``)::
 
     fallback: "Done."                 # a reply; a string is shorthand for {content: ...}
+    tokenizer: estimate               # how usage is counted: estimate | o200k_base | cl100k_base | utf8_bytes
     models: [scripted]                # ids listed by GET /v1/models (server only)
     rules:
       - name: search-first            # optional; recorded with each request it answered
@@ -34,9 +35,11 @@ Rule format (YAML or JSON; a bare list is taken as ``rules``)::
       - reply: {hang_seconds: 30}                      # send nothing, then drop the connection
       - reply: {content: "slow", latency_seconds: 0.2, finish_reason: length}
 
-Usage is estimated from the request and reply text (:mod:`runner.model.tokens`)
-unless given; ``usage`` may override any of ``prompt_tokens``, ``completion_tokens``,
-``cached_tokens``.
+Usage is counted from the request and reply text unless given: by default as the runner
+estimates it (:mod:`runner.model.tokens`), so what is billed equals what was reserved;
+with ``tokenizer`` set, as an honest endpoint with that tokenizer would count it
+(:func:`runner.model.replies.usage_counter`). ``usage`` may override any of
+``prompt_tokens``, ``completion_tokens``, ``cached_tokens``.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from typing import Any
 import yaml
 
 from runner.errors import ConfigError
-from runner.model.replies import Reply, check_keys
+from runner.model.replies import USAGE_TOKENIZERS, Reply, check_keys
 
 _MATCHERS = ("last_message", "last_role", "system", "any_message", "tools", "model")
 DEFAULT_FALLBACK = Reply(content="OK")
@@ -129,11 +132,13 @@ class Rule:
 
 @dataclass(frozen=True)
 class Match:
-    """The outcome of :meth:`Script.next`: the rule's label, its reply, a call serial."""
+    """The outcome of :meth:`Script.next`: the rule's label, its reply, a call serial, and
+    how the reply's usage is counted."""
 
     rule: str
     reply: Reply
     serial: int
+    tokenizer: str = "estimate"
 
 
 class NoRuleMatched(LookupError):
@@ -144,19 +149,27 @@ class Script:
     """Ordered rules plus a fallback; thread-safe, stateful (``times`` counters)."""
 
     def __init__(
-        self, rules: Iterable[Rule] = (), fallback: Reply | None = DEFAULT_FALLBACK, models: Iterable[str] = ()
+        self,
+        rules: Iterable[Rule] = (),
+        fallback: Reply | None = DEFAULT_FALLBACK,
+        models: Iterable[str] = (),
+        tokenizer: str = "estimate",
     ) -> None:
+        _check_tokenizer(tokenizer, "script")
         self.rules = list(rules)
         self.fallback = fallback
         self.models = list(models) or ["scripted"]
+        self.tokenizer = tokenizer
         self._used = [0] * len(self.rules)
         self._serial = 0
         self._lock = threading.Lock()
 
     @classmethod
     def from_obj(cls, obj: object, source: str = "script") -> Script:
-        """Build from parsed YAML/JSON: ``{rules, fallback, models}`` or a list of rules."""
-        data = check_keys({"rules": obj} if isinstance(obj, list) else obj, ("rules", "fallback", "models"), source)
+        """Build from parsed YAML/JSON: ``{rules, fallback, models, tokenizer}`` or a list of rules."""
+        allowed = ("rules", "fallback", "models", "tokenizer")
+        data = check_keys({"rules": obj} if isinstance(obj, list) else obj, allowed, source)
+        tokenizer = _check_tokenizer(data.get("tokenizer", "estimate"), source)
         rules = data.get("rules") or []
         if not isinstance(rules, list):
             raise ConfigError(f"{source}: rules: expected a list")
@@ -168,6 +181,7 @@ class Script:
             if has_fallback
             else DEFAULT_FALLBACK,
             models=[str(m) for m in data.get("models") or ()],
+            tokenizer=tokenizer,
         )
 
     @classmethod
@@ -192,10 +206,10 @@ class Script:
             for index, rule in enumerate(self.rules):
                 if (rule.times is None or self._used[index] < rule.times) and rule.when.matches(body):
                     self._used[index] += 1
-                    return Match(rule.name or f"rules[{index}]", rule.reply, self._serial)
+                    return Match(rule.name or f"rules[{index}]", rule.reply, self._serial, self.tokenizer)
             if self.fallback is None:
                 raise NoRuleMatched("no script rule matched the request and the script has no fallback")
-            return Match("fallback", self.fallback, self._serial)
+            return Match("fallback", self.fallback, self._serial, self.tokenizer)
 
     def unused_rules(self) -> list[str]:
         """Labels of rules with a ``times`` limit not yet used up (handy at the end of a test)."""
@@ -205,6 +219,12 @@ class Script:
                 for i, rule in enumerate(self.rules)
                 if rule.times is not None and self._used[i] < rule.times
             ]
+
+
+def _check_tokenizer(value: object, where: str) -> str:
+    if value not in USAGE_TOKENIZERS:
+        raise ConfigError(f"{where}: tokenizer: expected one of {', '.join(USAGE_TOKENIZERS)}, got {value!r}")
+    return str(value)
 
 
 def _text(message: Mapping[str, Any]) -> str:

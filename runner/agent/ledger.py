@@ -1,0 +1,81 @@
+"""The reservations of one model call: held in every budget scope and written to the run
+store *before* each attempt is sent, settled with what the endpoint reported after.
+
+A retried call reserves again before each retry (a timed-out or dropped attempt may have
+been billed, so it is settled at its worst case); a call cancelled in flight (a wall-clock
+deadline, Ctrl-C) is settled at its worst case too, since the endpoint may finish and bill
+it. A crash leaves the durable row ``reserved``; the next attempt of the run counts it at its
+worst case (:meth:`runner.store.runstore.RunStore.start_run`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Protocol
+
+from runner.caps.budget import Budget, Estimate, Reservation
+from runner.core.calls import ModelCallEntry, ModelCallStatus
+from runner.core.usage import Usage
+
+BILLABLE_FAULTS = frozenset({"timeout", "connection", "invalid_response"})
+"""Failed attempts the endpoint may still have processed (and billed)."""
+
+
+class CallRecorder(Protocol):
+    """Where model calls are written: durably before they are sent, then settled."""
+
+    def call_reserved(self, call: ModelCallEntry) -> int:
+        """Write ``call`` (status ``reserved``, its worst case as usage); return its ledger id."""
+
+    def model_call(self, call: ModelCallEntry, ledger_id: int | None = None) -> None:
+        """Settle the reserved call ``ledger_id`` (or record a new one) with how it ended."""
+
+
+class CallLedger:
+    """One model call's attempts: each reserved before it is sent, each settled once."""
+
+    def __init__(self, budget: Budget, estimate: Estimate, recorder: CallRecorder, template: ModelCallEntry):
+        self.budget, self.estimate, self.recorder, self.template = budget, estimate, recorder, template
+        self.worst = Usage(estimate.input_tokens, estimate.output_tokens, 0, estimate.cost_usd)
+        self.attempts = 0
+        self._held: Reservation | None = None
+        self._ledger_id: int | None = None
+
+    def open(self) -> None:
+        """Reserve the next attempt in every scope (or raise ``CapReached``), then write it down."""
+        self._held = self.budget.reserve(self.estimate)
+        self.attempts += 1
+        self._ledger_id = self.recorder.call_reserved(self._entry(self.worst, "reserved"))
+
+    def retry(self, kind: str, message: str) -> None:
+        """The endpoint failed this attempt with ``kind`` and the client will retry: settle it,
+        then reserve the retry (a cap reached here stops the retries)."""
+        self.failed(kind, message)
+        self.open()
+
+    def answered(self, usage: Usage, latency: float, *, tool_calls: int, content: str | None) -> None:
+        """The attempt succeeded with ``usage`` (priced)."""
+        assert self._held is not None
+        self._held.settle(usage)
+        call = replace(self._entry(usage, "ok"), latency_seconds=latency, tool_calls=tool_calls, content=content)
+        self.recorder.model_call(call, self._ledger_id)
+        self._held = None
+
+    def failed(self, kind: str, message: str) -> None:
+        """The attempt failed: counted at its worst case when it may have been billed."""
+        if self._held is None:
+            return
+        billed = kind in BILLABLE_FAULTS
+        if billed:
+            self._held.settle(self.worst)
+        else:
+            self._held.release()
+        self.recorder.model_call(replace(self._entry(self.worst if billed else Usage(), "error"), error=message), self._ledger_id)
+        self._held = None
+
+    def abandoned(self, reason: str) -> None:
+        """The attempt was cancelled in flight: the endpoint may still bill it."""
+        self.failed("timeout", reason)
+
+    def _entry(self, usage: Usage, status: ModelCallStatus) -> ModelCallEntry:
+        return replace(self.template, seq=self.template.seq + self.attempts - 1, usage=usage, status=status)

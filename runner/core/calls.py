@@ -1,0 +1,46 @@
+"""Entries the agent loop writes for each model call and tool call (the run's transcript)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from runner.core.usage import Usage
+
+CallStatus = Literal["ok", "error"]
+ModelCallStatus = Literal["reserved", "ok", "error", "unsettled"]
+"""``reserved``: written before the call is sent, with its worst case; ``ok`` / ``error``: settled
+with what it used; ``unsettled``: still reserved when its attempt ended (a crash), so counted at
+its worst case."""
+
+
+@dataclass(frozen=True)
+class ModelCallEntry:
+    """One model call (one attempt, when the endpoint was retried): what it used
+    (``usage.cost_usd`` priced, the worst case while ``reserved``) and how it ended."""
+
+    step_id: str
+    agent: str
+    model: str
+    seq: int
+    usage: Usage
+    latency_seconds: float
+    status: ModelCallStatus
+    error: str | None = None
+    tool_calls: int = 0
+    content: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolCallEntry:
+    """One tool call: its raw JSON arguments, how it ended and an excerpt of its output."""
+
+    step_id: str
+    agent: str
+    seq: int
+    name: str
+    arguments: str
+    status: CallStatus
+    duration_seconds: float
+    output_excerpt: str
+    artifacts: tuple[str, ...] = ()

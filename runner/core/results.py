@@ -1,0 +1,48 @@
+"""What a run hands back to its caller (the CLI, the batch engine, Airflow)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.core.status import Status, exit_code
+from runner.core.usage import Usage
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of one run. ``usage`` covers every attempt of the run id."""
+
+    run_id: str
+    task: str
+    status: Status
+    output: Any = None
+    error: str | None = None
+    error_kind: str | None = None  # e.g. cap name, model fault kind, 'input'
+    error_scope: str | None = None  # the budget scope whose cap stopped the run
+    usage: Usage = field(default_factory=Usage)
+    duration_seconds: float = 0.0
+    report_dir: Path | None = None
+    warnings: tuple[str, ...] = ()  # spend that is an estimate, usage above the reservation, ...
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.status)
+
+    def manifest(self) -> dict[str, Any]:
+        """A small, secret-free summary (for --json, XCom, batch output records)."""
+        usage = self.usage.as_dict()
+        del usage["total_tokens"]
+        return {
+            "run_id": self.run_id,
+            "task": self.task,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "error": self.error,
+            "error_kind": self.error_kind,
+            **usage,
+            "duration_seconds": round(self.duration_seconds, 3),
+            "report_dir": str(self.report_dir) if self.report_dir else None,
+            "warnings": list(self.warnings),
+        }

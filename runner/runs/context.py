@@ -1,0 +1,66 @@
+"""What the steps of one run share: the run's specs, stores, budget, models and tools."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from runner.caps.budget import Budget
+from runner.caps.pricing import Pricer
+from runner.config.prices import find_price
+from runner.config.project import Project
+from runner.config.specs import AgentSpec, TaskSpec
+from runner.core.steps import StepRecord
+from runner.model.factory import Endpoint, ModelPool
+from runner.runs.options import RunOptions
+from runner.store.recorder import RunRecorder
+from runner.store.runstore import RunStore
+from runner.tools.registry import ToolRegistry
+
+
+@dataclass
+class RunContext:
+    """Everything the steps of one run share."""
+
+    project: Project
+    task: TaskSpec
+    inputs: dict[str, Any]
+    run_id: str
+    attempt: int
+    options: RunOptions
+    store: RunStore
+    recorder: RunRecorder
+    budget: Budget
+    pool: ModelPool
+    registry: ToolRegistry
+    workspace: Path
+    today: date
+    previous: dict[str, Any] | None = None
+    config_hash: str = ""
+    done: dict[str, StepRecord] = field(default_factory=dict)  # step id -> record, in finishing order
+    resumed: dict[str, StepRecord] = field(default_factory=dict)  # completed in an earlier attempt
+    warnings: list[str] = field(default_factory=list)  # about the run as a whole (e.g. spend estimated after a crash)
+
+    def template_context(self, visible: set[str] | None = None) -> dict[str, Any]:
+        """What templates may read: inputs, the visible steps' results, the previous run."""
+        steps = {
+            sid: {"output": r.output, "data": r.data, "status": r.status, "artifacts": list(r.artifacts)}
+            for sid, r in self.done.items()
+            if visible is None or sid in visible
+        }
+        return {
+            "inputs": self.inputs,
+            "steps": steps,
+            "previous": self.previous,
+            "today": self.today.isoformat(),
+            "run_id": self.run_id,
+        }
+
+    def endpoint(self, agent: AgentSpec) -> Endpoint:
+        options = self.options
+        return self.pool.endpoint(agent.model, options.model_override, options.base_url_override, options.api_key)
+
+    def pricer(self, endpoint: Endpoint) -> Pricer:
+        return Pricer(endpoint.model_id, find_price(self.project.prices, endpoint.model_id))

@@ -1,0 +1,33 @@
+"""What a caller hands to a run (:class:`RunOptions`); what it gets back is a
+:class:`runner.core.results.RunResult`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runner.config.specs import Caps
+from runner.core.ports import EventSink, RateGate
+
+if TYPE_CHECKING:
+    from runner.caps.budget import Budget
+
+
+@dataclass
+class RunOptions:
+    """How to run one task. Everything optional has a sensible default."""
+
+    run_id: str | None = None
+    caps: Caps = field(default_factory=Caps)  # tightens the task's caps for this run
+    parent_budget: Budget | None = None  # e.g. the batch's budget
+    store_path: Path | None = None  # SQLite run store; default <root>/.runner/runs.sqlite3
+    reports_dir: Path | None = None  # default <root>/reports; None with write_report=False
+    write_report: bool = True
+    workspace_dir: Path | None = None  # default <root>/.runner/workspaces/<run_id>
+    model_override: str | None = None  # --model
+    base_url_override: str | None = None  # --base-url
+    api_key: str | None = None  # given by the caller (e.g. Airflow connection), never logged
+    rate_gate: RateGate | None = None
+    events: EventSink | None = None
+    resume: bool = True  # a run id seen before resumes: completed steps are not re-run
