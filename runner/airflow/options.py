@@ -46,7 +46,6 @@ OPTION_NAMES = (
 
 _SHARED_CAPS = tuple(name for name in CAP_NAMES if name != "max_wall_seconds")
 """Caps that add up over a batch, so a shard gets its share of them."""
-_INTEGER_CAPS = frozenset({"max_steps", "max_tool_calls", "max_input_tokens", "max_output_tokens", "max_tokens"})
 
 
 @dataclass(frozen=True)
@@ -104,6 +103,8 @@ class FanoutOptions:
 
         Raises :class:`UsageError` when an integer cap leaves a shard less than 1.
         """
+        from runner.config.capvalues import cap_bounds
+
         if shards <= 1:
             return self
         shared = {}
@@ -111,8 +112,9 @@ class FanoutOptions:
             total = getattr(self.batch_caps, name)
             if total is None:
                 continue
-            share = total // shards if name in _INTEGER_CAPS else total / shards
-            if name in _INTEGER_CAPS and share < 1:
+            integer = cap_bounds(name).integer
+            share = total // shards if integer else total / shards
+            if integer and share < 1:
                 raise UsageError(
                     f"{name}={total} split over {shards} shards leaves less than 1 per shard; use fewer shards"
                 )
