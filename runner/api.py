@@ -37,6 +37,7 @@ def run_task(
     inputs or the caps are invalid. ``caps`` values may be numbers or numeric strings
     (rendered Airflow templates); see :func:`runner.config.capvalues.coerce_caps`.
     """
+    from runner.model.factory import check_endpoints
     from runner.runs.execute import execute_task
 
     project = load_project_or_raise(Path(root))
@@ -51,6 +52,7 @@ def run_task(
         api_key=api_key,
         events=events,
     )
+    check_endpoints(project, spec, model_override=model, base_url_override=model_base_url, api_key=api_key)
     result = asyncio.run(execute_task(project, spec, dict(inputs or {}), options))
     manifest = result.manifest()
     manifest["output"] = result.output

@@ -100,6 +100,14 @@ class InvalidToolCall(ToolFailure):
     ``max_invalid_calls``."""
 
 
+class WorkspaceTampered(RunnerError):
+    """An entry of the workspace is not what the runner put there (a link, FIFO, device,
+    directory or hard-linked file in place of a task file), or the workspace cannot be
+    wiped safely. The run stops; nothing is followed. Retrying the same run cannot help."""
+
+    exit_code = EXIT_FAILED
+
+
 class SandboxUnavailable(RunnerError):
     """No OS sandbox works on this host and the configuration did not opt out."""
 

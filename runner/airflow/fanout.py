@@ -114,7 +114,6 @@ class RunnerSplitOperator(_FanoutStep):
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         from runner.airflow.plan import count_input_rows, plan_shards
-        from runner.batch.output import output_format
 
         with fail_without_retry("runner batch fan-out"):
             if self.strict_conf:
@@ -123,9 +122,7 @@ class RunnerSplitOperator(_FanoutStep):
             num = optional_int(self.num_shards, "num_shards", minimum=1, maximum=MAX_SHARDS)
             size = optional_int(self.shard_size, "shard_size", minimum=1)
             project, spec = plan.load()
-            output_format(
-                plan.merged_output_path(optional_text(self.output_path, "output_path")), plan.options.output_format
-            )
+            plan.check_merged_output(plan.merged_output_path(optional_text(self.output_path, "output_path")))
             total, sha256 = count_input_rows(project, spec, plan)
             shards = plan_shards(total, sha256, num_shards=num, shard_size=size)
             plan.options.shard_share(len(shards))  # a cap too small to share fails here, not in every shard

@@ -109,11 +109,14 @@ def merge_fanout(
 ) -> tuple[dict[str, Any], RowsLeft, dict[str, Any]]:
     """Write the merged output and batch report; return ``(manifest, rows left, report)``."""
     from runner.batch.file_batch import open_journal
-    from runner.batch.output import write_output
+    from runner.batch.output import exclusive_output, write_output
     from runner.batch.summary import batch_report, write_reports
 
     check_shard_results(shards, results, plan)
+    plan.check_merged_output(output_path)
+    holder = {"task": task.name, "input": str(plan.input_path), "journal": str(plan.work / "journals")}
     with contextlib.ExitStack() as stack:
+        stack.enter_context(exclusive_output(output_path, holder))
         parts = [(s, stack.enter_context(open_journal(project, task, plan.request(s))[0])) for s in shards]
         merged = MergedJournals(batch_id, parts, _meta(task, plan, shards))
         records = write_output(merged, output_path, format=plan.options.output_format)

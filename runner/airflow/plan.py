@@ -149,6 +149,13 @@ class FanoutPlan:
         """``explicit`` (relative to the project root), or ``<work>/output.<output_format or jsonl>``."""
         return self.root / explicit if explicit else self.work / f"output.{self.options.output_format or 'jsonl'}"
 
+    def check_merged_output(self, path: Path) -> None:
+        """Refuse a merged output that is the input, a journal (any SQLite file) or not a regular file."""
+        from runner.batch.output import check_output_target, output_format
+
+        output_format(path, self.options.output_format)
+        check_output_target(path, input_path=self.input_path, journal_path=self.work / "journals")
+
     def merged_report_dir(self, explicit: str | None) -> Path:
         """``explicit`` (relative to the project root), or ``<work>``."""
         return self.root / explicit if explicit else self.work

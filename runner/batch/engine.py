@@ -41,11 +41,19 @@ from runner.caps.budget import Budget
 from runner.config.specs import Caps
 from runner.core.ports import RateGate
 from runner.core.results import RunResult
-from runner.errors import CapReached, ConfigError, InputError, ModelError, SandboxUnavailable, UsageError
+from runner.errors import (
+    CapReached,
+    ConfigError,
+    InputError,
+    ModelError,
+    SandboxUnavailable,
+    UsageError,
+    WorkspaceTampered,
+)
 from runner.redact import redact
 from runner.runs.options import RunOptions
 
-FINAL_ERROR_KINDS = frozenset({"input", "auth", "bad_request", "not_found", "config", "stuck"})
+FINAL_ERROR_KINDS = frozenset({"input", "auth", "bad_request", "not_found", "config", "stuck", "workspace"})
 """Failures a retry cannot fix (same inputs, same config)."""
 
 
@@ -288,6 +296,8 @@ def _crash_result(run_id: str, exc: Exception) -> RunResult:
         return RunResult(run_id, "", "failed", error=str(exc), error_kind="input")
     if isinstance(exc, ModelError):
         return RunResult(run_id, "", "failed", error=str(exc), error_kind=exc.kind)
+    if isinstance(exc, WorkspaceTampered):
+        return RunResult(run_id, "", "failed", error=str(exc), error_kind="workspace")
     if isinstance(exc, ConfigError | UsageError | SandboxUnavailable):
         return RunResult(run_id, "", "failed", error=str(exc), error_kind="config")
     return RunResult(run_id, "", "failed", error=f"{type(exc).__name__}: {exc}", error_kind="internal_error")

@@ -11,16 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from runner.batch.engine import FailurePolicy, batch_budget, run_batch
+from runner.batch.engine import BatchSummary, FailurePolicy, batch_budget, run_batch
 from runner.batch.executor import TaskExecutor
 from runner.batch.inputs import InputSource, Row, file_sha256, parse_mapping, read_rows
 from runner.batch.journal import BatchJournal, default_journal_path
-from runner.batch.output import write_output
+from runner.batch.output import check_output_target, exclusive_output, write_output
 from runner.batch.progress import NoProgress, make_progress
 from runner.batch.ratelimit import SharedRateLimiter
 from runner.batch.summary import batch_report, write_reports
 from runner.config.project import Project
 from runner.config.specs import Caps, TaskSpec
+from runner.model.factory import check_endpoints
 from runner.runs.options import RunOptions
 
 
@@ -73,17 +74,27 @@ def open_journal(project: Project, task: TaskSpec, request: BatchRequest) -> tup
     journal is never resumed for another. Ids and duplicate checks still cover the whole
     file, so a shard's rows keep the numbers and ids a whole-file batch gives them.
     """
-    source = InputSource.open(
+    source = _source(task, request)
+    return _open_journal(task, request, source, _journal_path(project, task, request, source)), source
+
+
+def _source(task: TaskSpec, request: BatchRequest) -> InputSource:
+    return InputSource.open(
         request.input_path, format=request.format, mapping=parse_mapping(request.mapping, task.inputs),
         id_column=request.id_column,
     )
+
+
+def _journal_path(project: Project, task: TaskSpec, request: BatchRequest, source: InputSource) -> Path:
+    return request.journal_path or default_journal_path(project.root, task.name, source.path)
+
+
+def _open_journal(task: TaskSpec, request: BatchRequest, source: InputSource, journal_path: Path) -> BatchJournal:
     options = {**source.options(), **({"rows": list(request.rows)} if request.rows else {})}
-    journal = BatchJournal.open(
-        request.journal_path or default_journal_path(project.root, task.name, source.path), task=task.name,
-        input_path=source.path, input_sha256=file_sha256(source.path), options=options, restart=request.restart,
-        durable=request.durable,
+    return BatchJournal.open(
+        journal_path, task=task.name, input_path=source.path, input_sha256=file_sha256(source.path),
+        options=options, restart=request.restart, durable=request.durable,
     )
-    return journal, source
 
 
 def _rows_between(rows: Iterator[Row], span: tuple[int, int] | None) -> Iterator[Row]:
@@ -101,7 +112,40 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
     from runner.batch.output import output_format
 
     output_format(request.output_path, request.output_format)  # a bad output name fails before any row runs
-    journal, source = open_journal(project, task, request)
+    check_endpoints(
+        project, task, model_override=request.model_override, base_url_override=request.base_url_override, api_key=request.api_key,
+    )
+    source = _source(task, request)
+    journal_path = _journal_path(project, task, request, source)
+    check_output_target(request.output_path, input_path=source.path, journal_path=journal_path)
+    holder = {"task": task.name, "input": str(source.path.resolve()), "journal": str(journal_path.resolve())}
+    with exclusive_output(request.output_path, holder):
+        summary, records, markdown = await _run_locked(project, task, request, source, journal_path)
+    return {
+        "batch_id": summary.batch_id,
+        "task": task.name,
+        "counts": summary.counts,
+        "total": summary.total,
+        "records_written": records,
+        "cost_usd": round(summary.usage.cost_usd, 8),
+        "input_tokens": summary.usage.input_tokens,
+        "output_tokens": summary.usage.output_tokens,
+        "cached_input_tokens": summary.usage.cached_input_tokens,
+        "elapsed_seconds": summary.elapsed_seconds,
+        "stop_reason": summary.stop_reason,
+        "stop_kind": summary.stop_kind,
+        "exit_code": summary.exit_code,
+        "output_path": str(request.output_path),
+        "report_path": str(markdown),
+        "journal_path": str(journal_path),
+    }
+
+
+async def _run_locked(
+    project: Project, task: TaskSpec, request: BatchRequest, source: InputSource, journal_path: Path
+) -> tuple[BatchSummary, int, Path]:
+    """The batch proper, while this process holds the output file: rows, output, report."""
+    journal = _open_journal(task, request, source, journal_path)
     gate = SharedRateLimiter(requests_per_minute=request.requests_per_minute, tokens_per_minute=request.tokens_per_minute)
     base = RunOptions(
         write_report=False, caps=request.run_caps, model_override=request.model_override,
@@ -121,21 +165,4 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
         markdown, _ = write_reports(batch_report(journal, summary), report_dir)
     finally:
         journal.close()
-    return {
-        "batch_id": summary.batch_id,
-        "task": task.name,
-        "counts": summary.counts,
-        "total": summary.total,
-        "records_written": records,
-        "cost_usd": round(summary.usage.cost_usd, 8),
-        "input_tokens": summary.usage.input_tokens,
-        "output_tokens": summary.usage.output_tokens,
-        "cached_input_tokens": summary.usage.cached_input_tokens,
-        "elapsed_seconds": summary.elapsed_seconds,
-        "stop_reason": summary.stop_reason,
-        "stop_kind": summary.stop_kind,
-        "exit_code": summary.exit_code,
-        "output_path": str(request.output_path),
-        "report_path": str(markdown),
-        "journal_path": str(journal.path),
-    }
+    return summary, records, markdown

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.batch.readers import RawRecord, detect_format, file_columns, read_records
+from runner.batch.readers import RawRecord, check_input_file, detect_format, file_columns, read_records
 from runner.config.coerce import coerce_inputs, describe, is_empty
 from runner.config.specs import InputSpec
 from runner.errors import InputError, UsageError
@@ -64,8 +64,7 @@ class InputSource:
         """Check the path and format now, so a bad flag fails before anything runs."""
         path = Path(path)
         fmt = detect_format(path, format)
-        if not path.is_file():
-            raise InputError(f"{path}: no such input file")
+        check_input_file(path)
         return cls(path, fmt, dict(mapping or {}), id_column)
 
     def column_for(self, input_name: str) -> str:

@@ -9,13 +9,22 @@ CSV cells are escaped against formula injection: a text cell starting with ``=``
 ``-``, ``@``, a tab or a carriage return gets a leading ``'`` so a spreadsheet shows it as
 text instead of evaluating it (model output is untrusted). The file is written next to its
 destination and renamed over it, so readers never see half a file.
+
+One batch at a time per output file: :func:`exclusive_output` holds an exclusive ``flock``
+on ``.<name>.lock`` next to it for the whole batch, so a second batch writing the same file
+is refused (naming the first) instead of silently replacing its records; the kernel drops the
+lock when the process dies. :func:`check_output_target` refuses an output that is the batch's
+own input or journal, or any SQLite database (another batch's journal, a run store).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import json
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +44,76 @@ def output_format(path: Path, explicit: str | None = None) -> str:
     if fmt not in ("jsonl", "csv", "parquet"):
         raise UsageError(f"{path}: cannot tell the output format; name it .jsonl, .csv or .parquet")
     return fmt
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def output_lock_path(path: Path) -> Path:
+    """``<dir>/.<name>.lock``, next to the resolved output (so two spellings share one lock)."""
+    resolved = path.resolve()
+    return resolved.parent / f".{resolved.name}.lock"
+
+
+@contextlib.contextmanager
+def exclusive_output(path: Path, holder: Mapping[str, Any]) -> Iterator[None]:
+    """Hold the output's lock for the block; :class:`UsageError` if another batch holds it.
+
+    ``holder`` (task, input, journal, ...) is written into the lock file so the batch refused
+    can name the one that holds it.
+    """
+    lock_path = output_lock_path(path)
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    # O_NOFOLLOW: a planted symlink must not make us truncate a file elsewhere.
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(_busy_message(path, fd)) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), **holder}, default=str).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _busy_message(path: Path, fd: int) -> str:
+    try:
+        holder = json.loads(os.pread(fd, 65536, 0) or b"{}")
+    except ValueError:
+        holder = {}
+    if not isinstance(holder, dict):
+        holder = {}
+    known = [f"{key} {holder[key]}" for key in ("pid", "task", "input", "journal") if holder.get(key) is not None]
+    who = f" ({', '.join(known)})" if known else ""
+    return (
+        f"{path}: another batch{who} is writing this output file right now; give this batch its own "
+        "--output, or wait for that batch to end"
+    )
+
+
+def check_output_target(path: Path, *, input_path: Path, journal_path: Path) -> None:
+    """Refuse an output that would overwrite the input, the journal, a SQLite database, or that is
+    not a regular file (``/dev/stdout`` is a symlink the atomic rename would replace)."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise UsageError(
+            f"--output {path} exists and is not a regular file (a symlink, directory, FIFO or device); "
+            "give the path of a regular file"
+        )
+    target = path.resolve()
+    if path.exists() and os.path.samefile(path, input_path):
+        raise UsageError(f"--output {path} is the input file; the batch would overwrite its own input. Choose another --output")
+    journal = journal_path.resolve()
+    if target in {journal, *(Path(f"{journal}{suffix}") for suffix in ("-wal", "-shm", ".lock"))}:
+        raise UsageError(f"--output {path} is this batch's journal ({journal_path}); choose another --output")
+    if target.is_file():
+        with target.open("rb") as handle:
+            if handle.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC:
+                raise UsageError(
+                    f"--output {path} is an SQLite database (another batch's journal, or a run store?); "
+                    "it will not be overwritten. Choose another --output"
+                )
 
 
 def write_output(journal: BatchRecords, path: str | Path, *, format: str | None = None) -> int:

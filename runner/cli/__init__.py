@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
+from typing import IO, Any, cast
 
 import click
 
+from runner.cli.terminal import SafeStream, safe_text
 from runner.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, RunnerError
 
 COMMANDS = {
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> Any:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        exc.show(file=cast(IO[Any], SafeStream(sys.stderr)))  # click types ``file`` as IO
         sys.exit(EXIT_CONFIG)
     except click.exceptions.Abort:
         click.echo("interrupted", err=True)
@@ -78,12 +79,12 @@ def main(argv: list[str] | None = None) -> Any:
         click.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except RunnerError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {safe_text(exc)}", err=True)
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(EXIT_FAILED)
     except OSError as exc:  # a path given on the command line that cannot be read or written
         where = f" {exc.filename}" if exc.filename else ""
-        click.echo(f"error: cannot use{where}: {exc.strerror or exc}; check the path and its permissions", err=True)
+        click.echo(safe_text(f"error: cannot use{where}: {exc.strerror or exc}; check the path and its permissions"), err=True)
         sys.exit(EXIT_CONFIG)
     sys.exit(code if isinstance(code, int) else 0)

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from runner.cli.options import CapValue, FiniteFloatRange, caps_from_flags
+from runner.cli.terminal import echo_line as echo
 from runner.config.project import find_root, load_project_or_raise
 from runner.errors import EXIT_INTERRUPTED
 
@@ -84,10 +85,11 @@ def _show(summary: dict[str, Any], as_json: bool) -> None:
         click.echo(json.dumps(summary, indent=2))
         return
     counts = ", ".join(f"{n} {status}" for status, n in summary["counts"].items() if n)
-    click.echo(
+    echo(
         f"batch {summary['batch_id']}: {summary['total']} rows ({counts}); ${summary['cost_usd']:.6f}, "
         f"{summary['input_tokens'] + summary['output_tokens']} tokens, {summary['elapsed_seconds']}s"
     )
     if summary["stop_reason"]:
-        click.echo(f"stopped: {summary['stop_reason']}")
-    click.echo(f"output: {summary['output_path']}\nreport: {summary['report_path']}")
+        echo(f"stopped: {summary['stop_reason']}")
+    echo(f"output: {summary['output_path']}")
+    echo(f"report: {summary['report_path']}")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from runner.cli.terminal import safe_line
 from runner.config.project import load_project_or_raise
 from runner.config.schema import SCHEMA_NAMES
 from runner.config.schema import schema as _schema_doc
@@ -38,13 +39,13 @@ def list_(root: Path) -> None:
     project = load_project_or_raise(root)
     click.echo("agents:")
     for agent in project.agents.values():
-        click.echo(f"  {agent.name:<24} {agent.model.id:<20} {agent.description[:60]}")
+        click.echo(safe_line(f"  {agent.name:<24} {agent.model.id:<20} {agent.description[:60]}"))
     click.echo("tasks:")
     for task in project.tasks.values():
         kind = "pipeline" if task.pipeline else f"agent {task.agent}"
-        click.echo(f"  {task.name:<24} {kind:<20} {task.description[:60]}")
+        click.echo(safe_line(f"  {task.name:<24} {kind:<20} {task.description[:60]}"))
     click.echo("tools:")
     for name in builtin_tool_names():
         click.echo(f"  {name:<24} built-in")
     for tool in project.tools.values():
-        click.echo(f"  {tool.name:<24} {tool.type:<20} {tool.source}")
+        click.echo(safe_line(f"  {tool.name:<24} {tool.type:<20} {tool.source}"))

@@ -1,10 +1,16 @@
-"""Rendering run events for a person (one line each, with cost so far) or as JSON Lines."""
+"""Rendering run events for a person (one line each, with cost so far) or as JSON Lines.
+
+Event text comes from models and tools: the readable log shows control characters as escapes
+(:mod:`runner.cli.terminal`); JSON Lines keep every value exact.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
 from typing import Any, TextIO
+
+from runner.cli.terminal import json_for_terminal, safe_line
 
 
 class JsonLines:
@@ -14,7 +20,7 @@ class JsonLines:
         self.stream = stream or sys.stdout
 
     def __call__(self, event: dict[str, Any]) -> None:
-        self.stream.write(json.dumps(event, default=str, ensure_ascii=False) + "\n")
+        self.stream.write(json_for_terminal(json.dumps(event, default=str, ensure_ascii=False)) + "\n")
         self.stream.flush()
 
 
@@ -27,7 +33,7 @@ class HumanLog:
         self.tokens = 0
 
     def __call__(self, event: dict[str, Any]) -> None:
-        line = self._line(event)
+        line = self._line(_one_line_values(event))
         if line:
             self.stream.write(line + "\n")
             self.stream.flush()
@@ -74,3 +80,14 @@ class HumanLog:
                 f"{e['duration_seconds']}s" + (f"\n  reason: {e['error']}" if e.get("error") else "")
             )
         return None
+
+
+def _one_line_values(value: Any) -> Any:
+    """The event with every text made safe for one terminal line (numbers and structure kept)."""
+    if isinstance(value, str):
+        return safe_line(value)
+    if isinstance(value, dict):
+        return {key: _one_line_values(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_one_line_values(item) for item in value]
+    return value

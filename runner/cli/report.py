@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
 
 from runner.cli.runs import open_store, resolve_run_id
-from runner.errors import UsageError
+from runner.cli.terminal import safe_line
+from runner.errors import RunnerError, UsageError
 
 
 @click.command()
@@ -20,7 +22,7 @@ from runner.errors import UsageError
 def report(run_id: str, store_path: Path | None, root: Path, out_dir: Path | None, formats: tuple[str, ...]) -> None:
     """Re-render the report of RUN_ID (Markdown, HTML, JSON) from the run store."""
     from runner.reports.writer import write_report
-    from runner.runs.execute import default_workspace
+    from runner.runs.workspace import default_workspace
 
     store = open_store(store_path, root)
     run_id = resolve_run_id(store, run_id)
@@ -31,6 +33,23 @@ def report(run_id: str, store_path: Path | None, root: Path, out_dir: Path | Non
     record = json.loads(run["record_json"])
     target = out_dir or (Path(run["report_dir"]) if run["report_dir"] else root / "reports" / run["task"] / run_id)
     workspace = default_workspace(root.resolve(), run_id)
-    written = write_report(record, target, workspace if workspace.is_dir() else None, formats=formats or ("markdown", "html", "json"))
+    written = write_report(
+        record, target, workspace if workspace.is_dir() else None,
+        formats=formats or ("markdown", "html", "json"), secrets=_secrets(root),
+    )  # fmt: skip
     for path in written.values():
-        click.echo(str(path))
+        click.echo(safe_line(path))
+
+
+def _secrets(root: Path) -> list[str]:
+    """The keys the project's agents and tools name, as a run of it would redact them;
+    when the project cannot be read, at least the standard variable."""
+    from runner.config.project import load_project
+    from runner.runs.options import RunOptions
+    from runner.runs.secrets import known_secrets
+
+    try:
+        return known_secrets(load_project(root)[0], RunOptions())
+    except (RunnerError, OSError, ValueError):
+        key = os.environ.get("OPENAI_API_KEY", "")
+        return [key] if len(key) >= 6 else []

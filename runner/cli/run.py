@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from runner.cli.options import caps_from_flags, caps_options, parse_inputs
+from runner.cli.terminal import safe_line, safe_text
 from runner.config.project import find_root, load_project_or_raise
 from runner.runs.options import RunOptions
 
@@ -35,11 +36,13 @@ def run(
     Exit codes: 0 completed, 1 failed, 2 configuration or usage error, 3 stopped by a cap, 4 stuck.
     """
     from runner.cli.render import HumanLog, JsonLines
+    from runner.model.factory import check_endpoints
     from runner.runs.execute import execute_task
 
     root = (root or find_root(Path(task) if task.endswith((".yaml", ".yml")) else Path.cwd())).resolve()
     project = load_project_or_raise(root)
     spec = project.task_for(task)
+    check_endpoints(project, spec, model_override=model, base_url_override=base_url)
     sink = JsonLines() if as_json else HumanLog()
     options = RunOptions(
         run_id=run_id, caps=caps_from_flags(caps), store_path=store_path, reports_dir=reports_dir,
@@ -50,7 +53,8 @@ def run(
         if result.report_dir:
             order = {"html": "report.html", "markdown": "report.md", "json": "report.json"}  # what a person opens first
             files = [name for fmt, name in order.items() if fmt in spec.report.formats]
-            click.echo(f"report: {result.report_dir / files[0]}" + (f" (also {', '.join(files[1:])})" if files[1:] else ""), err=True)
-        output = result.output
-        click.echo(output if isinstance(output, str) else json.dumps(output, indent=2, default=str))
+            also = f" (also {', '.join(files[1:])})" if files[1:] else ""
+            click.echo(safe_line(f"report: {result.report_dir / files[0]}{also}"), err=True)
+        output = result.output  # for a person: control characters shown as escapes (--json is exact)
+        click.echo(safe_text(output if isinstance(output, str) else json.dumps(output, indent=2, default=str)))
     raise click.exceptions.Exit(result.exit_code)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from runner.cli.terminal import echo_line as echo
+from runner.cli.terminal import json_for_terminal
 from runner.errors import UsageError
 from runner.store.runstore import RunStore
 
@@ -48,9 +50,9 @@ def runs(ctx: click.Context, store_path: Path | None, root: Path, task: str | No
         keys = ("run_id", "task", "status", "started_at", "finished_at", "cost_usd", "input_tokens", "output_tokens", "model_calls", "tool_calls", "error")
         click.echo(json.dumps([{k: r[k] for k in keys} for r in rows], indent=2))
         return
-    click.echo(f"{'RUN ID':<46} {'STATUS':<10} {'USD':>10} {'TOKENS':>8} {'CALLS':>5}  STARTED")
+    echo(f"{'RUN ID':<46} {'STATUS':<10} {'USD':>10} {'TOKENS':>8} {'CALLS':>5}  STARTED")
     for r in rows:
-        click.echo(
+        echo(
             f"{r['run_id']:<46} {r['status']:<10} {r['cost_usd']:>10.6f} {r['input_tokens'] + r['output_tokens']:>8} "
             f"{r['model_calls']:>5}  {r['started_at']}"
         )
@@ -67,22 +69,22 @@ def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     run = store.run(run_id)
     assert run is not None
     if as_json:
-        click.echo(run["record_json"] or json.dumps(run, default=str))
+        click.echo(json_for_terminal(run["record_json"] or json.dumps(run, default=str)))
         return
-    click.echo(f"run {run_id}  task {run['task']}  status {run['status']}  attempts {run['attempts']}")
-    click.echo(f"  started {run['started_at']}  finished {run['finished_at']}")
-    click.echo(f"  cost ${run['cost_usd']:.6f}  tokens {run['input_tokens']}+{run['output_tokens']}  model calls {run['model_calls']}  tool calls {run['tool_calls']}")
+    echo(f"run {run_id}  task {run['task']}  status {run['status']}  attempts {run['attempts']}")
+    echo(f"  started {run['started_at']}  finished {run['finished_at']}")
+    echo(f"  cost ${run['cost_usd']:.6f}  tokens {run['input_tokens']}+{run['output_tokens']}  model calls {run['model_calls']}  tool calls {run['tool_calls']}")
     if run["error"]:
-        click.echo(f"  reason: {run['error']}")
+        echo(f"  reason: {run['error']}")
     if run["report_dir"]:
-        click.echo(f"  report: {run['report_dir']}")
-    click.echo("steps:")
+        echo(f"  report: {run['report_dir']}")
+    echo("steps:")
     for step in store.steps(run_id):
         who = step["agent"] or step["tool"] or ""
-        click.echo(f"  {step['step_id']:<20} {step['kind']:<9} {who:<16} {step['status']:<9} ${step['cost_usd']:.6f} {step['duration_seconds'] or 0:.2f}s")
-    click.echo("model calls:")
+        echo(f"  {step['step_id']:<20} {step['kind']:<9} {who:<16} {step['status']:<9} ${step['cost_usd']:.6f} {step['duration_seconds'] or 0:.2f}s")
+    echo("model calls:")
     for call in store.model_calls(run_id):
-        click.echo(f"  #{call['seq']:<3} {call['step_id']:<16} {call['model']:<20} {call['status']:<6} {call['input_tokens']}+{call['output_tokens']} tok ${call['cost_usd']:.6f} {call['latency_seconds']:.2f}s")
-    click.echo("tool calls:")
+        echo(f"  #{call['seq']:<3} {call['step_id']:<16} {call['model']:<20} {call['status']:<6} {call['input_tokens']}+{call['output_tokens']} tok ${call['cost_usd']:.6f} {call['latency_seconds']:.2f}s")
+    echo("tool calls:")
     for call in store.tool_calls(run_id):
-        click.echo(f"  {call['step_id']:<16} {call['name']:<16} {call['status']:<6} {call['output_excerpt'][:60]!r}")
+        echo(f"  {call['step_id']:<16} {call['name']:<16} {call['status']:<6} {call['output_excerpt'][:60]!r}")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from runner.cli.terminal import safe_line
 from runner.config.project import display_path, find_root, load_project
 from runner.errors import EXIT_CONFIG, EXIT_OK
 
@@ -31,7 +32,7 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], root: Path | None, fmt
         click.echo(json.dumps({"valid": not problems, "problems": [p.as_dict() for p in problems]}, indent=2))
     else:
         for problem in problems:
-            click.echo(problem.render())
+            click.echo(safe_line(problem.render()))
         count = len(project.agents) + len(project.tasks) + len(project.tools)
         summary = f"{len(problems)} problem(s)" if problems else f"ok: {count} document(s) valid"
         click.echo(summary, err=True)

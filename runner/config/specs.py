@@ -65,6 +65,7 @@ class ModelSpec:
     timeout_seconds: float = 60.0
     retries: int = 3
     context_window: int = 32768
+    source: str = field(default="", compare=False, repr=False)  # the agent file, for messages
 
 
 @dataclass(frozen=True)
@@ -264,7 +265,7 @@ def build_agent(doc: Document) -> AgentSpec:
     network = d.get("network", {})
     return AgentSpec(
         name=d["name"],
-        model=ModelSpec(**d["model"]),
+        model=ModelSpec(**d["model"], source=doc.source.file),
         description=d.get("description", ""),
         system_prompt=read_prompt(d.get("system_prompt"), doc),
         next_step_prompt=read_prompt(d.get("next_step_prompt"), doc),

@@ -12,11 +12,25 @@ import hashlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from runner.config.prices import LOCAL_MODEL_ID
 from runner.config.specs import ModelSpec
-from runner.errors import ConfigError
+from runner.endpoints import (
+    DEFAULT_BASE_URL,
+    STANDARD_KEY_VARIABLES,
+    KeyCandidate,
+    choose_key,
+    safe_url,
+    same_endpoint,
+    standard_endpoint,
+)
+from runner.errors import ConfigError, Problem
 from runner.model.base import ChatModel
+
+if TYPE_CHECKING:
+    from runner.config.project import Project
+    from runner.config.specs import TaskSpec
 
 LOCAL_NOTICE = (
     "no model endpoint configured: using the embedded model ({model}, offline, 0 USD; it writes prose but "
@@ -42,17 +56,20 @@ def resolve_endpoint(
     api_key: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Endpoint:
-    """Decide provider, model id, base URL and key for one agent."""
+    """Decide provider, model id, base URL and key for one agent.
+
+    The key is one that belongs to the chosen endpoint (see :mod:`runner.endpoints`);
+    an agent whose own ``base_url`` would receive another endpoint's key is refused.
+    """
     env = os.environ if environ is None else environ
     model_id = model_override or spec.id
     if spec.provider == "local":
         return Endpoint("local", LOCAL_MODEL_ID)
     base_url = base_url_override or spec.base_url or env.get("OPENAI_BASE_URL") or None
-    key = api_key
-    if key is None and spec.api_key_env:
-        key = env.get(spec.api_key_env) or None
-    if key is None:
-        key = env.get("OPENAI_API_KEY") or None
+    target = base_url or DEFAULT_BASE_URL
+    key, withheld = choose_key(target, _key_candidates(spec, base_url_override, api_key, env))
+    if key is None and withheld:  # sending none could hide the mistake behind a 401; one would leak
+        raise KeyRefused(spec, *_refusal(spec, target, standard_endpoint(base_url_override, env), withheld))
     if spec.provider == "auto" and base_url is None and key is None:
         return Endpoint("local", LOCAL_MODEL_ID)
     if key is None and base_url is None:
@@ -61,6 +78,77 @@ def resolve_endpoint(
             "or give base_url for a local OpenAI-compatible server"
         )
     return Endpoint("openai", model_id, base_url, key or "not-needed")
+
+
+class KeyRefused(ConfigError):
+    """Every key available belongs to another endpoint than the one this agent would call."""
+
+    def __init__(self, spec: ModelSpec, pointer: str, message: str) -> None:
+        self.pointer, self.message = pointer, message
+        where = f"{spec.source}: " if spec.source else ""
+        super().__init__(f"{where}{pointer}: {message}")
+
+
+def check_endpoints(
+    project: Project,
+    task: TaskSpec,
+    *,
+    model_override: str | None = None,
+    base_url_override: str | None = None,
+    api_key: str | None = None,
+) -> None:
+    """Resolve the endpoint of every agent ``task`` may run before anything starts, so a key
+    that would go to the wrong endpoint refuses the run or batch (exit 2), nothing recorded."""
+    problems: list[Problem] = []
+    for name in task.agents_used():
+        agent = project.agents.get(name)
+        if agent is None:
+            continue
+        try:
+            resolve_endpoint(agent.model, model_override=model_override, base_url_override=base_url_override, api_key=api_key)
+        except KeyRefused as refused:
+            document = project.documents.get(("Agent", name))
+            located = document.problem(refused.pointer, refused.message) if document else refused.problems[0]
+            problems.append(located)
+    if problems:
+        raise ConfigError(problems)
+
+
+def _key_candidates(
+    spec: ModelSpec, base_url_override: str | None, api_key: str | None, env: Mapping[str, str]
+) -> list[KeyCandidate]:
+    """The keys that could be sent, most specific first, each with the endpoint it belongs to."""
+    standard = standard_endpoint(base_url_override, env)
+    candidates = [KeyCandidate(api_key, standard, "the API key given by the caller (e.g. an Airflow connection)")]
+    variable = spec.api_key_env
+    if variable:
+        own_home = standard if variable in STANDARD_KEY_VARIABLES else spec.base_url or standard
+        candidates.append(KeyCandidate(env.get(variable), own_home, variable))
+    candidates += [KeyCandidate(env.get(name), standard, name) for name in STANDARD_KEY_VARIABLES]
+    return candidates
+
+
+def _refusal(spec: ModelSpec, target: str, standard: str, withheld: list[str]) -> tuple[str, str]:
+    """``(pointer, message)``: why no key is sent to ``target``, and how to fix it."""
+    names = " and ".join(withheld)
+    shown, variable = safe_url(target), spec.api_key_env
+    if not same_endpoint(target, standard):
+        if variable in STANDARD_KEY_VARIABLES:
+            fix = f"name another variable in model.api_key_env ({variable} is a standard variable)"
+        elif variable:
+            fix = f"set {variable} (named by model.api_key_env) to the key for {shown}"
+        else:
+            fix = f"set model.api_key_env to the name of a variable holding the key for {shown}"
+        return "/model/base_url", (
+            f"{shown} is not the standard endpoint ({safe_url(standard)}), so {names} is not sent to it. "
+            f"To fix: {fix}; or remove model.base_url to use the standard endpoint"
+        )
+    own = safe_url(spec.base_url or standard)
+    return "/model/api_key_env", (
+        f"{names} belongs to this agent's model.base_url {own}, not to {shown} (--base-url or the connection's "
+        f"host), so it is not sent there. To fix: set OPENAI_API_KEY (or give the connection a password) for "
+        f"{shown}, or drop the override"
+    )
 
 
 class ModelPool:

@@ -18,10 +18,10 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import openai
 
+from runner.endpoints import safe_url
 from runner.errors import ModelError
 from runner.model.base import AttemptHook, ModelRequest, ModelResponse
 from runner.model.faults import Fault, RetryPolicy
@@ -109,7 +109,7 @@ class OpenAIChatModel:
         await self._client.close()
 
     def __repr__(self) -> str:
-        return f"OpenAIChatModel(model={self.model!r}, base_url={_safe_url(str(self._client.base_url))!r})"
+        return f"OpenAIChatModel(model={self.model!r}, base_url={safe_url(str(self._client.base_url))!r})"
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("OpenAIChatModel holds credentials and cannot be serialised")
@@ -173,12 +173,3 @@ def _as_dict(obj: object) -> dict[str, Any]:
         raise InvalidResponse(f"expected a JSON chat completion, got {type(obj).__name__}")
     data: dict[str, Any] = obj.to_dict(warnings=False)
     return data
-
-
-def _safe_url(url: str) -> str:
-    """The URL without user info or query string, which may carry credentials."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    host = f"[{host}]" if ":" in host else host
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import quote
 
 from runner.reports import narrative
 from runner.reports.costs import COST_CHART_KEY
@@ -65,6 +66,24 @@ def _inline(text: str) -> str:
     return " ".join(text.split()).replace("<", "&lt;")
 
 
+def _literal(text: str) -> str:
+    """A file name as Markdown shows it literally: characters with a meaning in Markdown escaped."""
+    return re.sub(r"([\\`*_\[\]<>()#!|~&])", r"\\\1", " ".join(text.split()))
+
+
+def _code(text: str) -> str:
+    """``text`` as a code span, fenced with more backticks than it contains in a row."""
+    text = " ".join(text.split())
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _target(report_path: str) -> str:
+    """A link destination for a report-relative path (spaces, parentheses, ``#`` and ``?`` encoded)."""
+    return quote(report_path, safe="/")
+
+
 def _section(heading: str, parts: list[str]) -> str:
     body = "\n\n".join(part for part in parts if part)
     return f"## {heading}\n\n{body}" if body else ""
@@ -109,14 +128,16 @@ def _key_tables(view: ReportView) -> str:
 
 def _image(key: str, caption: str, artifacts_rel: Mapping[str, str]) -> str:
     if key not in artifacts_rel:
-        return f"_Chart `{key}` ({_inline(caption)}) was not copied into the report._"
-    return f"![{_inline(caption)}]({artifacts_rel[key]})\n\n_{_inline(caption)}_"
+        return f"_Chart {_code(key)} ({_inline(caption)}) was not copied into the report._"
+    return f"![{_inline(caption)}]({_target(artifacts_rel[key])})\n\n_{_inline(caption)}_"
 
 
 def _charts(view: ReportView, artifacts_rel: Mapping[str, str]) -> str:
     parts = [_image(chart.key, chart.caption, artifacts_rel) for chart in view.charts]
     files = [
-        f"- [{path}]({artifacts_rel[path]})" if path in artifacts_rel else f"- `{path}` (not copied)"
+        f"- [{_literal(path)}]({_target(artifacts_rel[path])})"
+        if path in artifacts_rel
+        else f"- {_code(path)} (not copied)"
         for path in view.files
     ]
     if files:

@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from runner.files import write_atomic, write_text_atomic
 from runner.reports import costs
-from runner.reports.artifacts import CopiedArtifact, copy_artifacts
+from runner.reports.artifacts import CopiedArtifact, copy_artifacts, media_type_of
 from runner.reports.html import render_html
 from runner.reports.markdown import render_markdown
 from runner.reports.record import fill_usage_rollups, finite_json, validate_record
+from runner.tools.paths import WorkspacePathError, reportable_path
 
 FORMATS = ("markdown", "html", "json")
 FILE_NAMES = {"markdown": "report.md", "html": "report.html", "json": "report.json"}
@@ -46,22 +47,26 @@ def write_report(
     out_dir: Path,
     workspace: Path | None,
     formats: Iterable[str] = FORMATS,
+    *,
+    secrets: Sequence[str] = (),
 ) -> dict[str, Path]:
     """Write the report of ``record`` into ``out_dir`` and return ``{format: path}``.
 
     Artifacts are copied from ``workspace`` (see :func:`runner.reports.artifacts.read_artifact`
     for the checks); refused ones are listed in the report and in report.json's
-    ``artifact_problems``, and never stop the report. NaN and infinities become null.
+    ``artifact_problems``, and never stop the report; so are artifact paths a report cannot
+    name. ``secrets`` are redacted from text artifacts, and binary artifacts holding one
+    are withheld (see :mod:`runner.reports.screen`). NaN and infinities become null.
     Raises :class:`ValueError` when the record is invalid or a format is unknown.
     """
     formats = list(dict.fromkeys(formats))
     unknown = [name for name in formats if name not in FORMATS]
     if unknown:
         raise ValueError(f"unknown report format(s) {unknown}; choose from {list(FORMATS)}")
-    record = fill_usage_rollups(finite_json(record))
+    record = _reportable_artifacts(fill_usage_rollups(finite_json(record)))
     validate_record(record)
     out_dir.mkdir(parents=True, exist_ok=True)
-    copied, problems = copy_artifacts(record.get("artifacts") or [], workspace, out_dir)
+    copied, problems = copy_artifacts(record.get("artifacts") or [], workspace, out_dir, secrets)
     shown = _as_shown(record, copied, problems)
     images = {a.source_path: a.content for a in copied if a.media_type.startswith("image/")}
     artifacts_rel = {a.source_path: a.report_path for a in copied}
@@ -88,6 +93,35 @@ def report_json(record: Mapping[str, Any], copied: list[CopiedArtifact], problem
         document["artifact_problems"] = all_problems
     validate_record(document)
     return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _reportable_artifacts(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with artifact paths a report cannot name moved to ``artifact_problems``
+    (a record stored by an older version, or built by hand), and every media type valid."""
+    problems = list(record.get("artifact_problems") or [])
+    artifacts = []
+    for entry in record.get("artifacts") or []:
+        path = _reportable(entry.get("path"), problems)
+        if path is not None:
+            artifacts.append({**entry, "path": path, "media_type": media_type_of(path)})
+    steps = [
+        {**step, "artifacts": [q for p in step["artifacts"] if (q := _reportable(p, []))]}
+        if step.get("artifacts")
+        else step
+        for step in record.get("steps") or []
+    ]
+    fixed = {**record, "artifacts": artifacts, "steps": steps}
+    if problems:
+        fixed["artifact_problems"] = problems
+    return fixed
+
+
+def _reportable(path: Any, problems: list[dict[str, str]]) -> str | None:
+    try:
+        return reportable_path(path) if isinstance(path, str) else reportable_path("")
+    except WorkspacePathError as refused:
+        problems.append({"path": repr(path)[:300], "reason": f"cannot be reported: {refused}"})
+        return None
 
 
 def _as_shown(

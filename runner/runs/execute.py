@@ -9,12 +9,10 @@ before anything is spent.
 from __future__ import annotations
 
 import contextlib
-import filecmp
 import hashlib
 import json
 import re
 import secrets
-import shutil
 import sqlite3
 import time
 from datetime import UTC, date, datetime
@@ -27,7 +25,7 @@ from runner.config.project import Project
 from runner.config.specs import TaskSpec
 from runner.config.templates import TemplateError, render
 from runner.core.results import RunResult
-from runner.errors import ConfigError, UsageError
+from runner.errors import UsageError
 from runner.model.factory import ModelPool
 from runner.pipelines.declared import PipelineOutcome, run_pipeline
 from runner.redact import redact_secrets
@@ -36,20 +34,15 @@ from runner.runs.options import RunOptions
 from runner.runs.record import build_record
 from runner.runs.secrets import known_secrets
 from runner.runs.steps import StepRunner, preflight_prices, run_agent_step
+from runner.runs.workspace import RUN_DIR, run_workspace
+from runner.runs.workspace import default_workspace as default_workspace  # re-exported for callers
 from runner.store.recorder import RunRecorder
 from runner.store.runstore import RunStore, now_iso
 from runner.tools.registry import ToolRegistry
 
-RUN_DIR = ".runner"
-
 
 def default_store_path(root: Path) -> Path:
     return root / RUN_DIR / "runs.sqlite3"
-
-
-def default_workspace(root: Path, run_id: str) -> Path:
-    """Where run ``run_id`` keeps its files (tables, charts) unless told otherwise."""
-    return root / RUN_DIR / "workspaces" / run_id
 
 
 def new_run_id(task: str) -> str:
@@ -117,7 +110,7 @@ async def _execute(
         resumed = store.completed_steps(run_id) if options.resume and attempt > 1 else {}
         ctx = RunContext(
             project, task, inputs, run_id, attempt, options, store, recorder, budget, pool, registry,
-            workspace=_workspace(project, task, run_id, options, fresh=attempt > 1 and not resumed),
+            workspace=run_workspace(project, task, run_id, options, fresh=attempt > 1 and not resumed),
             today=today, previous=_previous(store, task, run_id, inputs), config_hash=chash, resumed=resumed,
             warnings=warnings,
         )
@@ -235,29 +228,6 @@ def _open_store(path: Path) -> RunStore:
         raise UsageError(f"cannot open the run store {path}: {exc}; pass --store PATH") from None
 
 
-def _workspace(project: Project, task: TaskSpec, run_id: str, options: RunOptions, *, fresh: bool) -> Path:
-    """The run's own workspace; task files are copied in (never linked). Created only when
-    the task uses tools or files. A retry that reuses no earlier step starts from an empty
-    workspace (tool side effects of a failed attempt are wiped); one that reuses steps keeps
-    it, since later steps need what earlier ones wrote."""
-    workspace = (options.workspace_dir or default_workspace(project.root, run_id)).resolve()
-    if fresh and workspace.is_dir() and options.workspace_dir is None:
-        shutil.rmtree(workspace)
-    uses_tools = bool(task.workspace_files) or any(project.agents[a].tools for a in task.agents_used())
-    uses_tools = uses_tools or bool(task.pipeline and any(s.tool or s.tools for s in task.pipeline.steps))
-    if not uses_tools:
-        return workspace
-    workspace.mkdir(parents=True, exist_ok=True)
-    for rel in task.workspace_files:
-        source = (project.root / rel).resolve()
-        if not source.is_relative_to(project.root) or not source.is_file():
-            raise ConfigError(f"{task.source}: workspace file '{rel}' is not a file inside the project")
-        target = workspace / Path(rel).name
-        if not target.exists() or not filecmp.cmp(source, target, shallow=False):
-            shutil.copyfile(source, target)
-    return workspace
-
-
 def _previous(store: RunStore, task: TaskSpec, run_id: str, inputs: dict[str, Any]) -> dict[str, Any] | None:
     if not task.previous_run:
         return None
@@ -291,7 +261,7 @@ def _write_report(ctx: RunContext, record: dict[str, Any]) -> Path | None:
     base = ctx.options.reports_dir or ctx.project.root / "reports"
     out_dir = base / ctx.task.name / ctx.run_id
     workspace = ctx.workspace if ctx.workspace.is_dir() else None
-    write_report(record, out_dir, workspace, formats=ctx.task.report.formats)
+    write_report(record, out_dir, workspace, formats=ctx.task.report.formats, secrets=ctx.recorder.secrets)
     return out_dir
 
 

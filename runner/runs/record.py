@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import mimetypes
 from typing import TYPE_CHECKING, Any
 
 from runner.core.status import Status, exit_code
+from runner.reports.artifacts import media_type_of
 from runner.reports.record import SCHEMA_VERSION, usage_rollups
 from runner.store.runstore import now_iso
 
@@ -27,8 +27,7 @@ def build_record(
     for step in steps:
         caption = descriptions.get(str(step["id"]))
         for path in step["artifacts"]:
-            media_type = mimetypes.guess_type(path)[0] or "application/octet-stream"
-            artifact = {"path": path, "media_type": media_type, "step": step["id"]}
+            artifact = {"path": path, "media_type": media_type_of(path), "step": step["id"]}
             artifacts.append(artifact | {"caption": caption} if caption else artifact)
     tables = {sid: table for sid in ctx.task.report.tables if sid in ctx.done and (table := _table(ctx.done[sid].data))}
     return {

@@ -8,8 +8,10 @@ profiles) the path is walked one component at a time with ``O_NOFOLLOW`` directo
 Files with more than one hard link are refused. Writes go to a temporary name in the
 target directory and are renamed over the target, both relative to the directory fd.
 
-The report writer and artifact collection use :func:`read_workspace_file` and
-:func:`list_workspace_files`, which follow the same rules.
+Host-side work on a workspace follows the same rules through :func:`open_beneath`: the
+run's workspace set-up (:mod:`runner.runs.workspace`), the snapshot that finds what
+sandboxed code wrote (:mod:`runner.tools.written`) and artifact collection for reports
+(:mod:`runner.reports.artifacts`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import errno
 import functools
 import os
 import platform
+import re
 import secrets
 import stat
 from collections.abc import Iterator
@@ -33,6 +36,9 @@ _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
 _SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "arm64": 437}
 _MAX_PATH = 4096
+# Names a report cannot show faithfully: control characters, and bytes that are not UTF-8
+# (os.fsdecode turns those into lone surrogates).
+_UNREPORTABLE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 class WorkspacePathError(ToolFailure):
@@ -70,6 +76,18 @@ def split_relative(path: str, *, allow_root: bool = False) -> list[str]:
     if not parts and not allow_root:
         raise WorkspacePathError("refused: the path names the workspace itself, not a file")
     return parts
+
+
+def reportable_path(path: str) -> str:
+    """``path`` in canonical form (no empty or ``.`` segments) if a report may name it.
+
+    Refuses what :func:`split_relative` refuses, plus control characters and names that
+    are not valid UTF-8 (:class:`WorkspacePathError`).
+    """
+    parts = split_relative(path)
+    if _UNREPORTABLE.search(path):
+        raise WorkspacePathError(f"refused: {path!r} contains control characters or bytes that are not UTF-8")
+    return "/".join(parts)
 
 
 def read_workspace_file(root: Path, path: str, max_bytes: int) -> bytes:

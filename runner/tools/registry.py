@@ -6,6 +6,7 @@ Built-ins and custom tools are registered the same way. A registry is a plain ob
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import json
 import re
@@ -16,6 +17,7 @@ from runner.errors import ConfigError, InvalidToolCall, ToolFailure
 from runner.redact import redact_secrets
 from runner.tools.arguments import ArgumentsInvalid
 from runner.tools.base import Tool, ToolContext, ToolResult, redact_result
+from runner.tools.written import checked_artifacts, take_snapshot, with_written_files
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _MAX_ARGUMENTS_CHARS = 1_000_000
@@ -73,7 +75,9 @@ class ToolRegistry:
         return [_openai_tool(self.get(name)) for name in selected]
 
     async def invoke(self, name: str, arguments_json: str | dict[str, Any], ctx: ToolContext) -> ToolResult:
-        """Validate the arguments and run the tool; secrets are redacted from the result.
+        """Validate the arguments and run the tool; secrets are redacted from the result,
+        and its artifacts are the files it named plus, for sandboxed tools, the files that
+        are new or changed in the workspace (see :mod:`runner.tools.written`).
 
         Raises :class:`~runner.errors.ToolFailure` (an observation for the model) for an
         unknown tool, malformed JSON, arguments that do not match the schema (the message
@@ -87,12 +91,16 @@ class ToolRegistry:
             raise InvalidToolCall(
                 f"invalid arguments for tool '{tool.name}': {'; '.join(invalid.problems)}. {_expected(tool)}"
             ) from None
+        # Sandboxed code names no files: what it wrote is found by listing the workspace.
+        before = await asyncio.to_thread(take_snapshot, ctx.workspace) if tool.needs_sandbox else None
         try:
             result = await tool.run(ctx, validated)
         except ToolFailure as failure:
             kind = InvalidToolCall if isinstance(failure, InvalidToolCall) else ToolFailure
             raise kind(redact_secrets(str(failure), ctx.secrets)) from None
-        return redact_result(result, ctx.secrets)
+        if before is not None:
+            result = with_written_files(result, before, await asyncio.to_thread(take_snapshot, ctx.workspace))
+        return redact_result(checked_artifacts(result), ctx.secrets)
 
 
 def default_registry() -> ToolRegistry:

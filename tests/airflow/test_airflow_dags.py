@@ -415,3 +415,19 @@ def test_batch_fanout_over_an_empty_input_writes_an_empty_output(
     assert Path(summary["output_path"]).read_text() == ""
     report = json.loads(Path(summary["report_json"]).read_text())
     assert report["rows"] == 0 and report["input"]["path"] == str(project / "empty.csv")
+
+
+def test_batch_fanout_refuses_to_write_over_its_input(
+    airflow_db: float, project: Path, scripted_server: Any, model_connection: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from runner.airflow.example_dags.batch_fanout import dag
+
+    source = _rows(project / "tickets.jsonl", 3)
+    conf = {"task": "classify", "input_path": "tickets.jsonl", "output_path": str(source)}
+    with scripted_server({"fallback": "label: ok"}) as server:
+        model_connection(server.base_url)
+        dag_run = dag.test(logical_date=None, run_conf=conf)
+        requests = server.requests
+    assert _state(dag_run, "split") == ("failed", 1) and requests == []
+    assert "is the input file; the batch would overwrite its own input" in "".join(capfd.readouterr())
+    assert len(source.read_text().splitlines()) == 3

@@ -76,15 +76,16 @@ def test_mapped_or_id_column_missing_fails_up_front(tmp_path: Path) -> None:
         rows(path, id_column="key")
 
 
-def test_duplicate_header_and_malformed_csv(tmp_path: Path) -> None:
+def test_duplicate_header_fails_and_a_ragged_row_is_a_row_error(tmp_path: Path) -> None:
     dup = tmp_path / "dup.csv"
     dup.write_text("id,subject,subject\nA,x,y\n", encoding="utf-8")
     with pytest.raises(InputError, match="names column 'subject' twice"):
         rows(dup)
     ragged = tmp_path / "ragged.csv"
-    ragged.write_text("id,subject\nA,x\nB,y,z\n", encoding="utf-8")
-    with pytest.raises(InputError, match="malformed CSV"):
-        rows(ragged)
+    ragged.write_text("id,subject\nA,x\nB,y,z\nC,w\n", encoding="utf-8")
+    got = rows(ragged)
+    assert [r.valid for r in got] == [True, False, True]
+    assert got[1].error == "ragged.csv row 2: line 3 has 3 fields, the header has 2 (a value containing a comma must be quoted)"
 
 
 def test_duplicate_ids_make_the_later_row_invalid(tmp_path: Path) -> None:

@@ -57,9 +57,7 @@ def test_refuses_paths_leaving_the_workspace(space: Path, relative: str) -> None
     refusal(space, relative)
 
 
-def test_refuses_other_suffixes_large_files_fifos_and_fake_pngs(space: Path) -> None:
-    (space / "run.sh").write_text("rm -rf /")
-    assert refusal(space, "run.sh").startswith("has a suffix that is not allowed (.sh;")
+def test_refuses_large_files_fifos_and_fake_pngs(space: Path) -> None:
     assert refusal(space, "charts/ok.png", max_bytes=10) == f"is larger than 10 bytes ({len(PNG)} bytes)"
     os.mkfifo(space / "pipe.txt")
     assert refusal(space, "pipe.txt") == "is not a regular file"
@@ -74,10 +72,7 @@ def test_copy_keeps_going_past_refusals(space: Path, tmp_path: Path) -> None:
     copied, problems = copy_artifacts(artifacts, space, tmp_path / "report")
     assert [c.report_path for c in copied] == ["artifacts/charts/ok.png"]
     assert (tmp_path / "report" / "artifacts" / "charts" / "ok.png").read_bytes() == PNG
-    assert problems == [
-        {"path": "evil.png", "reason": "is a symbolic link"},
-        {"path": "charts/ok.png", "reason": "is listed twice"},
-    ]
+    assert problems == [{"path": "evil.png", "reason": "is a symbolic link"}]  # a path listed again is copied once
     assert not (tmp_path / "report" / "artifacts" / "evil.png").exists()
 
 

@@ -4,7 +4,9 @@ Arguments fill ``{param}`` placeholders in the URL (percent-encoded) and the res
 the query string (GET, DELETE) or a JSON body (POST, PUT, PATCH). The request is made
 under the agent's network policy, exactly like ``fetch_url``. ``api_key_env`` names an
 environment variable sent as ``Authorization: Bearer …``; its value is redacted from
-everything the tool returns.
+everything the tool returns. A key goes only where the YAML says: a URL with a parameter in
+its scheme or host cannot carry one (the model would choose where it goes), and a standard
+variable (``OPENAI_API_KEY``) goes only to URLs under the standard model endpoint.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
+from runner.endpoints import STANDARD_KEY_VARIABLES, safe_url, standard_endpoint, under_endpoint
 from runner.errors import ConfigError, ToolFailure
 from runner.redact import redact_secrets
 from runner.tools.arguments import PydanticArguments
@@ -40,6 +43,8 @@ def build_http_tool(data: Mapping[str, Any], source: str) -> Tool:
     if unknown:
         raise ConfigError(f"{source}: http.url uses {{{sorted(unknown)[0]}}} but no such parameter is declared")
     key_env = spec.get("api_key_env")
+    if key_env:
+        _check_key_destination(url_template, key_env, source)
     timeout = spec.get("timeout_seconds")
 
     async def run(ctx: ToolContext, arguments: dict[str, Any]) -> ToolResult:
@@ -69,6 +74,24 @@ def build_http_tool(data: Mapping[str, Any], source: str) -> Tool:
         kind="http",
         source=source,
     )
+
+
+def _check_key_destination(url_template: str, variable: str, source: str) -> None:
+    """Refuse, when the tool is built (before the run calls a model), a key that could leave its host."""
+    scheme, sep, rest = url_template.partition("://")
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0] if sep else url_template
+    if PLACEHOLDER.search(scheme) or PLACEHOLDER.search(authority):
+        raise ConfigError(
+            f"{source}: http.url has a parameter in its scheme or host while http.api_key_env sends {variable}: "
+            "the model would choose where the key goes. Write the scheme and host literally"
+        )
+    standard = standard_endpoint(None, os.environ)
+    if variable in STANDARD_KEY_VARIABLES and not under_endpoint(url_template, standard):
+        raise ConfigError(
+            f"{source}: http.api_key_env names {variable}, a standard variable sent only to the standard model "
+            f"endpoint ({safe_url(standard)}), not to {safe_url(url_template)}; name the variable holding that "
+            "service's own key"
+        )
 
 
 def _api_key(variable: str | None, source: str) -> str | None:
