@@ -17,15 +17,23 @@ import concurrent.futures
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from runner.airflow.failures import RowsLeft, rows_left, short
+
+if TYPE_CHECKING:
+    from runner.batch.file_batch import BatchRequest
 
 T = TypeVar("T")
 
 RUN_ID_PREFIX = "af"
-TASK_MANIFEST_KEYS = ("run_id", "status", "cost_usd", "report_path", "exit_code")
-BATCH_MANIFEST_KEYS = ("total", "done", "failed", "skipped", "cost_usd", "output_path", "report_path")
+TASK_MANIFEST_KEYS = ("run_id", "status", "cost_usd", "report_path", "exit_code", "error_kind", "error")
+BATCH_MANIFEST_KEYS = (
+    "batch_id", "counts", "total", "done", "failed", "invalid", "skipped", "cost_usd", "input_tokens", "output_tokens",
+    "elapsed_seconds", "stop_reason", "stop_kind", "exit_code", "output_path", "report_path", "retryable",
+)  # fmt: skip
 _SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -69,16 +77,6 @@ def derive_run_id(
     return f"{_slug(task, 40)}-{RUN_ID_PREFIX}-{digest}"
 
 
-def derive_journal_path(
-    work_dir: str | Path, *, dag_id: str, dag_run_id: str, task_id: str, map_index: int | None
-) -> Path:
-    """Where a mapped batch task keeps its resume journal: stable across tries, unique per instance."""
-    identity = canonical_json({"dag_id": dag_id, "dag_run_id": dag_run_id, "task_id": task_id, "map_index": map_index})
-    digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
-    index = "x" if map_index is None or int(map_index) < 0 else f"{int(map_index):05d}"
-    return Path(work_dir) / "journals" / f"{_slug(task_id, 40)}-{index}-{digest}.sqlite3"
-
-
 def call_blocking(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """Call a blocking API that may use ``asyncio.run``, even from inside a running event loop."""
     try:
@@ -93,30 +91,38 @@ def _optional_path(value: str | Path | None) -> Path | None:
     return Path(value) if value not in (None, "") else None
 
 
-def task_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """The XCom value for one run: ``{run_id, status, cost_usd, report_path, exit_code}``."""
+def task_manifest(manifest: Mapping[str, Any], secrets: Iterable[str | None] = ()) -> dict[str, Any]:
+    """The XCom value for one run: ``{run_id, status, cost_usd, report_path, exit_code, error_kind, error}``.
+
+    ``error`` is the run's error message, redacted (``secrets`` and credential shapes) and
+    shortened; ``None`` for a completed run. The run's output is never part of it.
+    """
     report = manifest.get("report_path") or manifest.get("report_dir")
+    error = manifest.get("error")
     return {
         "run_id": str(manifest.get("run_id")),
         "status": str(manifest.get("status")),
         "cost_usd": float(manifest.get("cost_usd") or 0.0),
         "report_path": str(report) if report else None,
         "exit_code": int(exit_code) if (exit_code := manifest.get("exit_code")) is not None else 1,
+        "error_kind": manifest.get("error_kind"),
+        "error": short(error, secrets) if error else None,
     }
 
 
-def batch_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """The XCom value for one batch (shard): counts, cost and paths only."""
-    out: dict[str, Any] = {}
-    for key in BATCH_MANIFEST_KEYS:
-        value = manifest.get(key)
-        if key == "cost_usd":
-            out[key] = float(value or 0.0)
-        elif key in ("output_path", "report_path"):
-            out[key] = str(value) if value else None
-        else:
-            out[key] = int(value or 0)
-    return out
+def batch_manifest(summary: Mapping[str, Any], left: RowsLeft) -> dict[str, Any]:
+    """The XCom value for one batch (shard): counts, spend, why it stopped, paths; no row data."""
+    counts = dict(summary.get("counts") or {})
+    values = {
+        **summary,
+        "done": left.done,
+        "failed": left.failed,
+        "invalid": left.invalid,
+        "skipped": left.not_run,
+        "retryable": left.retryable,
+        "counts": counts,
+    }
+    return {key: values.get(key) for key in BATCH_MANIFEST_KEYS}
 
 
 def run_task_for_airflow(
@@ -159,35 +165,22 @@ def run_task_for_airflow(
         model_base_url=model_base_url or None,
         api_key=api_key or None,
     )
-    return task_manifest(manifest)
+    return task_manifest(manifest, [api_key])
 
 
-def run_batch_for_airflow(
-    task: str,
-    *,
-    root: str | Path,
-    input_path: str | Path,
-    output_path: str | Path,
-    journal_path: str | Path | None,
-    concurrency: int = 4,
-    caps: Mapping[str, Any] | None = None,
-    model_base_url: str | None = None,
-    api_key: str | None = None,
-) -> dict[str, Any]:
-    """Run (always resuming) one batch over ``input_path``; return counts, cost and paths."""
-    from runner.api import run_batch  # the lead's API
+def run_batch_for_airflow(task: str, *, root: str | Path, request: BatchRequest) -> dict[str, Any]:
+    """Run (always resuming) the batch ``request``; return its manifest (:func:`batch_manifest`).
 
-    manifest = call_blocking(
-        run_batch,
-        task,
-        root=Path(root),
-        input_path=Path(input_path),
-        output_path=Path(output_path),
-        concurrency=int(concurrency),
-        resume=True,
-        journal_path=_optional_path(journal_path),
-        caps=dict(caps) if caps else None,
-        model_base_url=model_base_url or None,
-        api_key=api_key or None,
-    )
-    return batch_manifest(manifest)
+    Raises what the batch raises for invalid configuration, inputs or flags (before any row
+    runs); a batch that started returns a manifest whatever happened to its rows.
+    """
+    from runner.batch.file_batch import open_journal, run_batch_file
+    from runner.config.project import load_project_or_raise
+
+    project = load_project_or_raise(Path(root))
+    spec = project.task_for(task)
+    summary = call_blocking(lambda: asyncio.run(run_batch_file(project, spec, request)))
+    journal, _ = open_journal(project, spec, request)
+    with journal:
+        left = rows_left(journal)
+    return batch_manifest(summary, left)

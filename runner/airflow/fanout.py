@@ -5,206 +5,247 @@
     from runner.airflow.fanout import batch_fanout
 
     with DAG("classify_tickets", schedule=None, ...):
-        batch_fanout(task="classify", input_path="/shared/in/tickets.csv", num_shards=8,
-                     work_dir="/shared/runner-airflow", root="/srv/project", retries=2)
+        batch_fanout(task="triage_ticket", input_path="/shared/in/tickets.csv", num_shards=8,
+                     id_column="id", max_cost_usd=5, work_dir="/shared/runner-airflow", retries=2)
 
-* :class:`RunnerSplitOperator` splits the input (CSV, JSONL or Parquet) into contiguous shard
-  files under the dag run's work directory on a path every worker can read, each written
-  atomically; it returns the shard paths (a short list) for mapping.
-* :class:`RunnerShardOperator` is mapped over those paths (``.partial(...).expand(shard_path=...)``)
-  and runs :func:`runner.api.run_batch` on one shard with ``resume=True`` and a journal whose
-  path depends on the dag run, task and map index but not the try, so a retried shard skips
-  the rows it already finished and re-pays none of them. (Rows the batch itself gave up on --
-  a permanent error, or retryable ones whose attempts are used up -- stay failed on resume:
-  that is the batch journal's policy; ``max_failed_rows`` only decides whether they fail the task.)
-* :class:`RunnerMergeOperator` concatenates the shard outputs in shard order into one file and
-  writes a batch report (JSON + Markdown) with per-shard and total counts and cost.
+``batch_fanout`` takes the options of ``runner batch`` by their flag names (see
+:mod:`runner.airflow.options`); every argument may be a template (``"{{ params.x }}"``).
 
-All three compute the same work directory, ``<work_dir>/<dag_id>/<hash of the dag run id>``.
+* :class:`RunnerSplitOperator` checks everything that can be checked before a model call
+  (the task, the options, the input's columns, ids and format, the output name), counts the
+  input's rows the way ``runner batch`` reads them, and returns one row range per shard
+  (:class:`~runner.airflow.plan.ShardSpec`). A bad value fails it without retries.
+* :class:`RunnerShardOperator` is mapped over those ranges. It runs the batch over its rows
+  of the input, resuming its own journal (the same for every try), so a retried shard
+  pays for no finished row again; try *n* gives each row up to ``n * max_attempts``
+  attempts, so rows whose attempts an earlier try used up run again.
+* :class:`RunnerMergeOperator` writes one output record per input row (the input's row
+  numbers and ids) and the batch report of :mod:`runner.batch.summary`, from the shard
+  journals; a missing shard result, journal, output or row fails it.
+
+Row-failure policy: a shard fails its try (and Airflow retries it) while some of its rows
+failed in a way another try may fix (a retryable error whose attempts are used up, rows not
+started); on its last try it succeeds and leaves them to the merge. Rows no retry can fix
+(invalid input, a final error such as ``auth``, a cap) never fail a shard. The merge
+writes the output and report first, then fails without retries when more than
+``max_failed_rows`` rows (default 0) are not ``done``; its message gives the counts by
+error kind, with example row ids.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
 from runner.airflow._compat import AirflowException, AirflowFailException
-from runner.airflow.execution import derive_journal_path, run_batch_for_airflow
-from runner.airflow.operator import dag_run_identity, model_credentials, resolve_root
+from runner.airflow.execution import run_batch_for_airflow
+from runner.airflow.operator import dag_run_identity, fail_without_retry, model_credentials, resolve_root
+from runner.airflow.options import FanoutOptions, check_option_names
+from runner.airflow.plan import FanoutPlan, ShardSpec, run_work_dir
 from runner.airflow.provider import DEFAULT_CONN_ID
-from runner.airflow.shards import merge_files, split_file, write_batch_report
+from runner.airflow.typed import optional_int, optional_text, required_text
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-WORK_DIR_ENV = "RUNNER_AIRFLOW_WORK_DIR"
-DEFAULT_WORK_DIR = "/tmp/runner-airflow"
+MAX_SHARDS = 10_000
 
 
-def run_work_dir(work_dir: str | os.PathLike[str] | None, dag_id: str, dag_run_id: str) -> Path:
-    """The dag run's shared directory: ``<work_dir>/<dag_id>/<16 hex of the run id>``."""
-    base = str(work_dir) if work_dir not in (None, "") else os.environ.get(WORK_DIR_ENV, DEFAULT_WORK_DIR)
-    return Path(base) / dag_id / hashlib.sha256(dag_run_id.encode()).hexdigest()[:16]
+class _FanoutStep(BaseOperator):
+    """What the split, shard and merge tasks of one fan-out share: the arguments of its plan."""
 
-
-def _context_work_dir(work_dir: str | None, context: Context) -> Path:
-    dag_id, dag_run_id, _, _ = dag_run_identity(context)
-    return run_work_dir(work_dir, dag_id, dag_run_id)
-
-
-class RunnerSplitOperator(BaseOperator):
-    """Split ``input_path`` into shards under the run's work dir; return their paths."""
-
-    template_fields: Sequence[str] = ("input_path", "work_dir", "num_shards", "shard_size")
-
-    def __init__(
-        self,
-        *,
-        input_path: str,
-        work_dir: str | None = None,
-        num_shards: int | str | None = None,
-        shard_size: int | str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.input_path = input_path
-        self.work_dir = work_dir
-        self.num_shards = num_shards
-        self.shard_size = shard_size
-
-    def execute(self, context: Context) -> list[str]:
-        shard_dir = _context_work_dir(self.work_dir, context) / "shards"
-        num = int(self.num_shards) if self.num_shards not in (None, "") else None
-        size = int(self.shard_size) if self.shard_size not in (None, "") else None
-        if num is None and size is None:
-            num = 4
-        paths = split_file(self.input_path, shard_dir, num_shards=num, shard_size=size)
-        self.log.info("split %s into %d shard(s) in %s", self.input_path, len(paths), shard_dir)
-        return paths
-
-
-class RunnerShardOperator(BaseOperator):
-    """Run (resuming) the runner batch ``task`` over one shard file; map it over the shards."""
-
-    template_fields: Sequence[str] = ("task", "shard_path", "work_dir", "caps", "root", "conn_id", "concurrency")
-    template_fields_renderers: ClassVar[dict[str, str]] = {"caps": "json"}
+    template_fields: Sequence[str] = ("task", "input_path", "options", "root", "work_dir")
 
     def __init__(
         self,
         *,
         task: str,
-        shard_path: str,
-        work_dir: str | None = None,
+        input_path: str,
+        options: Mapping[str, Any] | None = None,
         root: str | None = None,
-        caps: dict[str, Any] | None = None,
-        concurrency: int | str = 4,
-        output_suffix: str = ".jsonl",
-        conn_id: str | None = DEFAULT_CONN_ID,
-        max_failed_rows: int | None = None,
+        work_dir: str | None = None,
+        fanout_id: str = "fanout",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        check_option_names(options or {})  # a misspelt option fails when the DAG is parsed
         self.task = task
-        self.shard_path = shard_path
-        self.work_dir = work_dir
+        self.input_path = input_path
+        self.options = dict(options or {})
         self.root = root
-        self.caps = caps
-        self.concurrency = concurrency
-        self.output_suffix = output_suffix
-        self.conn_id = conn_id
-        self.max_failed_rows = max_failed_rows
+        self.work_dir = work_dir
+        self.fanout_id = fanout_id
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        from runner.errors import ConfigError, InputError, UsageError
-
-        dag_id, dag_run_id, task_id, map_index = dag_run_identity(context)
-        work = run_work_dir(self.work_dir, dag_id, dag_run_id)
-        shard = Path(self.shard_path)
-        output_path = work / "outputs" / (shard.name.removesuffix(shard.suffix) + self.output_suffix)
-        journal = derive_journal_path(work, dag_id=dag_id, dag_run_id=dag_run_id, task_id=task_id, map_index=map_index)
-        journal.parent.mkdir(parents=True, exist_ok=True)
-        output_path.parent.mkdir(parents=True, exist_ok=True)
-        base_url, api_key = model_credentials(self.conn_id)
-        try:
-            manifest = run_batch_for_airflow(
-                self.task,
-                root=resolve_root(self.root),
-                input_path=shard,
-                output_path=output_path,
-                journal_path=journal,
-                concurrency=int(self.concurrency),
-                caps=dict(self.caps) if self.caps else None,
-                model_base_url=base_url,
-                api_key=api_key,
-            )
-        except (ConfigError, InputError, UsageError) as exc:
-            raise AirflowFailException(f"runner batch {self.task!r} on {shard.name}: {exc}") from exc
-        manifest = {"shard": str(shard), **manifest}
-        self.log.info(
-            "shard %s: %s/%s done, %s failed, %s skipped, %.6f USD",
-            shard.name,
-            manifest["done"],
-            manifest["total"],
-            manifest["failed"],
-            manifest["skipped"],
-            manifest["cost_usd"],
+    def plan(self, context: Context) -> FanoutPlan:
+        """The fan-out's plan from the rendered arguments (a bad value raises a runner UsageError)."""
+        dag_id, dag_run_id, _, _ = dag_run_identity(context)
+        root = Path(resolve_root(self.root))
+        return FanoutPlan(
+            task=required_text(self.task, "task"),
+            root=root,
+            input_path=root / required_text(self.input_path, "input_path"),
+            work=run_work_dir(optional_text(self.work_dir, "work_dir"), dag_id, dag_run_id, self.fanout_id),
+            options=FanoutOptions.from_mapping(self.options),
         )
-        if self.max_failed_rows is not None and manifest["failed"] > self.max_failed_rows:
-            context["ti"].xcom_push(key="manifest", value=manifest)
-            raise AirflowException(
-                f"shard {shard.name}: {manifest['failed']} failed row(s) > {self.max_failed_rows} "
-                "(a retry resumes the shard: finished rows are not re-run)"
-            )
-        return manifest
 
 
-class RunnerMergeOperator(BaseOperator):
-    """Concatenate the shard outputs (in shard order) and write the batch report."""
+class RunnerSplitOperator(_FanoutStep):
+    """Check the fan-out's arguments and input, count its rows, return one row range per shard."""
 
-    template_fields: Sequence[str] = ("shard_results", "work_dir", "output_path", "report_path")
+    template_fields: Sequence[str] = (*_FanoutStep.template_fields, "num_shards", "shard_size", "output_path")
 
     def __init__(
         self,
         *,
-        shard_results: Any,
-        work_dir: str | None = None,
+        num_shards: int | str | None = None,
+        shard_size: int | str | None = None,
         output_path: str | None = None,
-        report_path: str | None = None,
+        strict_conf: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.shard_results = shard_results
-        self.work_dir = work_dir
+        self.num_shards = num_shards
+        self.shard_size = shard_size
         self.output_path = output_path
-        self.report_path = report_path
+        self.strict_conf = strict_conf
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        from runner.airflow.plan import count_input_rows, plan_shards
+
+        with fail_without_retry("runner batch fan-out"):
+            if self.strict_conf:
+                _check_conf_keys(context)
+            plan = self.plan(context)
+            num = optional_int(self.num_shards, "num_shards", minimum=1, maximum=MAX_SHARDS)
+            size = optional_int(self.shard_size, "shard_size", minimum=1)
+            project, spec = plan.load()
+            plan.check_merged_output(plan.merged_output_path(optional_text(self.output_path, "output_path")))
+            total, sha256 = count_input_rows(project, spec, plan)
+            shards = plan_shards(total, sha256, num_shards=num, shard_size=size)
+            plan.options.shard_share(len(shards))  # a cap too small to share fails here, not in every shard
+        self.log.info("%s: %d row(s) in %d shard(s); work directory %s", plan.input_path, total, len(shards), plan.work)
+        return [shard.as_xcom() for shard in shards]
+
+
+class RunnerShardOperator(_FanoutStep):
+    """Run (resuming) the batch over one shard's rows; map it over the split's output."""
+
+    template_fields: Sequence[str] = (*_FanoutStep.template_fields, "shard", "conn_id", "store_path")
+
+    def __init__(
+        self,
+        *,
+        shard: Any,
+        conn_id: str | None = DEFAULT_CONN_ID,
+        store_path: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.shard = shard
+        self.conn_id = conn_id
+        self.store_path = store_path
 
     def execute(self, context: Context) -> dict[str, Any]:
-        work = _context_work_dir(self.work_dir, context)
-        manifests = _manifests(self.shard_results)
-        output_path = Path(self.output_path) if self.output_path else work / "output.jsonl"
-        report_path = Path(self.report_path) if self.report_path else work / "batch_report.json"
-        parts = [m["output_path"] for m in manifests if m.get("output_path")]
-        merged = merge_files(parts, output_path)
-        summary = write_batch_report(report_path, manifests, merged)
+        from runner.batch.inputs import file_sha256
+        from runner.errors import UsageError
+
+        ti = context["ti"]
+        with fail_without_retry(f"runner batch {self.task!r}"):
+            plan, shard = self.plan(context), ShardSpec.from_xcom(self.shard)
+            if file_sha256(plan.input_path) != shard.input_sha256:
+                raise UsageError(f"{plan.input_path} changed since the split task read it; trigger a new dag run")
+            base_url, api_key = model_credentials(self.conn_id)
+            store = optional_text(self.store_path, "store_path")
+            request = plan.request(
+                shard, try_number=ti.try_number, model_base_url=base_url, api_key=api_key,
+                store_path=Path(store) if store else None,
+            )  # fmt: skip
+            manifest = run_batch_for_airflow(plan.task, root=plan.root, request=request)
+        manifest = {"shard": shard.name, "index": shard.index, "rows": [shard.first_row, shard.last_row],
+                    "try_number": ti.try_number, **manifest}  # fmt: skip
         self.log.info(
-            "merged %d shard output(s) into %s (%d records); report %s",
-            merged["parts"],
-            merged["output_path"],
-            merged["records"],
-            summary["report_path"],
-        )
-        return summary
+            "%s: %s done, %s failed, %s invalid, %s not run; %.6f USD; output %s",
+            shard.describe(), manifest["done"], manifest["failed"], manifest["invalid"], manifest["skipped"],
+            manifest["cost_usd"], manifest["output_path"],
+        )  # fmt: skip
+        if manifest["done"] < shard.rows:
+            self._rows_not_done(context, shard, plan, manifest)
+        return manifest
+
+    def _rows_not_done(self, context: Context, shard: ShardSpec, plan: FanoutPlan, manifest: dict[str, Any]) -> None:
+        """Fail this try while another may finish rows; on the last try leave them to the merge."""
+        from runner.airflow.failures import RowsLeft, rows_failure
+
+        left = RowsLeft(shard.rows, manifest["done"], manifest["failed"], manifest["invalid"], manifest["skipped"],
+                        manifest["retryable"])  # fmt: skip
+        message = f"{shard.describe()}: " + rows_failure(_report(plan.report_dir(shard)), left)
+        ti = context["ti"]
+        if left.retryable and ti.try_number <= getattr(ti, "max_tries", self.retries or 0):
+            ti.xcom_push(key="manifest", value=manifest)
+            raise AirflowException(
+                f"{message}. {left.retryable} of them may succeed on another try: the retry resumes this shard "
+                f"and gives them up to {plan.options.max_attempts} more attempt(s) each"
+            )
+        self.log.warning("%s. No further try can finish them; the merge applies max_failed_rows", message)
 
 
-def _manifests(results: Any) -> list[dict[str, Any]]:
-    items: Iterable[Any] = [] if results is None else ([results] if isinstance(results, Mapping) else results)
-    manifests = [dict(m) for m in items if m]
-    return sorted(manifests, key=lambda m: str(m.get("shard", "")))
+class RunnerMergeOperator(_FanoutStep):
+    """Write the merged output and batch report from the shard journals; fail on missing or failed rows."""
+
+    template_fields: Sequence[str] = (
+        *_FanoutStep.template_fields, "shards", "shard_results", "output_path", "report_dir", "max_failed_rows",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        *,
+        shards: Any,
+        shard_results: Any,
+        output_path: str | None = None,
+        report_dir: str | None = None,
+        max_failed_rows: int | str | None = 0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.shards = shards
+        self.shard_results = shard_results
+        self.output_path = output_path
+        self.report_dir = report_dir
+        self.max_failed_rows = max_failed_rows
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from runner.airflow.failures import rows_failure
+        from runner.airflow.merge import ShardOutputMissing, merge_fanout
+
+        with fail_without_retry("runner batch fan-out merge"):
+            plan = self.plan(context)
+            allowed = optional_int(self.max_failed_rows, "max_failed_rows", minimum=0) or 0
+            shards = [ShardSpec.from_xcom(s) for s in _items(self.shards)]
+            results = {int(r["index"]): r for r in _items(self.shard_results) if isinstance(r, Mapping)}
+            project, spec = plan.load()
+            try:
+                manifest, left, report = merge_fanout(
+                    project, spec, plan, shards, results, batch_id=f"{self.fanout_id}-{plan.work.parent.name}",
+                    output_path=plan.merged_output_path(optional_text(self.output_path, "output_path")),
+                    report_dir=plan.merged_report_dir(optional_text(self.report_dir, "report_dir")),
+                )  # fmt: skip
+            except ShardOutputMissing as exc:
+                raise AirflowFailException(f"{exc}\nClear the failed shard task(s) to run them again.") from exc
+        self.log.info(
+            "merged %d shard(s): %d row(s), %d done; %.6f USD; output %s; report %s",
+            manifest["shards"], manifest["total"], manifest["done"], manifest["cost_usd"],
+            manifest["output_path"], manifest["report_path"],
+        )  # fmt: skip
+        if left.not_done > allowed:
+            context["ti"].xcom_push(key="manifest", value=manifest)
+            raise AirflowFailException(
+                f"{rows_failure(report, left)}. That is more than max_failed_rows={allowed}; every row is in "
+                f"{manifest['output_path']} and the report {manifest['report_path']}"
+            )
+        return manifest
 
 
 def batch_fanout(
@@ -215,44 +256,70 @@ def batch_fanout(
     shard_size: int | str | None = None,
     work_dir: str | None = None,
     root: str | None = None,
-    caps: dict[str, Any] | None = None,
-    concurrency: int | str = 4,
     conn_id: str | None = DEFAULT_CONN_ID,
     output_path: str | None = None,
-    report_path: str | None = None,
+    report_dir: str | None = None,
+    max_failed_rows: int | str | None = 0,
+    store_path: str | None = None,
     prefix: str = "",
     pool: str | None = None,
     retries: int | None = None,
-    max_failed_rows: int | None = None,
+    strict_conf: bool = False,
+    **options: Any,
 ) -> RunnerMergeOperator:
-    """Add split -> mapped shards -> merge to the current DAG; returns the merge task."""
+    """Add split -> mapped shards -> merge to the current DAG; returns the merge task.
+
+    ``options`` are ``runner batch``'s options by flag name (:data:`runner.airflow.options.OPTION_NAMES`).
+    ``strict_conf`` makes the split refuse dag run conf keys that are not DAG params (a typo).
+    """
+    check_option_names(options, "batch_fanout")
+    common = {"task": task, "input_path": input_path, "options": options, "root": root, "work_dir": work_dir,
+              "fanout_id": prefix.rstrip("_-.") or "fanout"}  # fmt: skip
     split = RunnerSplitOperator(
-        task_id=f"{prefix}split",
-        input_path=input_path,
-        work_dir=work_dir,
-        num_shards=num_shards,
-        shard_size=shard_size,
-    )
-    shard_kwargs: dict[str, Any] = {}
-    if pool:
-        shard_kwargs["pool"] = pool
+        task_id=f"{prefix}split", num_shards=num_shards, shard_size=shard_size, output_path=output_path,
+        strict_conf=strict_conf, **common,
+    )  # fmt: skip
+    shard_kwargs: dict[str, Any] = {"pool": pool} if pool else {}
     if retries is not None:
         shard_kwargs["retries"] = retries
     shards = RunnerShardOperator.partial(
-        task_id=f"{prefix}run_shard",
-        task=task,
-        work_dir=work_dir,
-        root=root,
-        caps=caps,
-        concurrency=concurrency,
-        conn_id=conn_id,
-        max_failed_rows=max_failed_rows,
-        **shard_kwargs,
-    ).expand(shard_path=split.output)
+        task_id=f"{prefix}run_shard", conn_id=conn_id, store_path=store_path, **common, **shard_kwargs
+    ).expand(shard=split.output)
     return RunnerMergeOperator(
-        task_id=f"{prefix}merge",
-        shard_results=shards.output,
-        work_dir=work_dir,
-        output_path=output_path,
-        report_path=report_path,
-    )
+        task_id=f"{prefix}merge", shards=split.output, shard_results=shards.output, output_path=output_path,
+        report_dir=report_dir, max_failed_rows=max_failed_rows, trigger_rule="none_failed", **common,
+    )  # fmt: skip
+
+
+def _check_conf_keys(context: Context) -> None:
+    from runner.errors import UsageError, did_you_mean
+
+    params = set(context["params"].keys()) if context.get("params") else set()
+    dag = getattr(context.get("dag"), "params", None)
+    declared = set(dag.keys()) if dag is not None else params
+    conf = getattr(context.get("dag_run"), "conf", None) or {}
+    for key in conf:
+        if key not in declared:
+            raise UsageError(
+                f"dag run conf: unknown key '{key}'{did_you_mean(str(key), declared)} (params: {', '.join(sorted(declared))})"
+            )
+
+
+def _items(value: Any) -> list[Any]:
+    """A rendered XCom list (or one item, or nothing) as a list."""
+    if value is None:
+        return []
+    if isinstance(value, Mapping) or not isinstance(value, Iterable) or isinstance(value, str):
+        return [value]
+    return list(value)
+
+
+def _report(report_dir: Path) -> dict[str, Any]:
+    """A shard's ``batch_report.json`` (empty if it could not be read: the counts still tell the story)."""
+    import json
+
+    try:
+        loaded = json.loads((report_dir / "batch_report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}

@@ -70,7 +70,13 @@ class RunnerModelHook(BaseHook):
         return base_url_from_parts(conn.host, conn.port, conn.schema, scheme), api_key
 
     def test_connection(self) -> tuple[bool, str]:
+        """``GET {base_url}/models`` with the key (see :mod:`runner.airflow.probe`); False unless it lists models.
+
+        Without a host, the endpoint a run would use is tested: ``$OPENAI_BASE_URL`` or OpenAI's.
+        """
+        import os
+
+        from runner.airflow.probe import DEFAULT_BASE_URL, probe_models
+
         base_url, api_key = self.get_conn()
-        if not base_url and not api_key:
-            return False, "the connection has neither a host (base URL) nor a password (API key)"
-        return True, f"base URL {base_url or '(default)'}; API key {'set' if api_key else 'not set'}"
+        return probe_models(base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL, api_key)

@@ -27,14 +27,16 @@ Configuration or input errors (raised before anything is spent) fail without ret
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
 
 from runner.airflow._compat import AirflowException, AirflowFailException, AirflowNotFoundException
 from runner.airflow.execution import run_task_for_airflow
+from runner.airflow.failures import run_failure
 from runner.airflow.provider import DEFAULT_CONN_ID
 
 if TYPE_CHECKING:
@@ -76,15 +78,26 @@ def dag_run_identity(context: Context) -> tuple[str, str, str, int]:
     return str(ti.dag_id), str(context["run_id"]), str(ti.task_id), -1 if map_index is None else int(map_index)
 
 
+@contextlib.contextmanager
+def fail_without_retry(what: str) -> Iterator[None]:
+    """Turn a runner error a retry cannot fix (exit code 2: configuration, input, usage) into a
+    task failure without retries, its message prefixed by ``what``. Other errors pass through."""
+    from runner.errors import EXIT_CONFIG, RunnerError
+
+    try:
+        yield
+    except RunnerError as exc:
+        if exc.exit_code != EXIT_CONFIG:
+            raise
+        raise AirflowFailException(f"{what}: {exc}") from exc
+
+
 def check_status(manifest: Mapping[str, Any], no_retry_statuses: Collection[str]) -> None:
-    status = manifest.get("status")
-    if status == "completed":
+    """Fail the task unless the run completed; the message states status, error kind and error."""
+    if manifest.get("status") == "completed":
         return
-    message = (
-        f"runner run {manifest.get('run_id')} ended {status} (exit {manifest.get('exit_code')}, "
-        f"{float(manifest.get('cost_usd') or 0):.6f} USD); report: {manifest.get('report_path')}"
-    )
-    if status in no_retry_statuses:
+    message = run_failure(manifest)
+    if manifest.get("status") in no_retry_statuses:
         raise AirflowFailException(message)
     raise AirflowException(message + "; a retry resumes the same run")
 
@@ -120,28 +133,20 @@ class RunnerTaskOperator(BaseOperator):
         self.no_retry_statuses = tuple(no_retry_statuses)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from runner.errors import ConfigError, InputError, UsageError
+        from runner.airflow.typed import required_text, typed_caps
 
         dag_id, dag_run_id, task_id, map_index = dag_run_identity(context)
-        root = resolve_root(self.root)
-        base_url, api_key = model_credentials(self.conn_id)
-        try:
+        with fail_without_retry(f"runner task {self.task!r}"):  # found before anything was spent
+            task = required_text(self.task, "task")
+            caps = typed_caps(self.caps, "caps").as_dict()
+            inputs = _inputs(self.inputs)
+            root = resolve_root(self.root)
+            base_url, api_key = model_credentials(self.conn_id)
             manifest = run_task_for_airflow(
-                self.task,
-                root=root,
-                inputs=dict(self.inputs or {}),
-                caps=dict(self.caps) if self.caps else None,
-                dag_id=dag_id,
-                dag_run_id=dag_run_id,
-                task_id=task_id,
-                map_index=map_index,
-                store_path=self.store_path,
-                reports_dir=self.reports_dir,
-                model_base_url=base_url,
-                api_key=api_key,
-            )
-        except (ConfigError, InputError, UsageError) as exc:  # found before anything was spent: retrying cannot help
-            raise AirflowFailException(f"runner task {self.task!r}: {exc}") from exc
+                task, root=root, inputs=inputs, caps=caps or None, dag_id=dag_id, dag_run_id=dag_run_id,
+                task_id=task_id, map_index=map_index, store_path=self.store_path, reports_dir=self.reports_dir,
+                model_base_url=base_url, api_key=api_key,
+            )  # fmt: skip
         self.log.info(
             "runner run %s: %s (exit %s, %.6f USD), report %s",
             manifest["run_id"],
@@ -154,3 +159,21 @@ class RunnerTaskOperator(BaseOperator):
             context["ti"].xcom_push(key="manifest", value=manifest)
         check_status(manifest, self.no_retry_statuses)
         return manifest
+
+
+def _inputs(value: Any) -> dict[str, Any]:
+    """The rendered ``inputs``: a mapping or its JSON text (the runner types each value by the task's inputs)."""
+    import json
+
+    from runner.errors import UsageError
+
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise UsageError(f"inputs: {value!r} is neither a mapping nor its JSON text") from None
+    if not isinstance(value, Mapping):
+        raise UsageError(f"inputs: expected a mapping of input names to values, got {value!r}")
+    return dict(value)

@@ -6,13 +6,14 @@ Used by ``runner batch`` and by the Airflow fan-out (one call per shard).
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from runner.batch.engine import BatchSummary, FailurePolicy, batch_budget, run_batch
 from runner.batch.executor import TaskExecutor
-from runner.batch.inputs import InputSource, file_sha256, parse_mapping, read_rows
+from runner.batch.inputs import InputSource, Row, file_sha256, parse_mapping, read_rows
 from runner.batch.journal import BatchJournal, default_journal_path
 from runner.batch.output import check_output_target, exclusive_output, write_output
 from runner.batch.progress import NoProgress, make_progress
@@ -51,6 +52,7 @@ class BatchRequest:
     store_path: Path | None = None
     progress: str = "auto"  # auto | bar | log | none
     log_interval: float = 30.0
+    rows: tuple[int, int] | None = None  # only input rows FIRST..LAST (1-based, inclusive): one shard of a fan-out
 
 
 def _progress(kind: str, stream: IO[str], interval: float) -> Any:
@@ -65,6 +67,46 @@ def _progress(kind: str, stream: IO[str], interval: float) -> Any:
     return make_progress(stream, interval=interval)
 
 
+def open_journal(project: Project, task: TaskSpec, request: BatchRequest) -> tuple[BatchJournal, InputSource]:
+    """The journal ``request`` runs with (created when new, locked) and its input source.
+
+    A request for a row range (``rows``) gets its own journal identity, so one shard's
+    journal is never resumed for another. Ids and duplicate checks still cover the whole
+    file, so a shard's rows keep the numbers and ids a whole-file batch gives them.
+    """
+    source = _source(task, request)
+    return _open_journal(task, request, source, _journal_path(project, task, request, source)), source
+
+
+def _source(task: TaskSpec, request: BatchRequest) -> InputSource:
+    return InputSource.open(
+        request.input_path, format=request.format, mapping=parse_mapping(request.mapping, task.inputs),
+        id_column=request.id_column,
+    )
+
+
+def _journal_path(project: Project, task: TaskSpec, request: BatchRequest, source: InputSource) -> Path:
+    return request.journal_path or default_journal_path(project.root, task.name, source.path)
+
+
+def _open_journal(task: TaskSpec, request: BatchRequest, source: InputSource, journal_path: Path) -> BatchJournal:
+    options = {**source.options(), **({"rows": list(request.rows)} if request.rows else {})}
+    return BatchJournal.open(
+        journal_path, task=task.name, input_path=source.path, input_sha256=file_sha256(source.path),
+        options=options, restart=request.restart, durable=request.durable,
+    )
+
+
+def _rows_between(rows: Iterator[Row], span: tuple[int, int] | None) -> Iterator[Row]:
+    """The rows numbered ``span[0]..span[1]`` (all without a span); stops reading after the last."""
+    first, last = span or (1, sys.maxsize)
+    for row in rows:
+        if row.number > last:
+            return
+        if row.number >= first:
+            yield row
+
+
 async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest) -> dict[str, Any]:
     """Run ``task`` over every row of the input file; returns a small summary dict."""
     from runner.batch.output import output_format
@@ -73,11 +115,8 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
     check_endpoints(
         project, task, model_override=request.model_override, base_url_override=request.base_url_override, api_key=request.api_key,
     )
-    source = InputSource.open(
-        request.input_path, format=request.format, mapping=parse_mapping(request.mapping, task.inputs),
-        id_column=request.id_column,
-    )
-    journal_path = request.journal_path or default_journal_path(project.root, task.name, source.path)
+    source = _source(task, request)
+    journal_path = _journal_path(project, task, request, source)
     check_output_target(request.output_path, input_path=source.path, journal_path=journal_path)
     holder = {"task": task.name, "input": str(source.path.resolve()), "journal": str(journal_path.resolve())}
     with exclusive_output(request.output_path, holder):
@@ -94,6 +133,7 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
         "cached_input_tokens": summary.usage.cached_input_tokens,
         "elapsed_seconds": summary.elapsed_seconds,
         "stop_reason": summary.stop_reason,
+        "stop_kind": summary.stop_kind,
         "exit_code": summary.exit_code,
         "output_path": str(request.output_path),
         "report_path": str(markdown),
@@ -105,10 +145,7 @@ async def _run_locked(
     project: Project, task: TaskSpec, request: BatchRequest, source: InputSource, journal_path: Path
 ) -> tuple[BatchSummary, int, Path]:
     """The batch proper, while this process holds the output file: rows, output, report."""
-    journal = BatchJournal.open(
-        journal_path, task=task.name, input_path=source.path, input_sha256=file_sha256(source.path),
-        options=source.options(), restart=request.restart, durable=request.durable,
-    )
+    journal = _open_journal(task, request, source, journal_path)
     gate = SharedRateLimiter(requests_per_minute=request.requests_per_minute, tokens_per_minute=request.tokens_per_minute)
     base = RunOptions(
         write_report=False, caps=request.run_caps, model_override=request.model_override,
@@ -117,7 +154,7 @@ async def _run_locked(
     try:
         async with TaskExecutor(project, task, rate_gate=gate, store_path=request.store_path) as executor:
             summary = await run_batch(
-                read_rows(source, task.inputs), executor, journal=journal,
+                _rows_between(read_rows(source, task.inputs), request.rows), executor, journal=journal,
                 budget=batch_budget(request.batch_caps), concurrency=request.concurrency,
                 max_attempts=request.max_attempts, failure_policy=FailurePolicy(stop_after=request.stop_after_failures),
                 rate_gate=gate, progress=_progress(request.progress, sys.stderr, request.log_interval), base_options=base,

@@ -28,7 +28,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from runner.batch.journal import BatchJournal, JournalRow
+from runner.batch.journal import JournalRow
+from runner.batch.records import BatchRecords
 from runner.errors import UsageError
 from runner.files import replacing
 
@@ -115,7 +116,7 @@ def check_output_target(path: Path, *, input_path: Path, journal_path: Path) -> 
                 )
 
 
-def write_output(journal: BatchJournal, path: str | Path, *, format: str | None = None) -> int:
+def write_output(journal: BatchRecords, path: str | Path, *, format: str | None = None) -> int:
     """Write every row's record to ``path`` atomically; returns the number of records."""
     path = Path(path)
     writer = {"jsonl": _write_jsonl, "csv": _write_csv, "parquet": _write_parquet}[output_format(path, format)]

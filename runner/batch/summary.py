@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.batch.journal import STATUSES, BatchJournal
+from runner.batch.journal import STATUSES
+from runner.batch.records import BatchRecords
 from runner.config.specs import CAP_NAMES
 from runner.core.usage import Usage
 from runner.errors import EXIT_CAPPED, EXIT_FAILED, EXIT_OK
@@ -55,7 +56,7 @@ class BatchSummary:
         return fields
 
 
-def batch_report(journal: BatchJournal, summary: BatchSummary | None = None, *, slowest: int = 5) -> dict[str, Any]:
+def batch_report(journal: BatchRecords, summary: BatchSummary | None = None, *, slowest: int = 5) -> dict[str, Any]:
     """The batch report as a JSON-ready dict, read from the journal in one streaming pass."""
     counts: Counter[str] = Counter({status: 0 for status in STATUSES})
     costs: list[float] = []

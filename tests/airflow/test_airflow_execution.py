@@ -13,7 +13,6 @@ import pytest
 from runner.airflow.execution import (
     TASK_MANIFEST_KEYS,
     call_blocking,
-    derive_journal_path,
     derive_run_id,
     run_task_for_airflow,
     task_manifest,
@@ -49,24 +48,29 @@ def test_run_id_has_no_try_number_and_slugs_yaml_paths() -> None:
     assert derive_run_id(**{**IDENTITY, "task": "tasks.d/My Task.yaml"}).startswith("My-Task-af-")
 
 
-def test_journal_path_is_per_instance_not_per_try(tmp_path: Path) -> None:
-    a = derive_journal_path(tmp_path, dag_id="d", dag_run_id="r", task_id="run_shard", map_index=2)
-    assert a == derive_journal_path(tmp_path, dag_id="d", dag_run_id="r", task_id="run_shard", map_index=2)
-    assert a != derive_journal_path(tmp_path, dag_id="d", dag_run_id="r", task_id="run_shard", map_index=3)
-    assert a.parent == tmp_path / "journals" and a.name.startswith("run_shard-00002-")
-
-
 def test_task_manifest_is_small_and_drops_output() -> None:
     full = {"run_id": "r", "task": "t", "status": "completed", "exit_code": 0, "cost_usd": 0.5, "report_dir": Path("/x"),
-            "output": "x" * 100_000, "input_tokens": 3}  # fmt: skip
+            "output": "x" * 100_000, "input_tokens": 3, "error": None, "error_kind": None}  # fmt: skip
     assert task_manifest(full) == {
         "run_id": "r",
         "status": "completed",
         "cost_usd": 0.5,
         "report_path": "/x",
         "exit_code": 0,
+        "error_kind": None,
+        "error": None,
     }
     assert tuple(task_manifest(full)) == TASK_MANIFEST_KEYS
+
+
+def test_task_manifest_carries_the_error_redacted_and_short(canary_key: str) -> None:
+    failed = {"run_id": "r", "status": "failed", "exit_code": 1, "cost_usd": 0.0, "error_kind": "auth",
+              "error": f"model endpoint error (auth): Incorrect API key provided: {canary_key}\n" + "y" * 2000}  # fmt: skip
+    manifest = task_manifest(failed, [canary_key])
+    assert manifest["error_kind"] == "auth" and manifest["error"].startswith("model endpoint error (auth): Incorrect")
+    assert canary_key not in manifest["error"] and "[REDACTED]" in manifest["error"]
+    assert len(manifest["error"]) <= 500 and "\n" not in manifest["error"]
+    assert canary_key[:12] not in task_manifest(failed)["error"]  # the sk-... shape is redacted even when not listed
 
 
 def test_call_blocking_works_inside_a_running_loop() -> None:
@@ -123,7 +127,8 @@ def test_resumed_run_does_not_re_spend(project: Path, scripted_server: Any, requ
 
 def test_airflow_free_modules_do_not_import_airflow() -> None:
     code = (
-        "import sys, runner.airflow.execution, runner.airflow.shards, runner.airflow.provider; "
+        "import sys, runner.airflow.execution, runner.airflow.provider, runner.airflow.plan, runner.airflow.merge, "
+        "runner.airflow.options, runner.airflow.typed, runner.airflow.failures, runner.airflow.probe; "
         "info = runner.airflow.provider.get_provider_info(); "
         "assert info['package-name'] == 'runner'; "
         "assert not [m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')], 'airflow imported'"

@@ -49,3 +49,26 @@ with DAG(
     # The test makes shard 1's first try die right after its batch finished (a lost worker);
     # the retry must resume the shard's journal and pay for no row again.
     batch_fanout(task="classify", input_path="{{ params.input_path }}", num_shards=2, concurrency=1, retries=1)
+
+with DAG(
+    dag_id="runner_test_fanout_attempts",
+    schedule=None,
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
+    catchup=False,
+    params={"input_path": ""},
+    default_args={"retry_delay": timedelta(seconds=0)},
+) as fanout_attempts_dag:
+    # One attempt per row per try: a row whose attempt failed with a retryable fault fails the
+    # shard's try; the retry gives it another attempt (and re-runs no finished row).
+    batch_fanout(task="classify", input_path="{{ params.input_path }}", num_shards=2, concurrency=1, retries=2,
+                 max_attempts=1)  # fmt: skip
+
+with DAG(
+    dag_id="runner_test_templated_caps",
+    schedule=None,
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
+    catchup=False,
+    params={"cap": "0.5"},  # deliberately a plain, unvalidated param: the operator must type it
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=0)},
+) as templated_caps_dag:
+    RunnerTaskOperator(task_id="classify", task="classify", inputs={"text": "x"}, caps={"max_cost_usd": "{{ params.cap }}"})

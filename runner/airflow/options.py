@@ -1,0 +1,147 @@
+"""The options of a fan-out batch: what ``runner batch`` takes, typed, and each shard's share.
+
+A fan-out takes the options of ``runner batch`` under the names of its flags (``id_column``
+for ``--id-column``, ``map`` for ``--map``, ``rpm`` for ``--rpm``, ...); see
+:data:`OPTION_NAMES`. Three do not carry over, by design: ``--journal`` (each shard keeps
+its own journal in the dag run's work directory), ``--restart`` (a new dag run starts
+over; a retry always resumes) and ``--progress`` (progress lines go to the task log).
+
+Limits that add up over a whole batch (``max_cost_usd``, ``max_tokens``, the other summed
+caps, ``rpm`` and ``tpm``) are divided evenly among the shards: each shard enforces its
+share, so the batch's total holds across workers without shared state, at the price of a
+shard not using what another leaves unspent. ``max_wall_seconds`` and
+``stop_after_failures`` apply to each shard as given. ``max_attempts`` is per Airflow try:
+try *n* of a shard lets a row reach ``n * max_attempts`` attempts, so a retry re-runs rows
+whose attempts an earlier try used up.
+
+No Airflow imports here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from runner.airflow.typed import (
+    choice,
+    flag,
+    optional_int,
+    optional_number,
+    optional_text,
+    text_list,
+    typed_cap,
+    typed_caps,
+)
+from runner.config.specs import CAP_NAMES, Caps
+from runner.errors import UsageError, did_you_mean
+
+FORMATS = ("csv", "jsonl", "parquet")
+OPTION_NAMES = (
+    "input_format", "output_format", "map", "id_column", "concurrency", "rpm", "tpm", "max_attempts",
+    "stop_after_failures", "max_cost_usd", "max_tokens", "max_wall_seconds", "row_max_cost_usd", "row_max_steps",
+    "durable", "model", "caps", "row_caps",
+)  # fmt: skip
+"""The ``runner batch`` flags a fan-out takes, plus ``caps``/``row_caps`` mappings of any cap names."""
+
+_SHARED_CAPS = tuple(name for name in CAP_NAMES if name != "max_wall_seconds")
+"""Caps that add up over a batch, so a shard gets its share of them."""
+
+
+@dataclass(frozen=True)
+class FanoutOptions:
+    """Every ``runner batch`` option that applies to a shard, typed (see the module doc)."""
+
+    input_format: str | None = None
+    output_format: str | None = None
+    mapping: tuple[str, ...] = ()
+    id_column: str | None = None
+    concurrency: int = 8
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+    max_attempts: int = 2
+    stop_after_failures: int | None = None
+    batch_caps: Caps = field(default_factory=Caps)
+    row_caps: Caps = field(default_factory=Caps)
+    durable: bool = False
+    model: str | None = None
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | None, where: str = "options") -> FanoutOptions:
+        """Type rendered values (text or native); a bad one raises :class:`UsageError` naming it."""
+        values = dict(values or {})
+        check_option_names(values, where)
+
+        def at(name: str) -> str:
+            return f"{where}.{name}"
+
+        batch_caps = typed_caps(values.get("caps"), at("caps")).tighten(
+            Caps(**_flag_caps(values, {"max_cost_usd": "max_cost_usd", "max_tokens": "max_tokens",
+                                       "max_wall_seconds": "max_wall_seconds"}, where))
+        )  # fmt: skip
+        row_caps = typed_caps(values.get("row_caps"), at("row_caps")).tighten(
+            Caps(**_flag_caps(values, {"row_max_cost_usd": "max_cost_usd", "row_max_steps": "max_steps"}, where))
+        )
+        return cls(
+            input_format=choice(values.get("input_format"), at("input_format"), FORMATS),
+            output_format=choice(values.get("output_format"), at("output_format"), FORMATS),
+            mapping=text_list(values.get("map"), at("map")),
+            id_column=optional_text(values.get("id_column"), at("id_column")),
+            concurrency=optional_int(values.get("concurrency"), at("concurrency"), minimum=1, maximum=1024) or 8,
+            requests_per_minute=optional_number(values.get("rpm"), at("rpm"), positive=True),
+            tokens_per_minute=optional_number(values.get("tpm"), at("tpm"), positive=True),
+            max_attempts=optional_int(values.get("max_attempts"), at("max_attempts"), minimum=1, maximum=100) or 2,
+            stop_after_failures=optional_int(values.get("stop_after_failures"), at("stop_after_failures"), minimum=1),
+            batch_caps=batch_caps,
+            row_caps=row_caps,
+            durable=flag(values.get("durable"), at("durable")),
+            model=optional_text(values.get("model"), at("model")),
+        )
+
+    def shard_share(self, shards: int) -> FanoutOptions:
+        """These options for one of ``shards`` shards: summed caps and rate limits divided evenly.
+
+        Raises :class:`UsageError` when an integer cap leaves a shard less than 1.
+        """
+        from runner.config.capvalues import cap_bounds
+
+        if shards <= 1:
+            return self
+        shared = {}
+        for name in _SHARED_CAPS:
+            total = getattr(self.batch_caps, name)
+            if total is None:
+                continue
+            integer = cap_bounds(name).integer
+            share = total // shards if integer else total / shards
+            if integer and share < 1:
+                raise UsageError(
+                    f"{name}={total} split over {shards} shards leaves less than 1 per shard; use fewer shards"
+                )
+            shared[name] = share
+        return replace(
+            self,
+            batch_caps=replace(self.batch_caps, **shared),
+            requests_per_minute=_share(self.requests_per_minute, shards),
+            tokens_per_minute=_share(self.tokens_per_minute, shards),
+        )
+
+
+def check_option_names(values: Mapping[str, Any], where: str = "options") -> None:
+    """Refuse names that are not fan-out options (a typo would otherwise be ignored)."""
+    for name in values:
+        if name not in OPTION_NAMES:
+            raise UsageError(
+                f"{where}: unknown option '{name}'{did_you_mean(str(name), OPTION_NAMES)} "
+                f"(options: {', '.join(OPTION_NAMES)})"
+            )
+
+
+def _flag_caps(values: Mapping[str, Any], flags: Mapping[str, str], where: str) -> dict[str, Any]:
+    """The caps given as flags (``{flag: cap name}``), typed; flags not given are left out."""
+    caps = {cap: typed_cap(values.get(flag), f"{where}.{flag}", cap) for flag, cap in flags.items()}
+    return {cap: value for cap, value in caps.items() if value is not None}
+
+
+def _share(total: float | None, shards: int) -> float | None:
+    return None if total is None else total / shards
