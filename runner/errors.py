@@ -62,6 +62,12 @@ class InputError(RunnerError):
     exit_code = EXIT_CONFIG
 
 
+class StoreUnavailable(RunnerError):
+    """The shared database (``RUNNER_STORE_URL``) cannot be reached; a later try may succeed."""
+
+    exit_code = EXIT_FAILED
+
+
 class CapReached(RunnerError):
     """A cap would be exceeded by the next model call; the run stops before making it."""
 

@@ -29,7 +29,7 @@ def resolve_run_id(store: RunStore, run_id: str) -> str:
     if len(matches) == 1:
         return matches[0]
     hint = f"; did you mean one of {', '.join(matches)}?" if matches else "; `runner runs` lists them"
-    raise UsageError(f"no run '{run_id}' in {store.path}{hint}")
+    raise UsageError(f"no run '{run_id}' in {store.where}{hint}")
 
 
 @click.group(invoke_without_command=True)
