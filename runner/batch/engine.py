@@ -250,12 +250,13 @@ class _Batch:
         return RowOutcome("failed", error=error, error_kind=kind, retryable=not final, usage=result.usage)
 
     def _batch_cap_reached(self, result: RunResult) -> bool:
-        """Whether a capped run was stopped by the batch's cap rather than its own."""
+        """Whether a capped run was stopped by the batch's cap (or a scope around it, such as a
+        fan-out's shared scope) rather than its own."""
         try:
             self.budget.check_can_start()
         except CapReached:
             return True
-        return result.error_scope == self.budget.scope
+        return result.error_scope in {scope.scope for scope in self.budget.chain()}
 
     def _after(self, attempt: int, outcome: RowOutcome) -> None:
         retry = outcome.status == "failed" and outcome.retryable and attempt < self.max_attempts

@@ -19,10 +19,32 @@ from runner.batch.output import check_output_target, exclusive_output, write_out
 from runner.batch.progress import NoProgress, make_progress
 from runner.batch.ratelimit import SharedRateLimiter
 from runner.batch.summary import batch_report, write_reports
+from runner.caps.budget import Budget
+from runner.caps.shared import SharedBudget, shared_caps
 from runner.config.project import Project
 from runner.config.specs import Caps, TaskSpec
 from runner.model.factory import check_endpoints
 from runner.runs.options import RunOptions
+from runner.store.cap_ledger import CapLedger
+from runner.store.database import open_database, resolve_store
+from runner.store.runstore import now_iso
+
+SHARED_SCOPE = "fan-out"
+"""The scope name a shared batch cap reports (``fan-out cap max_cost_usd=5 reached ...``)."""
+
+
+@dataclass(frozen=True)
+class SharedScope:
+    """Caps held across every process of one batch (a fan-out's shards), in a shared ledger.
+
+    ``key`` names the scope; ``caps`` are the whole batch's (its summed caps are shared;
+    see :mod:`runner.caps.shared`). The ledger lives in the PostgreSQL store when there is
+    one, else in the SQLite file ``sqlite_path`` (which the processes must all reach).
+    """
+
+    key: str
+    caps: Caps
+    sqlite_path: Path
 
 
 @dataclass
@@ -50,9 +72,11 @@ class BatchRequest:
     base_url_override: str | None = None
     api_key: str | None = None
     store_path: Path | None = None
+    store_url: str | None = None  # postgresql://...: the run store and the journal (named journal_path) live there
     progress: str = "auto"  # auto | bar | log | none
     log_interval: float = 30.0
     rows: tuple[int, int] | None = None  # only input rows FIRST..LAST (1-based, inclusive): one shard of a fan-out
+    shared_scope: SharedScope | None = None  # caps held with other processes (a fan-out's batch caps)
 
 
 def _progress(kind: str, stream: IO[str], interval: float) -> Any:
@@ -93,8 +117,15 @@ def _open_journal(task: TaskSpec, request: BatchRequest, source: InputSource, jo
     options = {**source.options(), **({"rows": list(request.rows)} if request.rows else {})}
     return BatchJournal.open(
         journal_path, task=task.name, input_path=source.path, input_sha256=file_sha256(source.path),
-        options=options, restart=request.restart, durable=request.durable,
+        options=options, restart=request.restart, durable=request.durable, database_url=journal_database(request),
     )
+
+
+def journal_database(request: BatchRequest) -> str | None:
+    """The PostgreSQL URL the journal lives in, or ``None`` for an SQLite file: the request's
+    ``store_url``, else (when no ``--journal`` path was given) ``$RUNNER_STORE_URL``."""
+    target = resolve_store(url=request.store_url, path=request.journal_path, default=Path())
+    return target if isinstance(target, str) else None
 
 
 def _rows_between(rows: Iterator[Row], span: tuple[int, int] | None) -> Iterator[Row]:
@@ -150,19 +181,52 @@ async def _run_locked(
     base = RunOptions(
         write_report=False, caps=request.run_caps, model_override=request.model_override,
         base_url_override=request.base_url_override, api_key=request.api_key, store_path=request.store_path,
+        store_url=request.store_url,
     )
+    ledger = open_shared_ledger(request)
     try:
-        async with TaskExecutor(project, task, rate_gate=gate, store_path=request.store_path) as executor:
+        async with TaskExecutor(
+            project, task, rate_gate=gate, store_path=request.store_path, store_url=request.store_url
+        ) as executor:
             summary = await run_batch(
                 _rows_between(read_rows(source, task.inputs), request.rows), executor, journal=journal,
-                budget=batch_budget(request.batch_caps), concurrency=request.concurrency,
+                budget=_budget(request, ledger), concurrency=request.concurrency,
                 max_attempts=request.max_attempts, failure_policy=FailurePolicy(stop_after=request.stop_after_failures),
                 rate_gate=gate, progress=_progress(request.progress, sys.stderr, request.log_interval), base_options=base,
                 ledger=executor,
             )
         records = write_output(journal, request.output_path, format=request.output_format)
         report_dir = request.report_dir or project.root / "reports" / task.name / f"batch-{summary.batch_id}"
-        markdown, _ = write_reports(batch_report(journal, summary), report_dir)
+        report = batch_report(journal, summary)
+        if ledger is not None and request.shared_scope is not None:
+            report["ledger"] = ledger.scope(request.shared_scope.key).as_dict()
+        markdown, _ = write_reports(report, report_dir)
     finally:
         journal.close()
+        if ledger is not None:
+            ledger.db.close()
     return summary, records, markdown
+
+
+def open_shared_ledger(request: BatchRequest) -> CapLedger | None:
+    """The ledger of ``request.shared_scope`` with the scope opened (``None`` without one): in the
+    PostgreSQL store (``store_url`` or ``$RUNNER_STORE_URL``), else in its SQLite file."""
+    shared = request.shared_scope
+    if shared is None:
+        return None
+    ledger = CapLedger(open_database(resolve_store(url=request.store_url, default=shared.sqlite_path)))
+    try:
+        ledger.open(shared.key, shared.caps, now_iso())
+    except BaseException:
+        ledger.db.close()
+        raise
+    return ledger
+
+
+def _budget(request: BatchRequest, ledger: CapLedger | None) -> Budget:
+    """The batch's budget: its own caps, inside the shared scope when there is one."""
+    budget = batch_budget(request.batch_caps)
+    if ledger is not None and request.shared_scope is not None:
+        shared = request.shared_scope
+        budget.parent = SharedBudget(shared_caps(shared.caps), scope=SHARED_SCOPE, ledger=ledger, key=shared.key)
+    return budget

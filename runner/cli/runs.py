@@ -14,12 +14,14 @@ from runner.store.runstore import RunStore
 
 
 def open_store(store_path: Path | None, root: Path) -> RunStore:
-    from runner.runs.execute import default_store_path
+    """``--store PATH``, else ``$RUNNER_STORE_URL`` (PostgreSQL), else ``<root>/.runner/runs.sqlite3``."""
+    from runner.runs.execute import default_store_path, open_run_store
+    from runner.store.database import resolve_store
 
-    path = store_path or default_store_path(root.resolve())
-    if not path.exists():
-        raise UsageError(f"no run store at {path}; run a task first, or pass --store PATH")
-    return RunStore(path)
+    target = resolve_store(path=store_path, default=default_store_path(root.resolve()))
+    if isinstance(target, Path) and not target.exists():
+        raise UsageError(f"no run store at {target}; run a task first, or pass --store PATH (or set RUNNER_STORE_URL)")
+    return open_run_store(root.resolve(), path=store_path)
 
 
 def resolve_run_id(store: RunStore, run_id: str) -> str:

@@ -26,6 +26,8 @@ CAP_NAMES = (
     "max_cost_usd",
     "max_wall_seconds",
 )
+SUMMED_CAPS = tuple(name for name in CAP_NAMES if name != "max_wall_seconds")
+"""Caps on amounts that add up over a batch (what a scope shared by many workers holds)."""
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from runner.runs.secrets import known_secrets
 from runner.runs.steps import StepRunner, preflight_prices, run_agent_step
 from runner.runs.workspace import RUN_DIR, run_workspace
 from runner.runs.workspace import default_workspace as default_workspace  # re-exported for callers
+from runner.store.database import resolve_store
 from runner.store.recorder import RunRecorder
 from runner.store.runstore import RunStore, now_iso
 from runner.tools.registry import ToolRegistry
@@ -82,7 +83,7 @@ async def execute_task(
     if not RUN_ID.fullmatch(run_id):
         raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' only (at most 128)")
     own_store = store is None
-    store = store or _open_store(options.store_path or default_store_path(project.root))
+    store = store or open_run_store(project.root, path=options.store_path, url=options.store_url)
     own_pool = pool is None
     pool = pool or ModelPool(notice=_notice(options))
     try:
@@ -222,11 +223,14 @@ def _tools_used(project: Project, task: TaskSpec) -> dict[str, str]:
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-def _open_store(path: Path) -> RunStore:
+def open_run_store(root: Path, *, path: Path | None = None, url: str | None = None) -> RunStore:
+    """The run store: ``url`` (PostgreSQL), else the SQLite file ``path``, else ``$RUNNER_STORE_URL``,
+    else ``<root>/.runner/runs.sqlite3`` (see :func:`runner.store.database.resolve_store`)."""
+    target = resolve_store(url=url, path=path, default=default_store_path(root))
     try:
-        return RunStore(path)
+        return RunStore(target)
     except (OSError, sqlite3.Error) as exc:
-        raise UsageError(f"cannot open the run store {path}: {exc}; pass --store PATH") from None
+        raise UsageError(f"cannot open the run store {target}: {exc}; pass --store PATH") from None
 
 
 def _previous(store: RunStore, task: TaskSpec, run_id: str, inputs: dict[str, Any]) -> dict[str, Any] | None:

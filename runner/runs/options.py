@@ -21,7 +21,8 @@ class RunOptions:
     run_id: str | None = None
     caps: Caps = field(default_factory=Caps)  # tightens the task's caps for this run
     parent_budget: Budget | None = None  # e.g. the batch's budget
-    store_path: Path | None = None  # SQLite run store; default <root>/.runner/runs.sqlite3
+    store_path: Path | None = None  # SQLite run store; default $RUNNER_STORE_URL, else <root>/.runner/runs.sqlite3
+    store_url: str | None = None  # a shared run store (postgresql://...); wins over store_path and the environment
     reports_dir: Path | None = None  # default <root>/reports; None with write_report=False
     write_report: bool = True
     workspace_dir: Path | None = None  # default <root>/.runner/workspaces/<run_id>
