@@ -140,10 +140,13 @@ def run_task_for_airflow(
     model_base_url: str | None = None,
     api_key: str | None = None,
     run_id: str | None = None,
+    store_url: str | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) one runner task for one Airflow task instance; return the small manifest.
 
-    ``run_id`` defaults to :func:`derive_run_id`. Raises what :func:`runner.api.run_task` raises
+    ``run_id`` defaults to :func:`derive_run_id`. ``store_url`` (PostgreSQL) is the run store
+    every worker shares, so a retry on another worker resumes the run; ``reports_dir`` may
+    be a URL (``s3://bucket/reports``). Raises what :func:`runner.api.run_task` raises
     for invalid configuration or inputs (nothing is spent then); a run that started returns a
     manifest whatever its status -- the operator decides whether that status fails the task.
     """
@@ -161,7 +164,8 @@ def run_task_for_airflow(
         run_id=run_id,
         caps=dict(caps) if caps else None,
         store_path=_optional_path(store_path),
-        reports_dir=_optional_path(reports_dir),
+        store_url=store_url or None,
+        reports_dir=reports_dir or None,
         model_base_url=model_base_url or None,
         api_key=api_key or None,
     )

@@ -47,6 +47,7 @@ from runner.airflow.options import FanoutOptions, check_option_names
 from runner.airflow.plan import FanoutPlan, ShardSpec, run_work_dir
 from runner.airflow.provider import DEFAULT_CONN_ID
 from runner.airflow.typed import optional_int, optional_text, required_text
+from runner.locations import Location
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -57,7 +58,7 @@ MAX_SHARDS = 10_000
 class _FanoutStep(BaseOperator):
     """What the split, shard and merge tasks of one fan-out share: the arguments of its plan."""
 
-    template_fields: Sequence[str] = ("task", "input_path", "options", "root", "work_dir")
+    template_fields: Sequence[str] = ("task", "input_path", "options", "root", "work_dir", "store_conn_id")
 
     def __init__(
         self,
@@ -68,6 +69,7 @@ class _FanoutStep(BaseOperator):
         root: str | None = None,
         work_dir: str | None = None,
         fanout_id: str = "fanout",
+        store_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -78,9 +80,13 @@ class _FanoutStep(BaseOperator):
         self.root = root
         self.work_dir = work_dir
         self.fanout_id = fanout_id
+        self.store_conn_id = store_conn_id
 
     def plan(self, context: Context) -> FanoutPlan:
         """The fan-out's plan from the rendered arguments (a bad value raises a runner UsageError)."""
+        from runner.airflow.plan import run_key
+        from runner.airflow.store import shared_store_url
+
         dag_id, dag_run_id, _, _ = dag_run_identity(context)
         root = Path(resolve_root(self.root))
         return FanoutPlan(
@@ -89,6 +95,8 @@ class _FanoutStep(BaseOperator):
             input_path=root / required_text(self.input_path, "input_path"),
             work=run_work_dir(optional_text(self.work_dir, "work_dir"), dag_id, dag_run_id, self.fanout_id),
             options=FanoutOptions.from_mapping(self.options),
+            key=run_key(dag_id, dag_run_id, self.fanout_id),
+            store_url=shared_store_url(optional_text(self.store_conn_id, "store_conn_id")),
         )
 
 
@@ -125,7 +133,7 @@ class RunnerSplitOperator(_FanoutStep):
             plan.check_merged_output(plan.merged_output_path(optional_text(self.output_path, "output_path")))
             total, sha256 = count_input_rows(project, spec, plan)
             shards = plan_shards(total, sha256, num_shards=num, shard_size=size)
-            plan.options.shard_share(len(shards))  # a cap too small to share fails here, not in every shard
+            _open_shared_caps(plan, shards)  # before any shard: a store that cannot be reached fails here
         self.log.info("%s: %d row(s) in %d shard(s); work directory %s", plan.input_path, total, len(shards), plan.work)
         return [shard.as_xcom() for shard in shards]
 
@@ -261,6 +269,7 @@ def batch_fanout(
     report_dir: str | None = None,
     max_failed_rows: int | str | None = 0,
     store_path: str | None = None,
+    store_conn_id: str | None = None,
     prefix: str = "",
     pool: str | None = None,
     retries: int | None = None,
@@ -271,10 +280,12 @@ def batch_fanout(
 
     ``options`` are ``runner batch``'s options by flag name (:data:`runner.airflow.options.OPTION_NAMES`).
     ``strict_conf`` makes the split refuse dag run conf keys that are not DAG params (a typo).
+    ``store_conn_id`` names the postgres connection of the shared store (default
+    ``$RUNNER_STORE_CONN_ID``, then ``$RUNNER_STORE_URL``; see :mod:`runner.airflow.store`).
     """
     check_option_names(options, "batch_fanout")
     common = {"task": task, "input_path": input_path, "options": options, "root": root, "work_dir": work_dir,
-              "fanout_id": prefix.rstrip("_-.") or "fanout"}  # fmt: skip
+              "fanout_id": prefix.rstrip("_-.") or "fanout", "store_conn_id": store_conn_id}  # fmt: skip
     split = RunnerSplitOperator(
         task_id=f"{prefix}split", num_shards=num_shards, shard_size=shard_size, output_path=output_path,
         strict_conf=strict_conf, **common,
@@ -314,7 +325,17 @@ def _items(value: Any) -> list[Any]:
     return list(value)
 
 
-def _report(report_dir: Path) -> dict[str, Any]:
+def _open_shared_caps(plan: FanoutPlan, shards: Sequence[ShardSpec]) -> None:
+    """Create the fan-out's shared cap scope (its batch caps, held across every shard)."""
+    from runner.batch.file_batch import open_shared_ledger
+
+    if shards:
+        ledger = open_shared_ledger(plan.request(shards[0]))
+        if ledger is not None:
+            ledger.db.close()
+
+
+def _report(report_dir: Location) -> dict[str, Any]:
     """A shard's ``batch_report.json`` (empty if it could not be read: the counts still tell the story)."""
     import json
 

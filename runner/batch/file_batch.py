@@ -5,6 +5,7 @@ Used by ``runner batch`` and by the Airflow fan-out (one call per shard).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from runner.caps.budget import Budget
 from runner.caps.shared import SharedBudget, shared_caps
 from runner.config.project import Project
 from runner.config.specs import Caps, TaskSpec
+from runner.errors import UsageError
+from runner.locations import Location
 from runner.model.factory import check_endpoints
 from runner.runs.options import RunOptions
 from runner.store.cap_ledger import CapLedger
@@ -38,13 +41,14 @@ class SharedScope:
     """Caps held across every process of one batch (a fan-out's shards), in a shared ledger.
 
     ``key`` names the scope; ``caps`` are the whole batch's (its summed caps are shared;
-    see :mod:`runner.caps.shared`). The ledger lives in the PostgreSQL store when there is
-    one, else in the SQLite file ``sqlite_path`` (which the processes must all reach).
+    see :mod:`runner.caps.shared`). The ledger lives in the request's PostgreSQL store
+    (``store_url``) when it has one, else in the SQLite file ``sqlite_path`` (which the
+    processes must all reach).
     """
 
     key: str
     caps: Caps
-    sqlite_path: Path
+    sqlite_path: Path | None = None
 
 
 @dataclass
@@ -52,13 +56,13 @@ class BatchRequest:
     """Everything ``runner batch`` takes, as data."""
 
     input_path: Path
-    output_path: Path
+    output_path: Location  # a local path or a URL (runner.locations)
     format: str | None = None  # input format (default: from the suffix)
     output_format: str | None = None  # jsonl | csv | parquet (default: from the suffix)
     mapping: tuple[str, ...] = ()
     id_column: str | None = None
     journal_path: Path | None = None
-    report_dir: Path | None = None
+    report_dir: Location | None = None
     restart: bool = False
     durable: bool = False
     concurrency: int = 8
@@ -148,9 +152,11 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
     )
     source = _source(task, request)
     journal_path = _journal_path(project, task, request, source)
-    check_output_target(request.output_path, input_path=source.path, journal_path=journal_path)
+    output = request.output_path
+    if isinstance(output, Path):  # a URL is written in one request: no local file to check or lock
+        check_output_target(output, input_path=source.path, journal_path=journal_path)
     holder = {"task": task.name, "input": str(source.path.resolve()), "journal": str(journal_path.resolve())}
-    with exclusive_output(request.output_path, holder):
+    with exclusive_output(output, holder) if isinstance(output, Path) else contextlib.nullcontext():
         summary, records, markdown = await _run_locked(project, task, request, source, journal_path)
     return {
         "batch_id": summary.batch_id,
@@ -174,7 +180,7 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
 
 async def _run_locked(
     project: Project, task: TaskSpec, request: BatchRequest, source: InputSource, journal_path: Path
-) -> tuple[BatchSummary, int, Path]:
+) -> tuple[BatchSummary, int, Location]:
     """The batch proper, while this process holds the output file: rows, output, report."""
     journal = _open_journal(task, request, source, journal_path)
     gate = SharedRateLimiter(requests_per_minute=request.requests_per_minute, tokens_per_minute=request.tokens_per_minute)
@@ -210,11 +216,14 @@ async def _run_locked(
 
 def open_shared_ledger(request: BatchRequest) -> CapLedger | None:
     """The ledger of ``request.shared_scope`` with the scope opened (``None`` without one): in the
-    PostgreSQL store (``store_url`` or ``$RUNNER_STORE_URL``), else in its SQLite file."""
+    request's PostgreSQL store (``store_url``), else in the scope's SQLite file."""
     shared = request.shared_scope
     if shared is None:
         return None
-    ledger = CapLedger(open_database(resolve_store(url=request.store_url, default=shared.sqlite_path)))
+    target = request.store_url or shared.sqlite_path
+    if target is None:
+        raise UsageError(f"the shared cap scope {shared.key!r} needs a PostgreSQL store or an SQLite file to live in")
+    ledger = CapLedger(open_database(target))
     try:
         ledger.open(shared.key, shared.caps, now_iso())
     except BaseException:

@@ -159,6 +159,15 @@ class BatchJournal(ABC):
 
         return SqliteJournal.connect(Path(path), wanted, restart=restart, durable=durable)
 
+    @staticmethod
+    def exists(path: str | Path, *, database_url: str | None = None) -> bool:
+        """Whether journal ``path`` was ever created: its file, or its name in the database."""
+        if database_url:
+            from runner.batch.journal_postgres import journal_exists
+
+            return journal_exists(database_url, str(path))
+        return Path(path).is_file()
+
     # --- metadata --------------------------------------------------------------------
 
     @property

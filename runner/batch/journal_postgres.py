@@ -226,6 +226,18 @@ class PostgresJournal(BatchJournal):
         return _meta(self._db, self.name)
 
 
+def journal_exists(url: str, name: str) -> bool:
+    """Whether the journal ``name`` was created in the database at ``url``."""
+    database = PostgresDatabase(url)
+    try:
+        table = database.row("SELECT to_regclass('journal_meta') IS NOT NULL AS present")
+        if table is None or not table["present"]:
+            return False
+        return database.row("SELECT 1 AS found FROM journal_meta WHERE journal = ? LIMIT 1", (name,)) is not None
+    finally:
+        database.close()
+
+
 def lock_key(name: str) -> int:
     """The advisory lock of journal ``name``: 64 bits of a SHA-256 (the same on every worker)."""
     return int.from_bytes(hashlib.sha256(f"runner journal:{name}".encode()).digest()[:8], "big", signed=True)

@@ -40,6 +40,20 @@ class CapValue(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+class LocationType(click.ParamType):
+    """A local path, or a URL of a filesystem fsspec knows (``s3://bucket/out.jsonl``): see :mod:`runner.locations`."""
+
+    name = "path|url"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from runner.locations import location
+
+        try:
+            return location(value)
+        except UsageError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 class FiniteFloatRange(click.FloatRange):
     """A float range that also refuses NaN and infinities (``FloatRange`` lets them through)."""
 

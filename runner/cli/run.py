@@ -9,9 +9,10 @@ from typing import Any
 
 import click
 
-from runner.cli.options import caps_from_flags, caps_options, parse_inputs
+from runner.cli.options import LocationType, caps_from_flags, caps_options, parse_inputs
 from runner.cli.terminal import safe_line, safe_text
 from runner.config.project import find_root, load_project_or_raise
+from runner.locations import Location
 from runner.runs.options import RunOptions
 
 
@@ -24,12 +25,12 @@ from runner.runs.options import RunOptions
 @click.option("--base-url", help="Send model calls to this OpenAI-compatible endpoint.")
 @click.option("--run-id", help="Run id; an existing id resumes that run without redoing completed steps.")
 @click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), help="Run store (SQLite) path.")
-@click.option("--reports-dir", type=click.Path(file_okay=False, path_type=Path), help="Where reports go (default: <root>/reports).")
+@click.option("--reports-dir", type=LocationType(), help="Where reports go: a directory or a URL such as s3://bucket/reports (default: <root>/reports).")
 @click.option("--no-report", is_flag=True, help="Do not write a report.")
 @caps_options
 def run(
     task: str, inputs: tuple[str, ...], root: Path | None, as_json: bool, model: str | None, base_url: str | None,
-    run_id: str | None, store_path: Path | None, reports_dir: Path | None, no_report: bool, **caps: Any,
+    run_id: str | None, store_path: Path | None, reports_dir: Location | None, no_report: bool, **caps: Any,
 ) -> None:
     """Run TASK (a name, or a path like tasks.d/daily_report.yaml) once, headless.
 

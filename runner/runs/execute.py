@@ -14,6 +14,7 @@ import json
 import re
 import secrets
 import sqlite3
+import tempfile
 import time
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -26,6 +27,7 @@ from runner.config.specs import TaskSpec
 from runner.config.templates import TemplateError, render
 from runner.core.results import RunResult
 from runner.errors import UsageError
+from runner.locations import Location, upload_tree
 from runner.model.factory import ModelPool
 from runner.pipelines.declared import PipelineOutcome, run_pipeline
 from runner.redact import redact_secrets
@@ -258,7 +260,7 @@ def _title(ctx: RunContext) -> str:
     return ctx.task.description.split("\n")[0] if ctx.task.description else ctx.task.name
 
 
-def _write_report(ctx: RunContext, record: dict[str, Any]) -> Path | None:
+def _write_report(ctx: RunContext, record: dict[str, Any]) -> Location | None:
     if not ctx.options.write_report:
         return None
     from runner.reports.writer import write_report
@@ -266,7 +268,12 @@ def _write_report(ctx: RunContext, record: dict[str, Any]) -> Path | None:
     base = ctx.options.reports_dir or ctx.project.root / "reports"
     out_dir = base / ctx.task.name / ctx.run_id
     workspace = ctx.workspace if ctx.workspace.is_dir() else None
-    write_report(record, out_dir, workspace, formats=ctx.task.report.formats, secrets=ctx.recorder.secrets)
+    if isinstance(out_dir, Path):
+        write_report(record, out_dir, workspace, formats=ctx.task.report.formats, secrets=ctx.recorder.secrets)
+        return out_dir
+    with tempfile.TemporaryDirectory(prefix="runner-report-") as staging:  # a URL: written here, then uploaded
+        write_report(record, Path(staging), workspace, formats=ctx.task.report.formats, secrets=ctx.recorder.secrets)
+        upload_tree(Path(staging), out_dir)
     return out_dir
 
 
