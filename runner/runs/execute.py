@@ -36,7 +36,7 @@ from runner.runs.options import RunOptions
 from runner.runs.record import build_record
 from runner.runs.secrets import known_secrets
 from runner.runs.steps import StepRunner, preflight_prices, run_agent_step
-from runner.runs.workspace import RUN_DIR, run_workspace
+from runner.runs.workspace import RUN_DIR, reusable_steps, run_workspace
 from runner.runs.workspace import default_workspace as default_workspace  # re-exported for callers
 from runner.store.database import resolve_store
 from runner.store.recorder import RunRecorder
@@ -110,7 +110,9 @@ async def _execute(
     try:
         budget = options.parent_budget.child(caps, "task") if options.parent_budget else Budget(caps, scope="task")
         warnings = _carry_over(store, run_id, budget) if attempt > 1 else []
-        resumed = store.completed_steps(run_id) if options.resume and attempt > 1 else {}
+        completed = store.completed_steps(run_id) if options.resume and attempt > 1 else {}
+        resumed, moved = reusable_steps(project, task, run_id, options, completed)
+        warnings += [moved] if moved else []
         ctx = RunContext(
             project, task, inputs, run_id, attempt, options, store, recorder, budget, pool, registry,
             workspace=run_workspace(project, task, run_id, options, fresh=attempt > 1 and not resumed),
