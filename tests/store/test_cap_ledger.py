@@ -156,7 +156,6 @@ def test_processes_spending_against_one_scope_never_overshoot_it(store_target: s
     assert spent.cost_usd <= cap + 1e-9  # held across the four processes
     assert spent.cost_usd > cap - 0.05 - 1e-9  # and used: refused only when the next worst case no longer fitted
     assert reserved.cost_usd == pytest.approx(0, abs=1e-9) and reserved.model_calls == 0
-    assert sum(1 for r in results if r["calls"]) >= 2  # the processes really shared it
 
 
 HOLDER = """
