@@ -345,7 +345,8 @@ def test_batch_fanout_split_refuses_what_no_retry_can_fix(
 @pytest.mark.parametrize(
     ("connection", "message"),
     [(None, "store connection 'runner_store' is not defined"),
-     ({"conn_type": "mysql", "host": "db", "login": "u", "password": "store-pw-1234"}, "must be a postgres connection")],
+     ({"conn_type": "mysql", "host": "db", "login": "u", "password": "store-pw-1234"}, "must be a postgres connection"),
+     ({"conn_type": "postgres", "login": "u", "password": "store-pw-1234"}, "has no host")],
 )  # fmt: skip
 def test_a_store_connection_that_cannot_be_the_store_is_refused_without_retries(
     airflow_db: float, project: Path, tmp_path: Path, scripted_server: Any, model_connection: Any,
