@@ -145,7 +145,8 @@ def _write(path: Path, columns: list[str], rows: list[dict[str, str]]) -> None:
 
 
 def _prompt(ticket: dict[str, str]) -> str:
-    return f"Product: {ticket['product']}\nSubject: {ticket['subject']}\n{ticket['body']}"
+    """The triage task's goal for ``ticket``, as the model server sees it (the template ends with a newline)."""
+    return f"Product: {ticket['product']}\nSubject: {ticket['subject']}\n{ticket['body']}\n"
 
 
 def _script(tickets: list[dict[str, str]]) -> dict[str, Any]:
@@ -413,6 +414,7 @@ def test_connections_test_makes_a_real_request(outcome: Outcome) -> None:
 
 def _task_log(outcome: Outcome, dag_id: str, task_id: str, map_index: int, attempt: int) -> str:
     root = outcome.deployment.home / "logs" / f"dag_id={dag_id}"
-    found = list(root.glob(f"run_id=*/task_id={task_id}/map_index={map_index}/attempt={attempt}.log"))
+    mapped = f"map_index={map_index}/" if map_index >= 0 else ""
+    found = list(root.glob(f"run_id=*/task_id={task_id}/{mapped}attempt={attempt}.log"))
     assert found, sorted(str(p) for p in root.rglob("*.log"))
     return "\n".join(p.read_text(errors="replace") for p in found)
