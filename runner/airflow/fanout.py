@@ -6,7 +6,8 @@
 
     with DAG("classify_tickets", schedule=None, ...):
         batch_fanout(task="triage_ticket", input_path="/shared/in/tickets.csv", num_shards=8,
-                     id_column="id", max_cost_usd=5, work_dir="/shared/runner-airflow", retries=2)
+                     id_column="id", max_cost_usd=5, work_dir="s3://bucket/runner-airflow",
+                     store_conn_id="runner_store", retries=2)
 
 ``batch_fanout`` takes the options of ``runner batch`` by their flag names (see
 :mod:`runner.airflow.options`); every argument may be a template (``"{{ params.x }}"``).
@@ -16,12 +17,18 @@
   input's rows the way ``runner batch`` reads them, and returns one row range per shard
   (:class:`~runner.airflow.plan.ShardSpec`). A bad value fails it without retries.
 * :class:`RunnerShardOperator` is mapped over those ranges. It runs the batch over its rows
-  of the input, resuming its own journal (the same for every try), so a retried shard
-  pays for no finished row again; try *n* gives each row up to ``n * max_attempts``
-  attempts, so rows whose attempts an earlier try used up run again.
+  of the input, resuming its own journal (the same for every try, in the shared store, so
+  on any worker), so a retried shard pays for no finished row again; try *n* gives each row
+  up to ``n * max_attempts`` attempts, so rows whose attempts an earlier try used up run
+  again. Its model calls reserve in the fan-out's shared cap scope (its batch caps, held
+  across every shard: see :mod:`runner.caps.shared`).
 * :class:`RunnerMergeOperator` writes one output record per input row (the input's row
   numbers and ids) and the batch report of :mod:`runner.batch.summary`, from the shard
-  journals; a missing shard result, journal, output or row fails it.
+  journals, with the cap ledger's figures; a missing shard result, journal, output or row
+  fails it.
+
+Where the state lives: see :mod:`runner.airflow.store` (the PostgreSQL store) and
+:mod:`runner.airflow.plan` (the work directory, a shared path or a URL).
 
 Row-failure policy: a shard fails its try (and Airflow retries it) while some of its rows
 failed in a way another try may fix (a retryable error whose attempts are used up, rows not
