@@ -47,9 +47,10 @@ def assertion_problems(item: dict[str, Any]) -> list[tuple[str, str]]:
     """``(pointer suffix, message)`` for what the schema cannot say about one assertion."""
     kinds = assertion_kinds(item)
     if len(kinds) != 1:
-        found = f"it has {', '.join(kinds)}" if kinds else "it has none"
-        return [("", f"an assertion needs exactly one of {', '.join(ASSERTION_KINDS)}; {found}")]
-    kind, found = kinds[0], []
+        has = f"it has {', '.join(kinds)}" if kinds else "it has none"
+        return [("", f"an assertion needs exactly one of {', '.join(ASSERTION_KINDS)}; {has}")]
+    kind = kinds[0]
+    found: list[tuple[str, str]] = []
     for option, fits in OPTIONS_OF.items():
         if option in item and kind not in fits:
             found.append((f"/{option}", f"{option} applies to {' and '.join(fits)}, not to {kind}"))

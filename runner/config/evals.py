@@ -92,7 +92,7 @@ class EvalSpec:
         return variant.threshold if variant.threshold is not None else self.threshold
 
 
-def assertion_kinds(data: dict[str, Any]) -> list[str]:
+def assertion_kinds(data: dict[str, Any]) -> list[AssertionKind]:
     """The kind keys present in one assertion mapping (exactly one is valid)."""
     return [k for k in ASSERTION_KINDS if k in data]
 

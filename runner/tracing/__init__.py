@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -65,3 +66,58 @@ def flush() -> None:
     provider = sys.modules.get("runner.tracing.provider")
     if provider is not None:
         provider.flush_all()
+
+
+@contextmanager
+def joined(carrier: Mapping[str, str] | None) -> Iterator[None]:
+    """Make the W3C trace context in ``carrier`` (an Airflow task instance's ``context_carrier``)
+    the parent of the runs traced inside, so they join the task's trace.
+
+    Nothing changes when a span is already current (Airflow's own task span, when Airflow's
+    tracing is on in this process) or when the carrier is not sampled: nothing records that
+    trace (Airflow's tracing is off), and joining it would drop runner's spans as well.
+    """
+    if not carrier:
+        yield
+        return
+    from opentelemetry import context, trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    parent = TraceContextTextMapPropagator().extract(dict(carrier))
+    joinable = trace.get_current_span(parent).get_span_context()
+    if trace.get_current_span().get_span_context().is_valid or not (joinable.is_valid and joinable.trace_flags.sampled):
+        yield
+        return
+    token = context.attach(parent)
+    try:
+        yield
+    finally:
+        context.detach(token)
+
+
+@contextmanager
+def current_span(configured: TelemetrySpec | None, name: str, attributes: Mapping[str, object]) -> Iterator[Callable[..., None]]:
+    """A span around a block (e.g. a whole batch), current inside it so the runs it starts are
+    its children; yields ``note(**attributes)`` to add attributes before it ends. A no-op,
+    importing nothing, when tracing is off."""
+    settings = trace_settings(configured)
+    if settings is None:
+        yield _ignore
+        return
+    from runner.tracing.provider import tracer_for
+
+    with tracer_for(settings).start_as_current_span(name, attributes=dict(attributes)) as span:  # type: ignore[arg-type]
+        yield lambda **found: span.set_attributes(found)
+
+
+def _ignore(**_: object) -> None:
+    return None
+
+
+@contextmanager
+def flushed() -> Iterator[None]:
+    """:func:`flush` when the block ends, however it ends (a task process may end without ``atexit``)."""
+    try:
+        yield
+    finally:
+        flush()
