@@ -58,7 +58,7 @@ class Phoenix:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PHOENIX_"))}
         env.update(PHOENIX_WORKING_DIR=str(self.work_dir), PHOENIX_PORT=str(self.port), PHOENIX_HOST="127.0.0.1",
                    PHOENIX_GRPC_PORT=str(self.grpc_port), PHOENIX_TELEMETRY_ENABLED="false")
-        self.log = open(self.work_dir / "phoenix.log", "wb")  # noqa: SIM115 - closed in __exit__
+        self.log = open(self.work_dir / "phoenix.log", "wb")
         self.process = subprocess.Popen([self.executable, "serve"], env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:

@@ -57,9 +57,13 @@ def test_an_unsampled_carrier_is_not_joined(project_dir: Path, spans: InMemorySp
 
 def test_a_current_span_wins_over_the_carrier(project_dir: Path, spans: InMemorySpanExporter) -> None:
     tracer = trace.get_tracer("airflow-like")
-    with ScriptedServer({"fallback": {"content": "5"}}) as server, tracer.start_as_current_span("worker.summarise") as task_span:
-        with joined({"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}):
-            run_sum(project_dir, server)
+    carrier = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
+    with (
+        ScriptedServer({"fallback": {"content": "5"}}) as server,
+        tracer.start_as_current_span("worker.summarise") as task_span,
+        joined(carrier),
+    ):
+        run_sum(project_dir, server)
     assert workflow(spans).parent.span_id == task_span.get_span_context().span_id
 
 
