@@ -80,7 +80,8 @@ def _check_variants(project: Project, doc: Document, spec: EvalSpec, task_known:
                 hint = did_you_mean(old, used) or f" (it uses: {', '.join(used) or 'none'})"
                 problems.append(doc.problem(f"/variants/{i}/agents/{old}", f"task '{spec.task}' uses no agent '{old}'{hint}", key=True))
             if new not in project.agents:
-                problems.append(doc.problem(f"/variants/{i}/agents/{old}", f"unknown agent '{new}'{did_you_mean(new, project.agents)}"))
+                hint = did_you_mean(new, project.agents) or f" (agents: {', '.join(sorted(project.agents))})"
+                problems.append(doc.problem(f"/variants/{i}/agents/{old}", f"unknown agent '{new}'{hint}"))
         if "system_prompt" in variant and task is not None and task.agent is None:
             problems.append(doc.problem(
                 f"/variants/{i}/system_prompt",
