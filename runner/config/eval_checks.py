@@ -28,7 +28,8 @@ def check_evals(project: Project) -> list[Problem]:
         problems += check_assertions(doc, doc.data.get("assert") or [], "/assert")
         task_known = spec.task in project.tasks
         if not task_known:
-            problems.append(doc.problem("/task", f"unknown task '{spec.task}'{did_you_mean(spec.task, project.tasks)}"))
+            hint = did_you_mean(spec.task, project.tasks) or f" (tasks: {', '.join(sorted(project.tasks)) or 'none'})"
+            problems.append(doc.problem("/task", f"unknown task '{spec.task}'{hint}"))
         problems += _check_variants(project, doc, spec, task_known)
         problems += _check_dataset(project, doc, spec)
     return problems
@@ -95,7 +96,8 @@ def _check_dataset(project: Project, doc: Document, spec: EvalSpec) -> list[Prob
     if not path.resolve().is_relative_to(project.root):
         return [doc.problem("/dataset/path", f"{doc.data['dataset']['path']}: the dataset must be inside the project ({project.root})")]
     if not path.is_file():
-        return [doc.problem("/dataset/path", f"no such file: {path} (relative to the project root {project.root})")]
+        written = doc.data["dataset"]["path"]
+        return [doc.problem("/dataset/path", f"no such file: {written} (paths are relative to the project root)")]
     columns = _csv_columns(path) if (spec.dataset.format or path.suffix.lower().lstrip(".")) == "csv" else None
     if columns is None:
         return []  # JSONL has no header and Parquet is read when the eval runs: both are checked then
