@@ -121,7 +121,8 @@ def _approx(assertion: Assertion, value: Any, expected: Any) -> CheckResult:
     if wanted is None:
         return CheckResult(assertion.label, False, f"the expected value {_show(expected)} is not a number")
     allowed = max(assertion.tolerance, assertion.rel_tolerance * abs(wanted))
-    return _result(assertion.label, abs(actual - wanted) <= allowed, f"got {actual:g}, expected {wanted:g} ± {allowed:g}")
+    slack = 1e-9 * max(1.0, abs(wanted))  # 3.5 - 3.4 is 0.10000000000000009 in binary floating point
+    return _result(assertion.label, abs(actual - wanted) <= allowed + slack, f"got {actual:g}, expected {wanted:g} ± {allowed:g}")
 
 
 def same(actual: Any, expected: Any, *, ignore_case: bool = False) -> bool:
