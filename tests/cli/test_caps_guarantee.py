@@ -197,6 +197,8 @@ def test_kill_9_mid_batch_then_resume_keeps_the_spend_of_the_calls_in_flight(tmp
     assert len(rows) == 8 and all(r["status"] == "done" for r in rows)
     (ledger,) = db.execute("SELECT SUM(cost_usd) FROM model_calls").fetchone()
     assert sum(r["cost_usd"] for r in rows) == pytest.approx(ledger)  # the output records under-report nothing
+    estimated = [r for r in rows if any("estimate" in w for w in r["warnings"])]
+    assert len(estimated) == 4  # the rows whose calls were in flight say their spend is partly an estimate
 
 
 def test_a_resumed_batch_counts_wall_time_from_its_first_attempt(tmp_path: Path) -> None:
