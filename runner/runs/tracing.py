@@ -14,7 +14,7 @@ from runner.config.specs import AgentSpec
 from runner.endpoints import DEFAULT_BASE_URL
 from runner.model.factory import ModelPool
 from runner.runs.options import RunOptions
-from runner.tracing import trace_settings
+from runner.tracing import MISSING_SDK, sdk_installed, trace_settings
 
 PROVIDER_NAMES = {"openai": "openai", "local": "llama_cpp", "fixed": "_OTHER"}
 """``gen_ai.provider.name`` per endpoint kind: any OpenAI-compatible endpoint is called through
@@ -27,6 +27,12 @@ def traced_run(project: Project, options: RunOptions, pool: ModelPool) -> Iterat
     tracing is off). Spans left open by an exception are ended as errors."""
     settings = trace_settings(project.telemetry)
     if settings is None:
+        yield options
+        return
+    if not sdk_installed():
+        if options.events is not None:
+            why = "an OTEL_EXPORTER_OTLP endpoint is set" if settings.endpoint is None else "a Telemetry document names an endpoint"
+            options.events({"event": "notice", "message": MISSING_SDK.format(why=why)})
         yield options
         return
     from runner.tracing.provider import tracer_for

@@ -52,6 +52,22 @@ def trace_settings(configured: TelemetrySpec | None, environ: Mapping[str, str] 
     return None
 
 
+MISSING_SDK = (
+    "traces are on ({why}) but the OpenTelemetry SDK is not installed, so this run is not traced: "
+    "pip install 'runner[otel]', or unset the variable"
+)
+
+
+def sdk_installed() -> bool:
+    """Whether the OpenTelemetry SDK and its OTLP/HTTP exporter can be imported (without importing them)."""
+    from importlib.util import find_spec
+
+    try:
+        return all(find_spec(name) is not None for name in ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"))
+    except ImportError:  # a parent package is missing or broken
+        return False
+
+
 def traces_url(endpoint: str) -> str:
     """``http://host:4318`` -> ``http://host:4318/v1/traces``; a URL with a path is kept."""
     parts = urlsplit(endpoint)
@@ -101,7 +117,7 @@ def current_span(configured: TelemetrySpec | None, name: str, attributes: Mappin
     its children; yields ``note(**attributes)`` to add attributes before it ends. A no-op,
     importing nothing, when tracing is off."""
     settings = trace_settings(configured)
-    if settings is None:
+    if settings is None or not sdk_installed():
         yield _ignore
         return
     from runner.tracing.provider import tracer_for

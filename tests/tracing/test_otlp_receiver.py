@@ -105,3 +105,16 @@ def test_without_an_endpoint_no_opentelemetry_is_imported(tmp_path: Path) -> Non
         )
     assert done.returncode == 0, done.stderr
     assert "import time:" in done.stderr and "opentelemetry" not in done.stderr
+
+
+def test_without_the_sdk_the_run_goes_on_and_says_why_it_is_not_traced(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    shutil.copytree(REPO / "tests" / "runs" / "project", root)
+    shadow = tmp_path / "shadow" / "opentelemetry"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")  # an opentelemetry package without the SDK
+    path = os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", ""), str(REPO)])
+    with ScriptedServer({"fallback": {"content": "5"}}) as server:
+        done = cli(root, server, "run", "sum", "-i", "a=3", OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9", PYTHONPATH=path)
+    assert done.returncode == 0, done.stderr
+    assert "the OpenTelemetry SDK is not installed, so this run is not traced: pip install 'runner[otel]'" in done.stderr
