@@ -98,7 +98,7 @@ def _show(result: EvalResult, paths: dict[str, Path], saved: Path | None, as_jso
     from runner.evals.report import changes_text, verdict
 
     if as_json:
-        click.echo(json.dumps(result.as_dict(), indent=2, ensure_ascii=False, default=str))
+        click.echo(json.dumps(result.as_dict(), indent=2, default=str))  # ASCII: control and bidi characters escaped
         return
     echo(f"eval {result.eval} (task {result.task}, {result.dataset})")
     for v in result.variants:

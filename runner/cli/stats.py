@@ -43,7 +43,7 @@ def stats(since: str, until: str | None, task: str | None, bucket: str | None, a
 
         write_text_atomic(html_path, render_page(result))
     if as_json:
-        click.echo(json.dumps(result.as_dict(), indent=2, ensure_ascii=False))
+        click.echo(json.dumps(result.as_dict(), indent=2))  # ASCII: control and bidi characters escaped
     else:
         from runner.stats.render import render_text
 

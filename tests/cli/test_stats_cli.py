@@ -146,3 +146,18 @@ def test_windows_parse_relative_and_absolute_times() -> None:
     window = parse_window("2026-11-01", "2026-11-08T06:00+01:00", now=now)
     assert window.since == datetime(2026, 11, 1, tzinfo=UTC) and window.until == datetime(2026, 11, 8, 5, tzinfo=UTC)
     assert window.previous().since == datetime(2026, 10, 24, 19, tzinfo=UTC)
+
+
+def test_names_a_model_wrote_cannot_drive_the_terminal(project: Path) -> None:
+    evil = "calc\u001b[2J\u202e"
+    hostile = {"rules": [
+        {"when": {"last_role": "user"}, "times": 1, "reply": {"tool_calls": [{"name": evil, "arguments": {}}]}},
+        {"reply": {"content": "3"}},
+    ]}
+    with ScriptedServer(hostile) as server:
+        run_sums(project, server, 1)
+    text = runner(project, "stats")
+    assert "\u001b" not in text.stdout and "\u202e" not in text.stdout and "calc\\x1b[2J\\u202e" in text.stdout
+    data = runner(project, "stats", "--json").stdout
+    assert "\u001b" not in data and "\u202e" not in data
+    assert [t["name"] for t in json.loads(data)["tools"]] == [evil]
