@@ -31,6 +31,7 @@ from runner.runs.options import RunOptions
 from runner.store.cap_ledger import CapLedger
 from runner.store.database import open_database, resolve_store
 from runner.store.runstore import now_iso
+from runner.tracing import current_span
 
 SHARED_SCOPE = "fan-out"
 """The scope name a shared batch cap reports (``fan-out cap max_cost_usd=5 reached ...``)."""
@@ -190,17 +191,20 @@ async def _run_locked(
         store_url=request.store_url,
     )
     ledger = open_shared_ledger(request)
+    span = {"runner.batch.id": journal.batch_id, "runner.task": task.name, "runner.batch.input": source.path.name}
     try:
-        async with TaskExecutor(
-            project, task, rate_gate=gate, store_path=request.store_path, store_url=request.store_url
-        ) as executor:
-            summary = await run_batch(
-                _rows_between(read_rows(source, task.inputs), request.rows), executor, journal=journal,
-                budget=_budget(request, ledger), concurrency=request.concurrency,
-                max_attempts=request.max_attempts, failure_policy=FailurePolicy(stop_after=request.stop_after_failures),
-                rate_gate=gate, progress=_progress(request.progress, sys.stderr, request.log_interval), base_options=base,
-                ledger=executor,
-            )
+        with current_span(project.telemetry, f"batch {task.name}", span) as note:  # the rows' runs are its children
+            async with TaskExecutor(
+                project, task, rate_gate=gate, store_path=request.store_path, store_url=request.store_url
+            ) as executor:
+                summary = await run_batch(
+                    _rows_between(read_rows(source, task.inputs), request.rows), executor, journal=journal,
+                    budget=_budget(request, ledger), concurrency=request.concurrency,
+                    max_attempts=request.max_attempts, failure_policy=FailurePolicy(stop_after=request.stop_after_failures),
+                    rate_gate=gate, progress=_progress(request.progress, sys.stderr, request.log_interval), base_options=base,
+                    ledger=executor,
+                )
+            note(**{f"runner.batch.rows.{status}": n for status, n in summary.counts.items()})
         records = write_output(journal, request.output_path, format=request.output_format)
         report_dir = request.report_dir or project.root / "reports" / task.name / f"batch-{summary.batch_id}"
         report = batch_report(journal, summary)

@@ -52,7 +52,7 @@ TODO = "(status = 'pending' OR (status = 'failed' AND retryable = 1 AND attempts
 COLUMNS = (
     "row_number, id, status, attempts, retryable, inputs, output, error, error_kind, run_id,"
     " input_tokens, output_tokens, cached_input_tokens, cost_usd, model_calls, tool_calls,"
-    " duration_seconds, started_at, finished_at"
+    " duration_seconds, started_at, finished_at, warnings"
 )
 """A row's columns in the order :func:`journal_row` reads them (the same in both implementations)."""
 
@@ -75,6 +75,7 @@ class JournalRow:
     duration_seconds: float | None
     started_at: str | None
     finished_at: str | None
+    warnings: tuple[str, ...] = ()  # e.g. spend counted at its worst case after a crash
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class RowOutcome:
     retryable: bool = True
     usage: Usage | None = None
     duration_seconds: float | None = None
+    warnings: tuple[str, ...] = ()
 
     def values(self) -> tuple[Any, ...]:
         """``status, output, error, error_kind, retryable, <6 usage values or NULLs>, duration``."""
@@ -105,6 +107,10 @@ class RowOutcome:
             if usage is not None else (None,) * 6
         )
         return (self.status, output, clean(self.error), self.error_kind, int(self.retryable), *spend, self.duration_seconds)
+
+    def warnings_json(self) -> str | None:
+        """The ``warnings`` column: a JSON list, or NULL when there are none."""
+        return json.dumps([clean(w) for w in self.warnings], ensure_ascii=False) if self.warnings else None
 
 
 @dataclass(frozen=True)
@@ -331,7 +337,7 @@ def usage_values(usage: Usage) -> tuple[Any, ...]:
 def journal_row(found: tuple[Any, ...]) -> JournalRow:
     """A row read as :data:`COLUMNS`."""
     (number, row_id, status, attempts, retryable, inputs, output, error, kind, run_id, tin, tout, cached, cost,
-     calls, tools, took, started, finished) = found  # fmt: skip
+     calls, tools, took, started, finished, warnings) = found  # fmt: skip
     return JournalRow(
         number=int(number),
         id=row_id,
@@ -347,6 +353,7 @@ def journal_row(found: tuple[Any, ...]) -> JournalRow:
         duration_seconds=took,
         started_at=started,
         finished_at=finished,
+        warnings=tuple(json.loads(warnings)) if warnings else (),
     )
 
 

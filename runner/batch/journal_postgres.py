@@ -72,6 +72,7 @@ CREATE TABLE IF NOT EXISTS journal_rows (
     model_calls INTEGER NOT NULL DEFAULT 0,
     tool_calls INTEGER NOT NULL DEFAULT 0,
     duration_seconds DOUBLE PRECISION,
+    warnings TEXT,
     created_at TEXT NOT NULL,
     started_at TEXT,
     finished_at TEXT,
@@ -166,8 +167,8 @@ class PostgresJournal(BatchJournal):
             " input_tokens = COALESCE(?, input_tokens), output_tokens = COALESCE(?, output_tokens),"
             " cached_input_tokens = COALESCE(?, cached_input_tokens), cost_usd = COALESCE(?, cost_usd),"
             " model_calls = COALESCE(?, model_calls), tool_calls = COALESCE(?, tool_calls),"
-            " duration_seconds = ?, finished_at = ? WHERE journal = ? AND row_number = ? AND status = 'running'",
-            (*outcome.values(), now_iso(), self.name, number),
+            " duration_seconds = ?, finished_at = ?, warnings = ? WHERE journal = ? AND row_number = ? AND status = 'running'",
+            (*outcome.values(), now_iso(), outcome.warnings_json(), self.name, number),
         )
         return updated == 1
 

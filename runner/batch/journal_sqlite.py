@@ -63,6 +63,7 @@ CREATE TABLE IF NOT EXISTS rows (
     model_calls INTEGER NOT NULL DEFAULT 0,
     tool_calls INTEGER NOT NULL DEFAULT 0,
     duration_seconds REAL,
+    warnings TEXT,
     created_at TEXT NOT NULL,
     started_at TEXT,
     finished_at TEXT
@@ -143,8 +144,8 @@ class SqliteJournal(BatchJournal):
             " input_tokens = COALESCE(?, input_tokens), output_tokens = COALESCE(?, output_tokens),"
             " cached_input_tokens = COALESCE(?, cached_input_tokens), cost_usd = COALESCE(?, cost_usd),"
             " model_calls = COALESCE(?, model_calls), tool_calls = COALESCE(?, tool_calls),"
-            " duration_seconds = ?, finished_at = ? WHERE row_number = ? AND status = 'running'",
-            (*outcome.values(), now_iso(), number),
+            " duration_seconds = ?, finished_at = ?, warnings = ? WHERE row_number = ? AND status = 'running'",
+            (*outcome.values(), now_iso(), outcome.warnings_json(), number),
         ).rowcount
         return updated == 1
 
@@ -213,6 +214,8 @@ def _connect(path: Path, durable: bool) -> sqlite3.Connection:
     db.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
     db.execute("PRAGMA busy_timeout = 5000")  # readers in other processes (progress, tests)
     db.executescript(_SCHEMA)
+    if "warnings" not in {row[1] for row in db.execute("PRAGMA table_info(rows)")}:  # a journal from before the column
+        db.execute("ALTER TABLE rows ADD COLUMN warnings TEXT")
     return db
 
 
