@@ -24,7 +24,7 @@ from runner.runs.options import RunOptions
 @click.option("--model", type=ModelId(), help="Use this model id for every agent in this run.")
 @click.option("--base-url", type=EndpointURL(), help="Send model calls to this OpenAI-compatible endpoint.")
 @click.option("--run-id", help="Run id; an existing id resumes that run without redoing completed steps.")
-@click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), help="Run store (SQLite) path.")
+@click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), help="Run store, an SQLite file (default: $RUNNER_STORE_URL when set, else .runner/runs.sqlite3).")
 @click.option("--reports-dir", type=LocationType(), help="Where reports go: a directory or a URL such as s3://bucket/reports (default: <root>/reports).")
 @click.option("--no-report", is_flag=True, help="Do not write a report.")
 @caps_options

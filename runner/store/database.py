@@ -19,6 +19,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -96,7 +97,7 @@ def url_password(url: str) -> str | None:
         return None
 
 
-class Database:
+class Database(ABC):
     """One connection, guarded by a lock (many runs of one process share it)."""
 
     dialect: Dialect
@@ -124,24 +125,25 @@ class Database:
         with self._lock:
             return int(self._cursor(sql, params).rowcount)
 
+    @abstractmethod
     def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
-        raise NotImplementedError
+        """Run one statement for each parameter tuple."""
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[Database]:
+    @abstractmethod
+    def transaction(self) -> contextlib.AbstractContextManager[Database]:
         """Statements inside the block commit together or not at all (nesting joins the outer one)."""
-        raise NotImplementedError
-        yield self
 
+    @abstractmethod
     def script(self, ddl: str) -> None:
         """Run several ``;``-separated statements (table definitions)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Close the connection."""
 
+    @abstractmethod
     def _cursor(self, sql: str, params: Sequence[Any]) -> Any:
-        raise NotImplementedError
+        """Execute one statement; the DB-API cursor (the caller holds the lock)."""
 
 
 class SqliteDatabase(Database):
