@@ -186,3 +186,12 @@ def test_journals_in_one_database_are_apart(tmp_path: Path, journal_url: str | N
         first.record(1, RowOutcome("done", output=1, usage=Usage(cost_usd=0.5)))
         assert second.counts()["done"] == 0 and not second.ingested and second.spent() == Usage()
         assert first.batch_id != second.batch_id and first.spent().cost_usd == 0.5
+
+
+def test_a_journal_exists_once_it_was_opened(tmp_path: Path, journal_url: str | None) -> None:
+    data = write_csv(tmp_path / "in.csv", tickets(1))
+    path = tmp_path / "never.sqlite3"
+    assert not BatchJournal.exists(path, database_url=journal_url)
+    BatchJournal.open(path, task="triage", input_path=data, input_sha256=file_sha256(data), database_url=journal_url).close()
+    assert BatchJournal.exists(path, database_url=journal_url)
+    assert not BatchJournal.exists(tmp_path / "other.sqlite3", database_url=journal_url)
