@@ -17,6 +17,7 @@ Durability is the server's (``synchronous_commit``); ``durable=True`` makes sure
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import socket
@@ -116,7 +117,14 @@ class PostgresJournal(BatchJournal):
     def close(self) -> None:
         if self._open:
             self._open = False
-            self._db.close()  # ends the session, which releases the advisory lock
+            import psycopg
+
+            # Released here, not left to the session's end: the server ends a closed session in its
+            # own time, and the next process to open this journal may be faster. On a broken
+            # connection the session's end releases it.
+            with contextlib.suppress(psycopg.Error):
+                self._db.execute("SELECT pg_advisory_unlock(?)", (lock_key(self.name),))
+            self._db.close()
 
     # --- writes ----------------------------------------------------------------------
 
