@@ -23,6 +23,7 @@ from runner.caps.pricing import Pricer, needs_exact_prompt
 from runner.config.specs import AgentSpec
 from runner.core.calls import CallStatus, ModelCallEntry, ToolCallEntry
 from runner.core.ports import RateGate
+from runner.core.sources import Source
 from runner.core.status import Status
 from runner.core.usage import Usage
 from runner.errors import CapReached, InvalidToolCall, ModelError, ToolFailure
@@ -82,6 +83,7 @@ class AgentOutcome:
     artifacts: list[str] = field(default_factory=list)
     data: list[Any] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)  # what the tools found, for citations
 
 
 @dataclass(frozen=True)
@@ -210,6 +212,7 @@ class _AgentRun:
             self.outcome.artifacts.extend(a for a in result.artifacts if a not in self.outcome.artifacts)
             if result.data is not None:
                 self.outcome.data.append(result.data)
+            self.outcome.sources.extend(result.sources)
         env.recorder.tool_call(
             ToolCallEntry(
                 env.step_id, self.agent.name, self.tool_seq, call.name, call.arguments, status,

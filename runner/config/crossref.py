@@ -8,6 +8,7 @@ and money caps on models without a known price.
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,7 @@ def check_references(project: Project) -> list[Problem]:
         doc = project.document("Agent", agent.name)
         problems += _check_tool_refs(doc, agent.tools, tools)
         problems += _check_schema_field(doc, "/output_schema", agent.output_schema)
+        problems += _check_networks(doc, agent.allow_private_networks)
         if agent.caps.max_cost_usd is not None:
             problems += _check_price(project, doc, agent, "/caps/max_cost_usd")
     for task in project.tasks.values():
@@ -75,13 +77,32 @@ def _check_tool_refs(doc: Document, refs: Iterable[ToolRef], tools: Mapping[str,
 
 
 def _check_settings(doc: Document, ref: ToolRef, schema: Mapping[str, Any]) -> list[Problem]:
-    if not ref.settings:
-        return []
     pointer = ref.pointer.removesuffix("/name") + "/settings"
+    if not ref.settings:
+        required = list(schema.get("required", ()))
+        if required:
+            return [doc.problem(ref.pointer, f"tool '{ref.name}' needs settings ({', '.join(required)}); "
+                                "write it as {name: " + ref.name + ", settings: {...}}")]
+        return []
     allowed = list(schema.get("properties", {}))
     if not allowed:
         return [doc.problem(pointer, f"tool '{ref.name}' takes no settings; remove them", key=True)]
     return validate_part(doc, pointer, ref.settings, schema)
+
+
+def _check_networks(doc: Document, networks: Iterable[str]) -> list[Problem]:
+    """Each exempted range is a CIDR narrower than the whole address space."""
+    problems: list[Problem] = []
+    for i, text in enumerate(networks):
+        pointer = f"/network/allow_private_networks/{i}"
+        try:
+            network = ipaddress.ip_network(text, strict=False)
+        except ValueError as exc:
+            problems.append(doc.problem(pointer, f"not a CIDR range ({exc}); write e.g. 10.0.5.0/24 or 127.0.0.1/32"))
+            continue
+        if network.prefixlen == 0:
+            problems.append(doc.problem(pointer, f"{text} exempts every address; list the private ranges you need"))
+    return problems
 
 
 def _check_schema_field(doc: Document, pointer: str, value: dict[str, Any] | None) -> list[Problem]:

@@ -104,6 +104,7 @@ class AgentSpec:
     sandbox: dict[str, Any] = field(default_factory=dict)  # overrides of runner.tools.sandbox.SandboxPolicy (limits, tmp_mb, disk_mb)
     allow_hosts: tuple[str, ...] = ()
     deny_hosts: tuple[str, ...] = ()
+    allow_private_networks: tuple[str, ...] = ()  # CIDRs the URL tools may reach although not public
     caps: Caps = field(default_factory=Caps)
     context: ContextPolicy = field(default_factory=ContextPolicy)
     max_repeats: int = 3
@@ -291,6 +292,7 @@ def build_agent(doc: Document, prompts: dict[str, str]) -> AgentSpec:
         sandbox=dict(d.get("sandbox", {})),
         allow_hosts=tuple(network.get("allow_hosts", ())),
         deny_hosts=tuple(network.get("deny_hosts", ())),
+        allow_private_networks=tuple(network.get("allow_private_networks", ())),
         caps=Caps.from_dict(d.get("caps")),
         context=ContextPolicy(**d.get("context", {})),
         max_repeats=stuck.get("max_repeats", 3),

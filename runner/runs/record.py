@@ -56,7 +56,19 @@ def build_record(
             if ctx.previous else None
         ),
         "tables": tables,
+        "sources": _sources(ctx),
     }
+
+
+def _sources(ctx: RunContext) -> list[dict[str, Any]]:
+    """Every source the steps' tools found, once, with the steps that found it."""
+    found: dict[Any, dict[str, Any]] = {}
+    for record in ctx.done.values():
+        for source in record.sources:
+            entry = found.setdefault(source, source.as_dict() | {"citation": source.citation(), "steps": []})
+            if record.id not in entry["steps"]:
+                entry["steps"].append(record.id)
+    return list(found.values())
 
 
 def _table(data: Any) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from runner.caps.budget import within_deadline
 from runner.config.prices import unpriced_message
 from runner.config.specs import AgentSpec, Caps, ToolRef
 from runner.config.templates import TemplateError, render
+from runner.core.sources import unique_sources
 from runner.core.status import Status
 from runner.core.steps import StepKind, StepRecord, ToolCallSummary
 from runner.core.usage import Usage
@@ -114,6 +115,7 @@ async def run_agent_step(
     record = replace(
         record, output=outcome.output, data=outcome.data[-1] if outcome.data else None, model=endpoint.model_id,
         artifacts=tuple(outcome.artifacts), usage=outcome.usage, warnings=tuple(outcome.warnings),
+        sources=unique_sources(outcome.sources),
     )
     return _finish(ctx, record, started, outcome.status, error=outcome.error, kind=outcome.error_kind, scope=outcome.error_scope)
 
@@ -142,7 +144,7 @@ async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dic
     call = ToolCallSummary(tool_name, "ok", rendered, time.monotonic() - started, result.content[:500])
     record = replace(
         record, output=result.content, data=result.data, artifacts=tuple(result.artifacts),
-        tool_calls=(call,), usage=Usage(tool_calls=1),
+        tool_calls=(call,), usage=Usage(tool_calls=1), sources=unique_sources(result.sources),
     )
     return _finish(ctx, record, started, "completed")
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, overload
 
+from runner.core.sources import Source
 from runner.redact import redact_secrets
 from runner.tools.arguments import ArgumentSchema, PydanticArguments
 from runner.tools.net import NetworkPolicy
@@ -31,12 +32,14 @@ class ToolResult:
 
     ``content`` is the text the model sees; ``artifacts`` are workspace-relative paths the
     call produced (charts, files); ``data`` is an optional JSON-able value for
-    deterministic pipeline steps (a data tool returns both a rendering and the rows).
+    deterministic pipeline steps (a data tool returns both a rendering and the rows);
+    ``sources`` are what the call found that an answer may cite (knowledge chunks, web pages).
     """
 
     content: str
     artifacts: list[str] = field(default_factory=list)
     data: Any = None
+    sources: tuple[Source, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ def redact_result(result: ToolResult, secrets: Sequence[str]) -> ToolResult:
         content=redact_secrets(result.content, secrets),
         artifacts=result.artifacts,
         data=redact_secrets(result.data, secrets),
+        sources=result.sources,
     )
 
 

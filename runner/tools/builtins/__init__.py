@@ -18,6 +18,7 @@ def builtin_tools() -> list[Tool]:
         table_query,
         tables,
         terminate,
+        web_search,
     )
 
     return [
@@ -27,6 +28,7 @@ def builtin_tools() -> list[Tool]:
         files.write_file,
         files.list_files,
         fetch.fetch_url,
+        web_search.web_search,
         calculator.calculator,
         clock.current_time,
         terminate.terminate,
