@@ -2,6 +2,10 @@
 
 ``output_schema``: the answer is JSON that validates against the schema.
 
+``evidence``: every number and name in the answer must appear in what the run found (its
+tool results, knowledge citations included, and by default the goal); see
+:mod:`runner.agent.evidence`.
+
 ``numbers_from_prompt``: every number and date in the answer must come from the prompt (the
 goal and the tool results the agent saw). A number may be a rounding of one given
 (``4247.3`` -> ``4,247`` is fine); small integers (0-10) are ignored since prose uses them
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from runner import untrusted_json
+from runner.agent.evidence import Evidence, unsupported_names
 from runner.config.schema import validate_value
 from runner.config.specs import AgentSpec
 from runner.prompts import Prompts
@@ -85,31 +90,34 @@ def figures_fallback(goal: str, prompts: Prompts | None = None) -> str:
     return note + "\n" + "\n".join(lines) if lines else note
 
 
-RejectionKind = Literal["output_schema", "ungrounded"]
+RejectionKind = Literal["output_schema", "ungrounded", "evidence"]
 
 
 @dataclass(frozen=True)
 class Rejection:
     """Why an answer was refused: what the model is told, and what the run reports if
-    repairs run out."""
+    repairs run out. ``back_to_tools``: the repair turn may use tools (to find evidence)."""
 
     request: str
     error: str
     kind: RejectionKind
+    back_to_tools: bool = False
 
 
 @dataclass(frozen=True)
 class Seen:
-    """What the agent was given: its goal and the tool results it saw."""
+    """What the agent was given: its goal and every tool result it saw (as first shown to it,
+    before any compaction of the history)."""
 
     goal: str
     tool_outputs: tuple[str, ...]
 
 
 class AnswerCheck(Protocol):
-    """One check on a final answer; the loop runs the agent's checks in order."""
+    """One check on a final answer; the loop runs the agent's checks in order. A check that
+    needs a model (the judge) makes its call through the run's ledger, so ``review`` is async."""
 
-    def review(self, answer: str, seen: Seen) -> Rejection | None: ...
+    async def review(self, answer: str, seen: Seen) -> Rejection | None: ...
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,7 @@ class OutputSchemaCheck:
     schema: dict[str, Any]
     prompts: Prompts
 
-    def review(self, answer: str, seen: Seen) -> Rejection | None:
+    async def review(self, answer: str, seen: Seen) -> Rejection | None:
         _, problems = parse_json_answer(answer, self.schema)
         if not problems:
             return None
@@ -133,7 +141,7 @@ class NumbersFromPrompt:
 
     prompts: Prompts
 
-    def review(self, answer: str, seen: Seen) -> Rejection | None:
+    async def review(self, answer: str, seen: Seen) -> Rejection | None:
         invented = ungrounded_numbers(answer, [seen.goal, *seen.tool_outputs])
         if not invented:
             return None
@@ -147,7 +155,7 @@ class FiguresInOrder:
 
     prompts: Prompts
 
-    def review(self, answer: str, seen: Seen) -> Rejection | None:
+    async def review(self, answer: str, seen: Seen) -> Rejection | None:
         missing = missing_figures(answer, seen.goal)
         if not missing:
             return None
@@ -157,11 +165,35 @@ class FiguresInOrder:
         )
 
 
+@dataclass(frozen=True)
+class EvidenceCheck:
+    """Every number and name in the answer appears in the run's tool results (knowledge
+    citations included) or, when ``from_goal``, in the goal."""
+
+    prompts: Prompts
+    from_goal: bool = True
+    ignore: tuple[str, ...] = ()
+
+    async def review(self, answer: str, seen: Seen) -> Rejection | None:
+        sources = [seen.goal, *seen.tool_outputs] if self.from_goal else list(seen.tool_outputs)
+        numbers = ungrounded_numbers(answer, sources)
+        names = unsupported_names(answer, Evidence.of(sources), self.ignore)
+        if not numbers and not names:
+            return None
+        claims = ", ".join([*numbers, *names])
+        tools = "no tool was called" if not seen.tool_outputs else f"{len(seen.tool_outputs)} tool result(s)"
+        request = self.prompts.render("evidence_turn", claims=claims)
+        error = f"answer not supported by the run's evidence ({tools}): {claims}"
+        return Rejection(request, error, "evidence", back_to_tools=True)
+
+
 def build_checks(agent: AgentSpec, output_schema: dict[str, Any] | None, prompts: Prompts) -> list[AnswerCheck]:
     """The checks an agent's answers go through, from its spec (the schema check first)."""
     checks: list[AnswerCheck] = []
     if output_schema is not None:
         checks.append(OutputSchemaCheck(output_schema, prompts))
+    if agent.evidence is not None:
+        checks.append(EvidenceCheck(prompts, agent.evidence.from_goal, agent.evidence.ignore))
     if agent.numbers_from_prompt:
         checks.append(NumbersFromPrompt(prompts))
     if agent.figures_in_order:

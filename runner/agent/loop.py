@@ -110,14 +110,12 @@ async def run_agent(agent: AgentSpec, goal: str, env: AgentEnv) -> AgentOutcome:
                 return run.finish("stuck", response.content, error=f"stuck: {stuck.reason}", kind="stuck")
             response = await run.think(messages, allow_tools=True)
             messages.append(Message("assistant", response.content, tool_calls=response.tool_calls))
-            if not response.tool_calls:
-                return await run.final_answer(messages, response.content)
-            for call in response.tool_calls:
-                termination = await run.act(call, messages, stuck)
-                if termination is not None:
-                    return await run.terminated(messages, termination)
-            if agent.next_step_prompt:
-                messages.append(Message("user", agent.next_step_prompt))
+            if response.tool_calls:
+                outcome = await run.act_all(response.tool_calls, messages, stuck)
+            else:
+                outcome = await run.final_answer(messages, response.content)
+            if outcome is not None:  # else: more work (tool results, or a check sent it back to its tools)
+                return outcome
     except CapReached as cap:
         return run.finish("capped", None, error=str(cap), kind=cap.cap, scope=cap.scope)
     except ModelError as exc:
@@ -133,6 +131,7 @@ class _AgentRun:
         self.schema = env.output_schema or agent.output_schema
         self.checks: list[AnswerCheck] = build_checks(agent, self.schema, self.prompts)
         self.outcome = AgentOutcome(status="running")
+        self.observations: list[str] = []  # every tool result as the model first saw it (compaction keeps this whole)
         self.model_seq = self.tool_seq = self.repairs = 0
 
     async def think(self, messages: list[Message], *, allow_tools: bool) -> ModelResponse:
@@ -190,6 +189,18 @@ class _AgentRun:
                 f"(step '{self.env.step_id}', call {self.model_seq}); spend can pass a cap by what such calls report"
             )
 
+    async def act_all(self, calls: tuple[ToolCall, ...], messages: list[Message], stuck: StuckDetector) -> AgentOutcome | None:
+        """Run the tool calls of one response in order; an outcome when a terminating tool ended the run."""
+        for index, call in enumerate(calls):
+            termination = await self.act(call, messages, stuck)
+            if termination is not None:
+                for skipped in calls[index + 1 :]:  # every call gets a result, should the agent go on
+                    messages.append(Message("tool", "not run: terminate was called first", tool_call_id=skipped.id, name=skipped.name))
+                return await self.terminated(messages, termination)
+        if self.agent.next_step_prompt:
+            messages.append(Message("user", self.agent.next_step_prompt))
+        return None
+
     async def act(self, call: ToolCall, messages: list[Message], stuck: StuckDetector) -> Termination | None:
         """Run one tool call and append its observation. Returns the verdict of a terminating tool."""
         env = self.env
@@ -220,11 +231,12 @@ class _AgentRun:
             )
         )
         messages.append(Message("tool", content, tool_call_id=call.id, name=call.name))
+        self.observations.append(content)
         if result is not None and env.tools.terminates(call.name):
             return _termination(result)
         return None
 
-    async def terminated(self, messages: list[Message], termination: Termination) -> AgentOutcome:
+    async def terminated(self, messages: list[Message], termination: Termination) -> AgentOutcome | None:
         """A terminating tool ended the run: its answer is checked like any other, unless the
         agent said it failed."""
         if termination.failed:
@@ -232,24 +244,29 @@ class _AgentRun:
             return self.finish("failed", termination.answer, error=error, kind="gave_up")
         return await self.final_answer(messages, termination.answer)
 
-    async def final_answer(self, messages: list[Message], answer: str | None) -> AgentOutcome:
-        """Run the answer through the agent's checks, with bounded repair turns."""
-        seen = Seen(self.goal, tuple(m.content or "" for m in messages if m.role == "tool"))
+    async def final_answer(self, messages: list[Message], answer: str | None) -> AgentOutcome | None:
+        """Run the answer through the agent's checks, with bounded repair turns. ``None``: a
+        check sent the agent back to work with its tools (the loop goes on)."""
+        seen = Seen(self.goal, tuple(self.observations))
         for check in self.checks:
-            rejection = check.review(answer or "", seen)
+            rejection = await check.review(answer or "", seen)
             if rejection is not None:
                 return await self.repair(messages, rejection, answer)
         value = parse_json_answer(answer, self.schema)[0] if self.schema is not None else answer
         return self.finish("completed", value)
 
-    async def repair(self, messages: list[Message], rejection: Rejection, answer: str | None) -> AgentOutcome:
-        """One more turn for the model to fix its answer, or fail (or fall back) when repairs are used up."""
+    async def repair(self, messages: list[Message], rejection: Rejection, answer: str | None) -> AgentOutcome | None:
+        """One more turn for the model to fix its answer, or fail (or fall back) when repairs are
+        used up. A rejection that needs more evidence sends the agent back to its tools (``None``)."""
         resample = rejection.kind == "ungrounded" and self.agent.checks_repair == "resample"
         if self.repairs >= self.agent.max_repairs:
             if rejection.kind == "ungrounded" and self.agent.checks_fallback == "figures":
                 return self.finish("completed", figures_fallback(self.goal, self.prompts))
             return self.finish("failed", answer, error=rejection.error, kind=rejection.kind)
         self.repairs += 1
+        if rejection.back_to_tools:
+            messages.append(Message("user", rejection.request))
+            return None
         if resample and messages[-1].role == "assistant" and not messages[-1].tool_calls:
             messages.pop()  # ask again without the rejected answer
         else:

@@ -91,6 +91,23 @@ class ContextPolicy:
 
 
 @dataclass(frozen=True)
+class EvidencePolicy:
+    """``checks.evidence``: numbers and names in an answer must appear in the run's tool
+    results (and the goal, when ``from_goal``); ``ignore`` lists names the agent may always use."""
+
+    from_goal: bool = True
+    ignore: tuple[str, ...] = ()
+
+    @classmethod
+    def from_config(cls, value: Any) -> EvidencePolicy | None:
+        if value is None or value is False:
+            return None
+        if value is True:
+            return cls()
+        return cls(bool(value.get("from_goal", True)), tuple(value.get("ignore", ())))
+
+
+@dataclass(frozen=True)
 class AgentSpec:
     """An agent from ``agents.d/``."""
 
@@ -113,6 +130,7 @@ class AgentSpec:
     examples: tuple[tuple[str, str], ...] = ()
     numbers_from_prompt: bool = False
     figures_in_order: bool = False
+    evidence: EvidencePolicy | None = None
     checks_fallback: str = "fail"
     checks_repair: str = "feedback"
     max_repairs: int = 1
@@ -301,6 +319,7 @@ def build_agent(doc: Document, prompts: dict[str, str]) -> AgentSpec:
         examples=tuple((e["input"], e["output"]) for e in d.get("examples", ())),
         numbers_from_prompt=bool(d.get("checks", {}).get("numbers_from_prompt", False)),
         figures_in_order=bool(d.get("checks", {}).get("figures_in_order", False)),
+        evidence=EvidencePolicy.from_config(d.get("checks", {}).get("evidence")),
         checks_fallback=d.get("checks", {}).get("fallback", "fail"),
         checks_repair=d.get("checks", {}).get("repair", "feedback"),
         max_repairs=d.get("checks", {}).get("max_repairs", 1),

@@ -38,6 +38,6 @@ def runner(
     )  # fmt: skip
 
 
-def tool_call(name: str, **arguments: object) -> dict[str, object]:
+def tool_call(tool: str, /, **arguments: object) -> dict[str, object]:
     """A scripted reply that calls one tool."""
-    return {"tool_calls": [{"name": name, "arguments": arguments}]}
+    return {"tool_calls": [{"name": tool, "arguments": arguments}]}
