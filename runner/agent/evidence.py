@@ -19,7 +19,7 @@ WORD = re.compile(r"[^\W_][\w'’\-]*", re.UNICODE)
 _LINE_MARKERS = re.compile(r"^\s*(?:[#>*\-+]+|\d+[.)])?\s*(?:\*\*|__)?")
 _SENTENCE_END = re.compile(r"(?<=[.!?:;])\s+")
 
-_COMMON_STARTER_TEXT =     """
+_COMMON_STARTER_TEXT = """
     a about above according across actually after afterwards again against all also although always among an and
     another any anyway apart are around as at based be because before being below besides best both briefly but by
     can clearly compared consequently could currently despite did do does due during each either else especially
