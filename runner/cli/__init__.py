@@ -23,6 +23,7 @@ COMMANDS = {
     "batch": ("runner.cli.batch", "batch", "Run a task over every row of a CSV, JSONL or Parquet file."),
     "runs": ("runner.cli.runs", "runs", "List recorded runs, or show one."),
     "report": ("runner.cli.report", "report", "Re-render a run's report from the run store."),
+    "index": ("runner.cli.index", "index", "Build or refresh knowledge base indexes."),
 }
 
 

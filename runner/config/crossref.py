@@ -60,8 +60,37 @@ def check_references(project: Project) -> list[Problem]:
         problems += _check_networks(doc, agent.allow_private_networks)
         if agent.caps.max_cost_usd is not None:
             problems += _check_price(project, doc, agent, "/caps/max_cost_usd")
+        problems += _check_knowledge_refs(project, doc, agent.knowledge)
     for task in project.tasks.values():
         problems += TaskChecker(project, task, tools).check()
+    problems += _check_knowledge_sources(project)
+    return problems
+
+
+def _check_knowledge_refs(project: Project, doc: Document, names: Iterable[str]) -> list[Problem]:
+    """Each knowledge base named under ``knowledge:`` is declared."""
+    problems: list[Problem] = []
+    for i, (name, item) in enumerate(zip(names, doc.data.get("knowledge") or (), strict=True)):
+        if isinstance(item, str) and name not in project.knowledge:
+            hint = did_you_mean(name, project.knowledge) or "; declare it in knowledge.d/ (kind: Knowledge)"
+            problems.append(doc.problem(f"/knowledge/{i}", f"unknown knowledge base '{name}'{hint}"))
+    return problems
+
+
+def _check_knowledge_sources(project: Project) -> list[Problem]:
+    """Every knowledge base's sources stay in the project and match at least one file."""
+    from runner.knowledge.sources import source_files, source_problem
+
+    problems: list[Problem] = []
+    for (kind, _), doc in project.documents.items():
+        declared = [("", doc.data)] if kind == "Knowledge" else [
+            (f"/knowledge/{i}", item) for i, item in enumerate(doc.data.get("knowledge") or ()) if isinstance(item, dict)
+        ] if kind in ("Agent", "Task") else []  # fmt: skip
+        for pointer, data in declared:
+            refused = [(i, p) for i, s in enumerate(data["sources"]) if (p := source_problem(s))]
+            problems += [doc.problem(f"{pointer}/sources/{i}", problem) for i, problem in refused]
+            if not refused and not source_files(data["sources"], project.root):
+                problems.append(doc.problem(f"{pointer}/sources", "matches no .md, .txt, .html, .pdf or .docx file in the project"))
     return problems
 
 
@@ -145,6 +174,8 @@ class TaskChecker:
                 self._add(f"/workspace/files/{i}", f"'{rel}' has the same file name as workspace file {names[base]}; "
                           "files are copied into the workspace by name, so rename one")
             names.setdefault(base, i)
+        self.problems += _check_knowledge_refs(self.project, self.doc, task.knowledge)
+        self._check_knowledge_tools()
         if task.agent is not None:
             self._agent_ref("/agent", task.agent)
             self._template("/goal", task.goal or "", steps_visible=set())
@@ -167,6 +198,19 @@ class TaskChecker:
             self._add("/report/narrative_step", f"unknown step '{name}'{did_you_mean(name, step_ids)}")
         del data
         return self.problems
+
+    def _check_knowledge_tools(self) -> None:
+        """search_knowledge is only useful with a knowledge base to search."""
+        task = self.task
+        for name in task.agents_used():
+            agent = self.project.agents.get(name)
+            if agent and any(r.name == "search_knowledge" for r in agent.tools) and not (agent.knowledge or task.knowledge):
+                self._add("/agent" if task.agent == name else "", f"agent '{name}' has the search_knowledge tool but neither "
+                          "it nor this task names a knowledge base; add knowledge: [NAME] to one of them")  # fmt: skip
+        for i, step in enumerate(task.pipeline.steps if task.pipeline else ()):
+            if step.tool == "search_knowledge" and not task.knowledge:
+                self._add(f"/pipeline/steps/{i}/tool", "a search_knowledge step needs the task to name a knowledge base; "
+                          "add knowledge: [NAME] to the task")  # fmt: skip
 
     def _add(self, pointer: str, message: str, *, key: bool = False) -> None:
         self.problems.append(self.doc.problem(pointer, message, key=key))

@@ -16,6 +16,7 @@ from runner.config.templates import LocatedTemplate, Origin
 from runner.config.yamlload import Document, escape_pointer_token
 from runner.core.steps import StepKind
 from runner.errors import Problem
+from runner.knowledge.spec import KnowledgeSpec
 
 CAP_NAMES = (
     "max_steps",
@@ -108,6 +109,15 @@ class EvidencePolicy:
 
 
 @dataclass(frozen=True)
+class MemoryPolicy:
+    """``memory:`` on an agent: whose notes ``remember``/``recall`` share, and for how long."""
+
+    scope: str = "agent"  # agent | task | project
+    max_entries: int = 200
+    max_age_days: float | None = None
+
+
+@dataclass(frozen=True)
 class AgentSpec:
     """An agent from ``agents.d/``."""
 
@@ -131,6 +141,8 @@ class AgentSpec:
     numbers_from_prompt: bool = False
     figures_in_order: bool = False
     evidence: EvidencePolicy | None = None
+    knowledge: tuple[str, ...] = ()  # knowledge bases its search_knowledge tool may search
+    memory: MemoryPolicy = field(default_factory=MemoryPolicy)
     checks_fallback: str = "fail"
     checks_repair: str = "feedback"
     max_repairs: int = 1
@@ -226,6 +238,7 @@ class TaskSpec:
     output_schema: dict[str, Any] | None = None
     workspace_files: tuple[str, ...] = ()
     previous_run: bool = False
+    knowledge: tuple[str, ...] = ()  # knowledge bases every agent and tool step of the task may search
     report: ReportSpec = field(default_factory=ReportSpec)
     source: str = ""
     root: Path = field(default_factory=Path)
@@ -320,6 +333,8 @@ def build_agent(doc: Document, prompts: dict[str, str]) -> AgentSpec:
         numbers_from_prompt=bool(d.get("checks", {}).get("numbers_from_prompt", False)),
         figures_in_order=bool(d.get("checks", {}).get("figures_in_order", False)),
         evidence=EvidencePolicy.from_config(d.get("checks", {}).get("evidence")),
+        knowledge=knowledge_names(d.get("knowledge")),
+        memory=MemoryPolicy(**d.get("memory", {})),
         checks_fallback=d.get("checks", {}).get("fallback", "fail"),
         checks_repair=d.get("checks", {}).get("repair", "feedback"),
         max_repairs=d.get("checks", {}).get("max_repairs", 1),
@@ -386,6 +401,7 @@ def build_task(doc: Document, root: Path) -> TaskSpec:
         output_schema=d.get("output_schema"),
         workspace_files=tuple(d.get("workspace", {}).get("files", ())),
         previous_run=bool(d.get("memory", {}).get("previous_run", False)),
+        knowledge=knowledge_names(doc.data.get("knowledge")),
         report=ReportSpec(
             title=report.get("title"),
             formats=tuple(report.get("formats", ("markdown", "html", "json"))),
@@ -429,6 +445,24 @@ def _build_pipeline(p: dict[str, Any]) -> PipelineSpec:
         synthesis=SynthesisSpec(synthesis["agent"], synthesis["goal"]) if synthesis else None,
         max_parallel=p.get("max_parallel", 4),
     )
+
+
+def knowledge_names(items: list[Any] | None) -> tuple[str, ...]:
+    """The names under ``knowledge:`` (an inline base by its ``name``)."""
+    return tuple(item if isinstance(item, str) else item["name"] for item in items or ())
+
+
+def inline_knowledge(doc: Document) -> list[KnowledgeSpec]:
+    """The knowledge bases an agent or task declares in place under ``knowledge:``."""
+    return [
+        KnowledgeSpec.from_config(item, doc.source.file, f"/knowledge/{i}")
+        for i, item in enumerate(doc.data.get("knowledge") or ())
+        if isinstance(item, dict)
+    ]
+
+
+def build_knowledge(doc: Document) -> KnowledgeSpec:
+    return KnowledgeSpec.from_config(doc.data, doc.source.file, "")
 
 
 def build_tool(doc: Document) -> ToolSpec:

@@ -26,6 +26,7 @@ from runner.redact import redact_secrets
 from runner.runs.context import RunContext
 from runner.runs.toolbox import ToolBox, tool_context
 from runner.store.runstore import now_iso
+from runner.tools.base import ToolContext
 
 
 class StepRunner:
@@ -102,7 +103,7 @@ async def run_agent_step(
     endpoint = ctx.endpoint(agent)
     env = AgentEnv(
         model=ctx.pool.get(endpoint, agent.model),
-        tools=ToolBox(ctx.registry, agent, tool_context(ctx.workspace, agent, ctx.recorder.secrets) if agent.tools else None),
+        tools=ToolBox(ctx.registry, agent, _agent_tools(ctx, agent, step_id) if agent.tools else None),
         budget=ctx.budget.child(agent.caps.tighten(caps or Caps()), scope=f"step '{step_id}'"),
         pricer=ctx.pricer(endpoint),
         recorder=ctx.recorder,
@@ -132,7 +133,10 @@ async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dic
         ctx.budget.check_can_start()
         ctx.budget.take_tool_call()
         deadline = ctx.budget.deadline()
-        context = replace(tool_context(ctx.workspace, None, ctx.recorder.secrets), deadline=deadline.at if deadline else None)
+        context = replace(
+            tool_context(ctx.workspace, None, ctx.recorder.secrets), deadline=deadline.at if deadline else None,
+            knowledge=ctx.services.knowledge_for(ctx.task.knowledge),
+        )  # fmt: skip
         async with within_deadline(ctx.budget):
             result = await ctx.registry.invoke(tool_name, rendered, context)
     except TemplateError as exc:
@@ -147,6 +151,18 @@ async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dic
         tool_calls=(call,), usage=Usage(tool_calls=1), sources=unique_sources(result.sources),
     )
     return _finish(ctx, record, started, "completed")
+
+
+def _agent_tools(ctx: RunContext, agent: AgentSpec, step_id: str) -> ToolContext:
+    """The tool context of one agent step: its workspace and policies, plus the knowledge bases
+    it and its task name, its memory notebook and its own browser tab."""
+    services = ctx.services
+    return replace(
+        tool_context(ctx.workspace, agent, ctx.recorder.secrets),
+        knowledge=services.knowledge_for((*agent.knowledge, *ctx.task.knowledge)),
+        memory=services.notebook(agent, ctx.task),
+        browser=services.browser.tab(step_id, ctx.workspace) if services.browser is not None else None,
+    )
 
 
 def _render_arg(value: Any, context: dict[str, Any]) -> Any:

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 from runner.core.sources import Source
+from runner.knowledge.base import KnowledgeBase
+from runner.knowledge.memory import Notebook
 from runner.redact import redact_secrets
 from runner.tools.arguments import ArgumentSchema, PydanticArguments
 from runner.tools.net import NetworkPolicy
@@ -49,6 +51,8 @@ class ToolContext:
     ``workspace`` is resolved once here and never derived from model output.
     ``settings`` maps a tool name to that tool's settings from the agent YAML.
     ``secrets`` are exact values redacted from every tool output and failure message.
+    ``knowledge`` are the knowledge bases ``search_knowledge`` may search (by name),
+    ``memory`` the notebook of ``remember``/``recall``, ``browser`` the page ``browse`` drives.
     """
 
     workspace: Path
@@ -57,6 +61,9 @@ class ToolContext:
     settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     secrets: Sequence[str] = ()
     deadline: float | None = None  # time.monotonic() by which sandboxed work must end (a wall-clock cap)
+    knowledge: Mapping[str, KnowledgeBase] = field(default_factory=dict)
+    memory: Notebook | None = None
+    browser: Any = None  # a runner.tools.browser.BrowserTab, when the agent may browse
 
     def __post_init__(self) -> None:
         root = Path(self.workspace)
