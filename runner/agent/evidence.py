@@ -33,7 +33,8 @@ _COMMON_STARTER_TEXT = """
     together too top total unfortunately unlike until up upon us usually very was we well were what whatever when
     where whereas whether which while who whom whose why will with within without would yes yet you your yours
     answer answers conclusion result results source sources step steps yesterday tomorrow here's it's that's
-    there's i'm i've we're we've
+    there's i'm i've we're we've done noted ok okay sure great good sorry hello hi dear thank regards kind certainly
+    absolutely correct incorrect true false unknown none n/a yours sincerely cheers
 """
 COMMON_STARTERS = frozenset(_COMMON_STARTER_TEXT.split())
 """Words that start sentences of any answer; capitalised there only by position."""
