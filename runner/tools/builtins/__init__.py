@@ -8,6 +8,7 @@ from runner.tools.base import Tool
 def builtin_tools() -> list[Tool]:
     """Every built-in tool (heavy libraries are imported only when a tool runs)."""
     from runner.tools.builtins import (
+        browse,
         calculator,
         chart,
         clock,
@@ -31,6 +32,7 @@ def builtin_tools() -> list[Tool]:
         files.list_files,
         fetch.fetch_url,
         web_search.web_search,
+        browse.browse,
         knowledge.search_knowledge,
         memory.remember,
         memory.recall,
