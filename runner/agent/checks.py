@@ -6,6 +6,10 @@
 tool results, knowledge citations included, and by default the goal); see
 :mod:`runner.agent.evidence`.
 
+``judge``: a declared judge agent reads the goal, the answer, the criteria and the tool
+results, and returns pass/fail with a reason; its call goes through the run's ledger like
+any other, so it counts against the caps.
+
 ``numbers_from_prompt``: every number and date in the answer must come from the prompt (the
 goal and the tool results the agent saw). A number may be a rounding of one given
 (``4247.3`` -> ``4,247`` is fine); small integers (0-10) are ignored since prose uses them
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -25,6 +29,7 @@ from runner import untrusted_json
 from runner.agent.evidence import Evidence, unsupported_names
 from runner.config.schema import validate_value
 from runner.config.specs import AgentSpec
+from runner.model.base import Message
 from runner.prompts import Prompts
 
 DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
@@ -90,18 +95,22 @@ def figures_fallback(goal: str, prompts: Prompts | None = None) -> str:
     return note + "\n" + "\n".join(lines) if lines else note
 
 
-RejectionKind = Literal["output_schema", "ungrounded", "evidence"]
+RejectionKind = Literal["output_schema", "ungrounded", "evidence", "judge", "judge_error"]
+Consult = Callable[[str, list[Message]], Awaitable[str]]
+"""Ask another declared agent (by name) and get its reply; the loop reserves the call."""
 
 
 @dataclass(frozen=True)
 class Rejection:
     """Why an answer was refused: what the model is told, and what the run reports if
-    repairs run out. ``back_to_tools``: the repair turn may use tools (to find evidence)."""
+    repairs run out. ``back_to_tools``: the repair turn may use tools (to find evidence);
+    ``final``: no repair can help (the judge gave no verdict): the step fails at once."""
 
     request: str
     error: str
     kind: RejectionKind
     back_to_tools: bool = False
+    final: bool = False
 
 
 @dataclass(frozen=True)
@@ -187,8 +196,57 @@ class EvidenceCheck:
         return Rejection(request, error, "evidence", back_to_tools=True)
 
 
-def build_checks(agent: AgentSpec, output_schema: dict[str, Any] | None, prompts: Prompts) -> list[AnswerCheck]:
-    """The checks an agent's answers go through, from its spec (the schema check first)."""
+MAX_JUDGE_EVIDENCE_CHARS = 12_000
+
+
+@dataclass(frozen=True)
+class JudgeCheck:
+    """A declared judge agent decides, against ``criteria``, whether the answer passes."""
+
+    judge: str
+    criteria: tuple[str, ...]
+    prompts: Prompts
+    consult: Consult
+
+    async def review(self, answer: str, seen: Seen) -> Rejection | None:
+        evidence = "\n---\n".join(seen.tool_outputs)[-MAX_JUDGE_EVIDENCE_CHARS:]
+        request = self.prompts.render("judge_request", goal=seen.goal, answer=answer, evidence=evidence, criteria=list(self.criteria))
+        reply = await self.consult(self.judge, [Message("user", request)])
+        verdict = parse_verdict(reply)
+        if verdict is None:
+            excerpt = " ".join(reply.split())[:200]
+            return Rejection("", f"the judge '{self.judge}' gave no verdict (expected JSON with pass and reason): {excerpt!r}", "judge_error", final=True)
+        passed, reason = verdict
+        if passed:
+            return None
+        return Rejection(
+            self.prompts.render("judge_turn", reason=reason), f"the judge '{self.judge}' rejected the answer: {reason}", "judge",
+            back_to_tools=True,
+        )  # fmt: skip
+
+
+def parse_verdict(reply: str) -> tuple[bool, str] | None:
+    """``(passed, reason)`` from a judge's reply: JSON ``{"pass": bool, "reason": str}`` (also
+    ``"verdict": "pass"|"fail"``, fenced or not), else a reply starting PASS or FAIL."""
+    value, _ = parse_json_answer(reply, {})
+    if isinstance(value, dict):
+        reason = str(value.get("reason") or "no reason given")
+        if isinstance(value.get("pass"), bool):
+            return value["pass"], reason
+        if str(value.get("verdict", "")).lower() in ("pass", "fail"):
+            return str(value["verdict"]).lower() == "pass", reason
+        return None
+    words = reply.strip().split(None, 1)
+    if words and words[0].strip(":.,").upper() in ("PASS", "FAIL"):
+        return words[0].strip(":.,").upper() == "PASS", (words[1].strip() if len(words) > 1 else "no reason given")
+    return None
+
+
+def build_checks(
+    agent: AgentSpec, output_schema: dict[str, Any] | None, prompts: Prompts, consult: Consult | None = None
+) -> list[AnswerCheck]:
+    """The checks an agent's answers go through, from its spec (the schema check first, the
+    judge last: the cheap checks run before a model is asked)."""
     checks: list[AnswerCheck] = []
     if output_schema is not None:
         checks.append(OutputSchemaCheck(output_schema, prompts))
@@ -198,6 +256,8 @@ def build_checks(agent: AgentSpec, output_schema: dict[str, Any] | None, prompts
         checks.append(NumbersFromPrompt(prompts))
     if agent.figures_in_order:
         checks.append(FiguresInOrder(prompts))
+    if agent.judge is not None and consult is not None:
+        checks.append(JudgeCheck(agent.judge.agent, agent.judge.criteria, prompts, consult))
     return checks
 
 

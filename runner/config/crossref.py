@@ -61,6 +61,9 @@ def check_references(project: Project) -> list[Problem]:
         if agent.caps.max_cost_usd is not None:
             problems += _check_price(project, doc, agent, "/caps/max_cost_usd")
         problems += _check_knowledge_refs(project, doc, agent.knowledge)
+        if agent.judge is not None and agent.judge.agent not in project.agents:
+            name = agent.judge.agent
+            problems.append(doc.problem("/checks/judge/agent", f"unknown agent '{name}'{did_you_mean(name, project.agents)}"))
     for task in project.tasks.values():
         problems += TaskChecker(project, task, tools).check()
     problems += _check_knowledge_sources(project)

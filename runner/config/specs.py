@@ -89,6 +89,7 @@ class ContextPolicy:
     max_tool_output_chars: int = 8000
     max_history_tokens: int | None = None
     keep_last_messages: int = 12
+    summarize: bool = False  # over budget: the model summarises the older history (a call counted against the caps)
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,14 @@ class EvidencePolicy:
         if value is True:
             return cls()
         return cls(bool(value.get("from_goal", True)), tuple(value.get("ignore", ())))
+
+
+@dataclass(frozen=True)
+class JudgePolicy:
+    """``checks.judge``: the agent that reviews answers, and what it checks them against."""
+
+    agent: str
+    criteria: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -141,6 +150,7 @@ class AgentSpec:
     numbers_from_prompt: bool = False
     figures_in_order: bool = False
     evidence: EvidencePolicy | None = None
+    judge: JudgePolicy | None = None
     knowledge: tuple[str, ...] = ()  # knowledge bases its search_knowledge tool may search
     memory: MemoryPolicy = field(default_factory=MemoryPolicy)
     checks_fallback: str = "fail"
@@ -333,6 +343,7 @@ def build_agent(doc: Document, prompts: dict[str, str]) -> AgentSpec:
         numbers_from_prompt=bool(d.get("checks", {}).get("numbers_from_prompt", False)),
         figures_in_order=bool(d.get("checks", {}).get("figures_in_order", False)),
         evidence=EvidencePolicy.from_config(d.get("checks", {}).get("evidence")),
+        judge=_judge(d.get("checks", {}).get("judge")),
         knowledge=knowledge_names(d.get("knowledge")),
         memory=MemoryPolicy(**d.get("memory", {})),
         checks_fallback=d.get("checks", {}).get("fallback", "fail"),
@@ -445,6 +456,13 @@ def _build_pipeline(p: dict[str, Any]) -> PipelineSpec:
         synthesis=SynthesisSpec(synthesis["agent"], synthesis["goal"]) if synthesis else None,
         max_parallel=p.get("max_parallel", 4),
     )
+
+
+def _judge(value: dict[str, Any] | None) -> JudgePolicy | None:
+    if value is None:
+        return None
+    criteria = value["criteria"]
+    return JudgePolicy(value["agent"], (criteria,) if isinstance(criteria, str) else tuple(criteria))
 
 
 def knowledge_names(items: list[Any] | None) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from runner.agent.loop import AgentEnv, run_agent
+from runner.agent.loop import AgentEnv, ModelBinding, run_agent
 from runner.caps.budget import within_deadline
 from runner.config.prices import unpriced_message
 from runner.config.specs import AgentSpec, Caps, ToolRef
@@ -111,6 +111,7 @@ async def run_agent_step(
         rate_gate=ctx.options.rate_gate,
         output_schema=output_schema,
         model_id=endpoint.model_id,
+        other_agent=lambda name: model_binding(ctx, name),
     )
     outcome = await run_agent(agent, goal, env)
     record = replace(
@@ -203,10 +204,22 @@ def _finish(
     return record
 
 
+def model_binding(ctx: RunContext, name: str) -> ModelBinding:
+    """Another declared agent's model (a judge's), called from within a step's loop."""
+    agent = ctx.project.agents[name]
+    endpoint = ctx.endpoint(agent)
+    return ModelBinding(
+        agent.name, ctx.pool.get(endpoint, agent.model), ctx.pricer(endpoint), endpoint.model_id,
+        agent.model.max_tokens, agent.model.temperature, agent.system_prompt,
+    )  # fmt: skip
+
+
 def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:
-    """A money cap on a model with no known price refuses to start, saying how to fix it."""
+    """A money cap on a model with no known price refuses to start, saying how to fix it
+    (for the agents' judges too: their calls are paid from the same caps)."""
     money_capped = any(b.caps.max_cost_usd is not None for b in ctx.budget.chain())
-    for name in agent_names:
+    judges = [j.agent for n in agent_names if (j := ctx.project.agents[n].judge) and j.agent in ctx.project.agents]
+    for name in dict.fromkeys([*agent_names, *judges]):
         agent = ctx.project.agents[name]
         endpoint = ctx.endpoint(agent)
         capped = money_capped or agent.caps.max_cost_usd is not None
