@@ -38,6 +38,8 @@ _COMMON_STARTER_TEXT = """
 """
 COMMON_STARTERS = frozenset(_COMMON_STARTER_TEXT.split())
 """Words that start sentences of any answer; capitalised there only by position."""
+ALWAYS_COMMON = frozenset({"i", "i'm", "i've", "i'll", "i'd", "i’m", "i’ve", "i’ll", "i’d", "ok"})
+"""Words written with a capital anywhere in a sentence that name nothing."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def unsupported_names(answer: str, evidence: Evidence, ignore: Iterable[str] = (
     for word, first in _capitalised_words(answer):
         name = _base_form(word)
         lowered = name.lower()
-        if lowered in ignored or evidence.mentions(name) or (first and lowered in COMMON_STARTERS):
+        if lowered in ignored or lowered in ALWAYS_COMMON or evidence.mentions(name) or (first and lowered in COMMON_STARTERS):
             continue
         if "-" in name and all(evidence.mentions(part) for part in name.split("-") if part):
             continue

@@ -24,6 +24,7 @@ def names(answer: str, *sources: str, ignore: tuple[str, ...] = ()) -> list[str]
         "- **North**: 48,210.55\n- South-East: 39,001.20",  # bullets and emphasis
         "EMEA grew. It was led by North.",
         "Based on the data, North wins. Overall, the answer is North.",
+        "North wins, I think, and I'm sure OK is fine.",  # "I" is capitalised everywhere
     ],
 )
 def test_supported_answers_have_no_unsupported_names(answer: str) -> None:
