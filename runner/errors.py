@@ -126,9 +126,11 @@ class Problem:
     severity: str = "error"
 
     def render(self) -> str:
-        where = f"{self.file}:{self.line}:{self.column}: " if self.file else ""
-        pointer = f"{self.pointer or '/'}: " if self.file else ""
-        return f"{where}{self.severity}: {pointer}{self.message}"
+        """``FILE:LINE:COL: error: /pointer: message``; just the message when no file is known
+        (the CLI prefixes ``error:`` itself)."""
+        if not self.file:
+            return self.message
+        return f"{self.file}:{self.line}:{self.column}: {self.severity}: {self.pointer or '/'}: {self.message}"
 
     def as_dict(self) -> dict[str, object]:
         return {

@@ -240,14 +240,16 @@ class _Batch:
 
     def _outcome(self, result: RunResult) -> RowOutcome:
         if result.status == "completed":
-            return RowOutcome("done", output=result.output, usage=result.usage)
+            return RowOutcome("done", output=result.output, usage=result.usage, warnings=result.warnings)
         error = redact(result.error or result.status, [self.base_options.api_key])
         kind = result.error_kind or result.status
         if result.status == "capped" and self._batch_cap_reached(result):
             self._stop(error, kind)
-            return RowOutcome("not_run", error=error, error_kind=kind, usage=result.usage)
+            return RowOutcome("not_run", error=error, error_kind=kind, usage=result.usage, warnings=result.warnings)
         final = result.status in ("capped", "stuck") or kind in FINAL_ERROR_KINDS
-        return RowOutcome("failed", error=error, error_kind=kind, retryable=not final, usage=result.usage)
+        return RowOutcome(
+            "failed", error=error, error_kind=kind, retryable=not final, usage=result.usage, warnings=result.warnings
+        )
 
     def _batch_cap_reached(self, result: RunResult) -> bool:
         """Whether a capped run was stopped by the batch's cap rather than its own."""

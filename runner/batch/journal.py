@@ -68,6 +68,7 @@ CREATE TABLE IF NOT EXISTS rows (
     model_calls INTEGER NOT NULL DEFAULT 0,
     tool_calls INTEGER NOT NULL DEFAULT 0,
     duration_seconds REAL,
+    warnings TEXT,
     created_at TEXT NOT NULL,
     started_at TEXT,
     finished_at TEXT
@@ -77,7 +78,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS rows_by_id ON rows(id) WHERE status != 'invali
 _COLUMNS = (
     "row_number, id, status, attempts, retryable, inputs, output, error, error_kind, run_id,"
     " input_tokens, output_tokens, cached_input_tokens, cost_usd, model_calls, tool_calls,"
-    " duration_seconds, started_at, finished_at"
+    " duration_seconds, started_at, finished_at, warnings"
 )
 
 
@@ -99,6 +100,7 @@ class JournalRow:
     duration_seconds: float | None
     started_at: str | None
     finished_at: str | None
+    warnings: tuple[str, ...] = ()  # e.g. spend counted at its worst case after a crash
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,7 @@ class RowOutcome:
     retryable: bool = True
     usage: Usage | None = None
     duration_seconds: float | None = None
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -274,10 +277,11 @@ class BatchJournal:
             " input_tokens = COALESCE(?, input_tokens), output_tokens = COALESCE(?, output_tokens),"
             " cached_input_tokens = COALESCE(?, cached_input_tokens), cost_usd = COALESCE(?, cost_usd),"
             " model_calls = COALESCE(?, model_calls), tool_calls = COALESCE(?, tool_calls),"
-            " duration_seconds = ?, finished_at = ? WHERE row_number = ? AND status = 'running'",
+            " duration_seconds = ?, finished_at = ?, warnings = ? WHERE row_number = ? AND status = 'running'",
             (
                 outcome.status, output, _clean(outcome.error), outcome.error_kind, int(outcome.retryable),
-                *spend, outcome.duration_seconds, _now(), number,
+                *spend, outcome.duration_seconds, _now(), json.dumps(list(outcome.warnings)) if outcome.warnings else None,
+                number,
             ),
         ).rowcount
         return updated == 1
@@ -414,7 +418,7 @@ def _ingest_values(row: Row, now: str) -> tuple[Any, ...]:
 
 def _record(found: tuple[Any, ...]) -> JournalRow:
     (number, row_id, status, attempts, retryable, inputs, output, error, kind, run_id, tin, tout, cached, cost,
-     calls, tools, took, started, finished) = found  # fmt: skip
+     calls, tools, took, started, finished, warnings) = found  # fmt: skip
     return JournalRow(
         number=number,
         id=row_id,
@@ -430,6 +434,7 @@ def _record(found: tuple[Any, ...]) -> JournalRow:
         duration_seconds=took,
         started_at=started,
         finished_at=finished,
+        warnings=tuple(json.loads(warnings)) if warnings else (),
     )
 
 

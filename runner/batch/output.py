@@ -1,9 +1,11 @@
 """The batch output file: one record per input row, in input order, read from the journal.
 
 Columns: ``id``, ``row``, ``status``, ``output``, ``cost_usd``, ``tokens``, ``error``,
-``error_kind``, ``attempts``, ``run_id``. In JSONL ``output`` is the run's JSON value; in
-CSV and Parquet it is that value as JSON text. ``cost_usd`` and ``tokens`` add up every
-attempt of the row.
+``error_kind``, ``attempts``, ``run_id``, ``warnings``. In JSONL ``output`` and ``warnings``
+are JSON values; in CSV and Parquet they are JSON text. ``cost_usd`` and ``tokens`` add up
+every attempt of the row; ``warnings`` says when that spend is partly an estimate (calls a
+crash left in flight, counted at their worst case) or when the endpoint reported more than
+was reserved.
 
 CSV cells are escaped against formula injection: a text cell starting with ``=``, ``+``,
 ``-``, ``@``, a tab or a carriage return gets a leading ``'`` so a spreadsheet shows it as
@@ -33,7 +35,7 @@ from runner.batch.records import BatchRecords
 from runner.errors import UsageError
 from runner.files import replacing
 
-COLUMNS = ("id", "row", "status", "output", "cost_usd", "tokens", "error", "error_kind", "attempts", "run_id")
+COLUMNS = ("id", "row", "status", "output", "cost_usd", "tokens", "error", "error_kind", "attempts", "run_id", "warnings")
 OUTPUT_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -137,6 +139,7 @@ def output_record(record: JournalRow) -> dict[str, Any]:
         "error_kind": record.error_kind,
         "attempts": record.attempts,
         "run_id": record.run_id,
+        "warnings": list(record.warnings),
     }
 
 
@@ -184,6 +187,7 @@ def _write_parquet(records: Iterator[JournalRow], path: Path, batch_rows: int = 
             ("error_kind", pa.string()),
             ("attempts", pa.int64()),
             ("run_id", pa.string()),
+            ("warnings", pa.string()),
         ]
     )
     count, batch = 0, []
@@ -200,5 +204,9 @@ def _write_parquet(records: Iterator[JournalRow], path: Path, batch_rows: int = 
 
 
 def _flat(record: dict[str, Any]) -> dict[str, Any]:
-    output = record["output"]
-    return {**record, "output": None if output is None else json.dumps(output, ensure_ascii=False, default=str)}
+    output, warnings = record["output"], record["warnings"]
+    return {
+        **record,
+        "output": None if output is None else json.dumps(output, ensure_ascii=False, default=str),
+        "warnings": json.dumps(warnings, ensure_ascii=False) if warnings else None,
+    }

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from runner.cli.options import CapValue, FiniteFloatRange, caps_from_flags
+from runner.cli.options import CapValue, EndpointURL, FiniteFloatRange, ModelId, caps_from_flags
 from runner.cli.terminal import echo_line as echo
 from runner.config.project import find_root, load_project_or_raise
 from runner.errors import EXIT_INTERRUPTED
@@ -40,8 +40,8 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.option("--durable", is_flag=True, help="fsync every recorded row (survives power loss, slower).")
 @click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), help="Where the batch report goes.")
 @click.option("--progress", type=click.Choice(["auto", "bar", "log", "none"]), default="auto", show_default=True)
-@click.option("--model", help="Use this model id for every agent.")
-@click.option("--base-url", help="Send model calls to this OpenAI-compatible endpoint.")
+@click.option("--model", type=ModelId(), help="Use this model id for every agent.")
+@click.option("--base-url", type=EndpointURL(), help="Send model calls to this OpenAI-compatible endpoint.")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), help="Project root.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def batch(task: str, input_path: Path, output_path: Path, input_format: str | None, output_format: str | None,
