@@ -81,8 +81,9 @@ def _check_knowledge_refs(project: Project, doc: Document, names: Iterable[str])
 
 
 def _check_knowledge_sources(project: Project) -> list[Problem]:
-    """Every knowledge base's sources stay in the project and match at least one file."""
-    from runner.knowledge.sources import source_files, source_problem
+    """Every knowledge base's sources stay in the project (whether they match files is a
+    question for the run and ``runner index``: the data may be deployed apart from the YAML)."""
+    from runner.knowledge.sources import source_problem
 
     problems: list[Problem] = []
     for (kind, _), doc in project.documents.items():
@@ -92,8 +93,6 @@ def _check_knowledge_sources(project: Project) -> list[Problem]:
         for pointer, data in declared:
             refused = [(i, p) for i, s in enumerate(data["sources"]) if (p := source_problem(s))]
             problems += [doc.problem(f"{pointer}/sources/{i}", problem) for i, problem in refused]
-            if not refused and not source_files(data["sources"], project.root):
-                problems.append(doc.problem(f"{pointer}/sources", "matches no .md, .txt, .html, .pdf or .docx file in the project"))
     return problems
 
 

@@ -136,7 +136,10 @@ class KnowledgeBase:
         known = self.store.files()
         planned: list[_Planned] = []
         current: set[str] = set()
-        for relative, path in source_files(self.spec.sources, self.root):
+        files = source_files(self.spec.sources, self.root)
+        if not files:
+            report.problems.append(f"its sources ({', '.join(self.spec.sources)}) match no .md, .txt, .html, .pdf or .docx file")
+        for relative, path in files:
             current.add(relative)
             info = path.stat()
             old = known.get(relative)

@@ -30,7 +30,7 @@ QUERY = {
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
-    for part in ("agents.d", "tasks.d", "examples/data"):
+    for part in ("agents.d", "tasks.d", "examples"):
         shutil.copytree(REPO / part, root / part)
     return root
 

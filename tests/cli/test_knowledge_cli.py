@@ -74,6 +74,23 @@ def test_index_names_an_unknown_base_and_unreadable_files(tmp_path: Path) -> Non
     assert "Traceback" not in broken.stderr
 
 
+def test_sources_that_match_no_file_fail_the_index_and_warn_the_run(tmp_path: Path) -> None:
+    root = project(tmp_path, **{"knowledge.d/docs.yaml": KNOWLEDGE.replace("[docs]", "[manuals/*.md]")})
+    assert runner(root, None, "validate").returncode == 0  # the documents may be deployed apart from the YAML
+    index = runner(root, None, "index")
+    assert index.returncode == 1
+    assert "product_docs: error: its sources (manuals/*.md) match no .md, .txt, .html, .pdf or .docx file" in index.stderr
+    script = {"rules": [{"when": {"last_role": "user"}, "reply": tool_call("search_knowledge", query="refund")}], "fallback": "Not documented."}
+    with ScriptedServer(script) as model:
+        result = runner(root, model, "run", "answer", "-i", "question=q")
+        observation = model.requests[1].body["messages"][-1]["content"]
+    assert result.returncode == 0, result.stderr
+    assert "Nothing in the knowledge base matches" in observation
+    (report_dir,) = (root / "reports/answer").iterdir()
+    warnings = json.loads((report_dir / "report.json").read_text())["warnings"]
+    assert any("knowledge base 'product_docs': its sources (manuals/*.md) match no" in w for w in warnings)
+
+
 def test_a_run_builds_the_index_on_first_use_and_cites_its_sources(tmp_path: Path) -> None:
     root = project(tmp_path)
     script = {
@@ -181,7 +198,6 @@ def test_embeddings_from_the_loopback_server_at_index_time(tmp_path: Path) -> No
     [
         ({"agents.d/support.yaml": AGENT.replace("[product_docs]", "[product_doc]")}, "/knowledge/0", "Did you mean 'product_docs'?"),
         ({"knowledge.d/docs.yaml": KNOWLEDGE.replace("[docs]", "[../elsewhere]")}, "/sources/0", "leaves the project"),
-        ({"knowledge.d/docs.yaml": KNOWLEDGE.replace("[docs]", "[manuals/*.md]")}, "/sources", "matches no .md"),
         ({"knowledge.d/docs.yaml": KNOWLEDGE + "chunking: {max_chars: 10}\n"}, "", "duplicate key"),
         ({"knowledge.d/docs.yaml": KNOWLEDGE.replace("chunking: {max_chars: 800, overlap_chars: 100}", "chunking: {max_chars: 10}")},
          "/chunking/max_chars", "less than the minimum of 200"),

@@ -24,7 +24,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
-    for part in ("agents.d", "tasks.d", "knowledge.d", "examples"):
+    for part in ("agents.d", "tasks.d", "examples"):
         shutil.copytree(REPO / part, root / part)
     return root
 
