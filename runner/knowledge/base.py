@@ -85,12 +85,22 @@ class KnowledgeBase:
             raise ConfigError(f"knowledge base '{spec.name}' declares embeddings but no embedder was given")
         self.spec, self.root, self.embedder = spec, root, embedder
         self.store = ChunkStore(index_path, vectors=spec.embeddings is not None)
+        self._lock = asyncio.Lock()  # one connection: parallel steps take turns
 
     def close(self) -> None:
         self.store.close()
 
     async def refresh(self) -> RefreshReport:
         """Bring the index up to date with the source files."""
+        async with self._lock:
+            return await self._refresh()
+
+    async def search(self, query: str, k: int | None = None) -> list[Hit]:
+        """The best ``k`` chunks for ``query`` (default: the base's ``top_k``)."""
+        async with self._lock:
+            return await self._search(query, k)
+
+    async def _refresh(self) -> RefreshReport:
         report = RefreshReport()
         await asyncio.to_thread(self._reset_if_settings_changed)
         planned, current = await asyncio.to_thread(self._plan, report)
@@ -99,8 +109,7 @@ class KnowledgeBase:
         report.chunks = await asyncio.to_thread(self.store.chunk_count)
         return report
 
-    async def search(self, query: str, k: int | None = None) -> list[Hit]:
-        """The best ``k`` chunks for ``query`` (default: the base's ``top_k``)."""
+    async def _search(self, query: str, k: int | None) -> list[Hit]:
         k = k or self.spec.top_k
         mode = self.spec.search_mode
         rankings: list[list[int]] = []
@@ -175,8 +184,8 @@ class KnowledgeBase:
         return await self.embedder.embed(texts)
 
     def _write(self, planned: list[_Planned], current: set[str], vectors: dict[str, list[list[float]]], report: RefreshReport) -> None:
-        known = self.store.files()
         with self.store.transaction():
+            known = self.store.files()  # read under the write lock: another builder may have just written
             for item in planned:
                 if known.get(item.path, ("",))[0] == item.digest and not item.chunks:
                     report.unchanged += 1  # content unchanged, only touched: keep its chunks

@@ -10,6 +10,7 @@ first) and none older than ``max_age_days``.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ class MemoryStore:
 
     def __init__(self, path: Path):
         self.store = ChunkStore(path)
+        self._lock = threading.Lock()  # one connection, used from worker threads
 
     def close(self) -> None:
         self.store.close()
@@ -52,17 +54,18 @@ class MemoryStore:
         return Source("memory", f"memory:{note.collection}", note.text[:80], "", f"noted {stamp} UTC", note.collection)
 
     def _remember(self, scope: MemoryScope, text: str, now: float) -> StoredChunk:
-        with self.store.transaction():
+        with self._lock, self.store.transaction():
             (note_id,) = self.store.add_chunks([NewChunk("", 0, "", "", text, scope.key, now)])
             self._prune(scope, now)
-        (note,) = self.store.chunks([note_id])
+            (note,) = self.store.chunks([note_id])
         return note
 
     def _recall(self, scope: MemoryScope, query: str, k: int, now: float) -> list[StoredChunk]:
-        with self.store.transaction():
-            self._prune(scope, now)
-        ids = self.store.bm25(query, k, collection=scope.key) or self.store.collection_ids(scope.key)[:k]
-        return self.store.chunks(ids)
+        with self._lock:
+            with self.store.transaction():
+                self._prune(scope, now)
+            ids = self.store.bm25(query, k, collection=scope.key) or self.store.collection_ids(scope.key)[:k]
+            return self.store.chunks(ids)
 
     def _prune(self, scope: MemoryScope, now: float) -> None:
         newest_first = self.store.collection_ids(scope.key)

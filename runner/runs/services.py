@@ -62,7 +62,9 @@ async def open_services(project: Project, task: TaskSpec, options: RunOptions, s
     if used & BROWSER_TOOLS:
         from runner.tools.browser import Browser
 
-        services.browser = await stack.enter_async_context(Browser())
+        browser = Browser()
+        browser.check_available()
+        services.browser = await stack.enter_async_context(browser)
     return services
 
 

@@ -81,6 +81,15 @@ class Browser:
     async def __aenter__(self) -> Browser:
         return self
 
+    def check_available(self) -> None:
+        """Refuse (exit 2, before anything is spent) when Playwright or Chromium is missing."""
+        if not Path(self.executable).is_file():
+            raise ConfigError(f"no Chromium at {self.executable}; {INSTALL_HINT} (or set RUNNER_CHROMIUM)")
+        try:
+            import playwright.async_api  # noqa: F401 - only whether it imports
+        except ImportError:
+            raise ConfigError(INSTALL_HINT) from None
+
     async def __aexit__(self, *exc: object) -> None:
         for tab in self._tabs.values():
             await tab.close()

@@ -91,3 +91,11 @@ def test_market_scan_searches_browses_and_cites(project: Path) -> None:
     (screenshot,) = [a for a in record["artifacts"] if a["media_type"] == "image/png"]
     assert (report_dir / screenshot["path"]).read_bytes().startswith(b"\x89PNG")
     assert "812,000 units" in record["final_output"]
+
+
+def test_a_missing_browser_refuses_the_run_before_any_call(project: Path) -> None:
+    with ScriptedServer(Script.load(project / "examples/web/market_script.yaml")) as model:
+        result = runner(project, model, "run", "market_scan", env={"RUNNER_CHROMIUM": "/nonexistent/chromium"})
+        assert model.requests == []
+    assert result.returncode == 2 and "no Chromium at /nonexistent/chromium" in result.stderr
+    assert "Traceback" not in result.stderr
