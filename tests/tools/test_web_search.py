@@ -150,3 +150,22 @@ async def test_a_provider_answering_html_is_not_json(registry, make_ctx, site):
 async def test_an_unconfigured_web_search_says_how_to_configure_it(registry, make_ctx):
     with pytest.raises(ToolFailure, match="give it settings with a provider"):
         await registry.invoke("web_search", {"query": "q"}, make_ctx())
+
+
+async def test_a_provider_echoing_the_key_has_it_redacted(registry, make_ctx, site, monkeypatch):
+    monkeypatch.setenv("TEST_BRAVE_KEY", KEY)
+    site.json("/b", {"error": f"subscription token {KEY} is not valid"}, status=401)
+    ctx = search_ctx(make_ctx, {"provider": "brave", "url": site.url("/b"), "api_key_env": "TEST_BRAVE_KEY"})
+    with pytest.raises(ToolFailure) as failure:
+        await registry.invoke("web_search", {"query": "q"}, ctx)
+    assert KEY not in str(failure.value) and "[REDACTED]" in str(failure.value)
+
+
+@pytest.mark.parametrize("arguments", [{"query": ""}, {"query": "x" * 401}, {"query": "q", "max_results": 0}, {}])
+async def test_bad_arguments_are_an_invalid_call(registry, make_ctx, site, arguments):
+    from runner.errors import InvalidToolCall
+
+    ctx = search_ctx(make_ctx, {"provider": "searxng", "url": site.url("/search")})
+    with pytest.raises(InvalidToolCall):
+        await registry.invoke("web_search", arguments, ctx)
+    assert site.requests == []
