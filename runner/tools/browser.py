@@ -63,7 +63,6 @@ class PageLoad:
     limit: int
     used: int = 0
     refused: list[str] = field(default_factory=list)
-    final_urls: dict[str, str] = field(default_factory=dict)  # requested URL -> URL after redirects
 
 
 class Browser:
@@ -135,6 +134,7 @@ class BrowserTab:
         self.policy = NetworkPolicy()
         self.deadline = 0.0
         self.screenshots = 0
+        self.final_urls: dict[str, str] = {}  # requested URL -> where the runner's redirects ended
 
     async def close(self) -> None:
         if self.context is not None:
@@ -186,7 +186,7 @@ class BrowserTab:
         load.used += len(response.body)
         body = response.body
         if response.url != request.url:
-            load.final_urls[request.url] = response.url
+            self.final_urls[request.url] = response.url
             if request.resource_type == "document" and response.content_type == "text/html":
                 body = _with_base(body, response.url)  # relative links resolve against where the page really is
         out_headers = {k: v for k, v in response.headers.items() if k.lower() not in _HOP_HEADERS}

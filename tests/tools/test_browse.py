@@ -85,6 +85,7 @@ async def test_a_redirect_within_the_policy_is_followed_and_relative_links_resol
     site.page("/new/page", "<html><head><title>New</title></head><body><p>Moved here.</p><a href='next'>Next</a></body></html>")
     result = await registry.invoke("browse", {"url": site.url("/old")}, browse_ctx())
     assert "Moved here." in result.content
+    assert result.data["url"] == site.url("/new/page") and result.content.startswith(f"URL: {site.url('/new/page')}")
     assert result.data["links"] == [{"url": site.url("/new/next"), "text": "Next"}]
 
 

@@ -140,6 +140,7 @@ async def _settle(page: Any, tab: BrowserTab, limits: BrowseLimits) -> bool:
 
 async def _snapshot(ctx: ToolContext, tab: BrowserTab, page: Any, screenshot: bool, max_chars: int, notes: list[str]) -> ToolResult:
     html, title = await page.content(), await page.title()
+    url = tab.final_urls.get(page.url, page.url)  # after redirects the runner followed
     text = await asyncio.to_thread(_readable_text, html) or await page.inner_text("body", timeout=_ms(tab))
     links = await page.eval_on_selector_all("a[href]", "els => els.slice(0, 400).map(e => [e.href, (e.innerText || '').trim()])")
     links = _links(links)
@@ -150,12 +151,12 @@ async def _snapshot(ctx: ToolContext, tab: BrowserTab, page: Any, screenshot: bo
     shown = text[:max_chars]
     if len(text) > max_chars:
         notes.append(f"showing {max_chars} of {len(text)} characters")
-    lines = [f"URL: {page.url}", f"title: {title}", *(f"[{note}]" for note in notes), "", shown]
+    lines = [f"URL: {url}", f"title: {title}", *(f"[{note}]" for note in notes), "", shown]
     if links:
         lines += ["", "Links:", *(f"- {label or '(no text)'} — {href}" for href, label in links)]
-    data = {"url": page.url, "title": title, "text": shown, "links": [{"url": h, "text": t} for h, t in links],
+    data = {"url": url, "title": title, "text": shown, "links": [{"url": h, "text": t} for h, t in links],
             "refused": refused, "screenshot": artifacts[0] if artifacts else None}  # fmt: skip
-    return ToolResult("\n".join(lines), artifacts=artifacts, data=data, sources=(Source("web", page.url, title=title),))
+    return ToolResult("\n".join(lines), artifacts=artifacts, data=data, sources=(Source("web", url, title=title),))
 
 
 async def _screenshot(ctx: ToolContext, tab: BrowserTab, page: Any) -> str:
