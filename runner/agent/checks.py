@@ -2,6 +2,14 @@
 
 ``output_schema``: the answer is JSON that validates against the schema.
 
+``evidence``: every number and name in the answer must appear in what the run found (its
+tool results, knowledge citations included, and by default the goal); see
+:mod:`runner.agent.evidence`.
+
+``judge``: a declared judge agent reads the goal, the answer, the criteria and the tool
+results, and returns pass/fail with a reason; its call goes through the run's ledger like
+any other, so it counts against the caps.
+
 ``numbers_from_prompt``: every number and date in the answer must come from the prompt (the
 goal and the tool results the agent saw). A number may be a rounding of one given
 (``4247.3`` -> ``4,247`` is fine); small integers (0-10) are ignored since prose uses them
@@ -13,13 +21,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from runner import untrusted_json
+from runner.agent.evidence import Evidence, unsupported_names
 from runner.config.schema import validate_value
 from runner.config.specs import AgentSpec
+from runner.model.base import Message
 from runner.prompts import Prompts
 
 DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
@@ -85,31 +95,38 @@ def figures_fallback(goal: str, prompts: Prompts | None = None) -> str:
     return note + "\n" + "\n".join(lines) if lines else note
 
 
-RejectionKind = Literal["output_schema", "ungrounded"]
+RejectionKind = Literal["output_schema", "ungrounded", "evidence", "judge", "judge_error"]
+Consult = Callable[[str, list[Message]], Awaitable[str]]
+"""Ask another declared agent (by name) and get its reply; the loop reserves the call."""
 
 
 @dataclass(frozen=True)
 class Rejection:
     """Why an answer was refused: what the model is told, and what the run reports if
-    repairs run out."""
+    repairs run out. ``back_to_tools``: the repair turn may use tools (to find evidence);
+    ``final``: no repair can help (the judge gave no verdict): the step fails at once."""
 
     request: str
     error: str
     kind: RejectionKind
+    back_to_tools: bool = False
+    final: bool = False
 
 
 @dataclass(frozen=True)
 class Seen:
-    """What the agent was given: its goal and the tool results it saw."""
+    """What the agent was given: its goal and every tool result it saw (as first shown to it,
+    before any compaction of the history)."""
 
     goal: str
     tool_outputs: tuple[str, ...]
 
 
 class AnswerCheck(Protocol):
-    """One check on a final answer; the loop runs the agent's checks in order."""
+    """One check on a final answer; the loop runs the agent's checks in order. A check that
+    needs a model (the judge) makes its call through the run's ledger, so ``review`` is async."""
 
-    def review(self, answer: str, seen: Seen) -> Rejection | None: ...
+    async def review(self, answer: str, seen: Seen) -> Rejection | None: ...
 
 
 @dataclass(frozen=True)
@@ -119,7 +136,7 @@ class OutputSchemaCheck:
     schema: dict[str, Any]
     prompts: Prompts
 
-    def review(self, answer: str, seen: Seen) -> Rejection | None:
+    async def review(self, answer: str, seen: Seen) -> Rejection | None:
         _, problems = parse_json_answer(answer, self.schema)
         if not problems:
             return None
@@ -133,7 +150,7 @@ class NumbersFromPrompt:
 
     prompts: Prompts
 
-    def review(self, answer: str, seen: Seen) -> Rejection | None:
+    async def review(self, answer: str, seen: Seen) -> Rejection | None:
         invented = ungrounded_numbers(answer, [seen.goal, *seen.tool_outputs])
         if not invented:
             return None
@@ -147,7 +164,7 @@ class FiguresInOrder:
 
     prompts: Prompts
 
-    def review(self, answer: str, seen: Seen) -> Rejection | None:
+    async def review(self, answer: str, seen: Seen) -> Rejection | None:
         missing = missing_figures(answer, seen.goal)
         if not missing:
             return None
@@ -157,15 +174,90 @@ class FiguresInOrder:
         )
 
 
-def build_checks(agent: AgentSpec, output_schema: dict[str, Any] | None, prompts: Prompts) -> list[AnswerCheck]:
-    """The checks an agent's answers go through, from its spec (the schema check first)."""
+@dataclass(frozen=True)
+class EvidenceCheck:
+    """Every number and name in the answer appears in the run's tool results (knowledge
+    citations included) or, when ``from_goal``, in the goal."""
+
+    prompts: Prompts
+    from_goal: bool = True
+    ignore: tuple[str, ...] = ()
+
+    async def review(self, answer: str, seen: Seen) -> Rejection | None:
+        sources = [seen.goal, *seen.tool_outputs] if self.from_goal else list(seen.tool_outputs)
+        numbers = ungrounded_numbers(answer, sources)
+        names = unsupported_names(answer, Evidence.of(sources), self.ignore)
+        if not numbers and not names:
+            return None
+        claims = ", ".join([*numbers, *names])
+        tools = "no tool was called" if not seen.tool_outputs else f"{len(seen.tool_outputs)} tool result(s)"
+        request = self.prompts.render("evidence_turn", claims=claims)
+        error = f"answer not supported by the run's evidence ({tools}): {claims}"
+        return Rejection(request, error, "evidence", back_to_tools=True)
+
+
+MAX_JUDGE_EVIDENCE_CHARS = 12_000
+
+
+@dataclass(frozen=True)
+class JudgeCheck:
+    """A declared judge agent decides, against ``criteria``, whether the answer passes."""
+
+    judge: str
+    criteria: tuple[str, ...]
+    prompts: Prompts
+    consult: Consult
+
+    async def review(self, answer: str, seen: Seen) -> Rejection | None:
+        evidence = "\n---\n".join(seen.tool_outputs)[-MAX_JUDGE_EVIDENCE_CHARS:]
+        request = self.prompts.render("judge_request", goal=seen.goal, answer=answer, evidence=evidence, criteria=list(self.criteria))
+        reply = await self.consult(self.judge, [Message("user", request)])
+        verdict = parse_verdict(reply)
+        if verdict is None:
+            excerpt = " ".join(reply.split())[:200]
+            return Rejection("", f"the judge '{self.judge}' gave no verdict (expected JSON with pass and reason): {excerpt!r}", "judge_error", final=True)
+        passed, reason = verdict
+        if passed:
+            return None
+        return Rejection(
+            self.prompts.render("judge_turn", reason=reason), f"the judge '{self.judge}' rejected the answer: {reason}", "judge",
+            back_to_tools=True,
+        )  # fmt: skip
+
+
+def parse_verdict(reply: str) -> tuple[bool, str] | None:
+    """``(passed, reason)`` from a judge's reply: JSON ``{"pass": bool, "reason": str}`` (also
+    ``"verdict": "pass"|"fail"``, fenced or not), else a reply starting PASS or FAIL."""
+    value, _ = parse_json_answer(reply, {})
+    if isinstance(value, dict):
+        reason = str(value.get("reason") or "no reason given")
+        if isinstance(value.get("pass"), bool):
+            return value["pass"], reason
+        if str(value.get("verdict", "")).lower() in ("pass", "fail"):
+            return str(value["verdict"]).lower() == "pass", reason
+        return None
+    words = reply.strip().split(None, 1)
+    if words and words[0].strip(":.,").upper() in ("PASS", "FAIL"):
+        return words[0].strip(":.,").upper() == "PASS", (words[1].strip() if len(words) > 1 else "no reason given")
+    return None
+
+
+def build_checks(
+    agent: AgentSpec, output_schema: dict[str, Any] | None, prompts: Prompts, consult: Consult | None = None
+) -> list[AnswerCheck]:
+    """The checks an agent's answers go through, from its spec (the schema check first, the
+    judge last: the cheap checks run before a model is asked)."""
     checks: list[AnswerCheck] = []
     if output_schema is not None:
         checks.append(OutputSchemaCheck(output_schema, prompts))
+    if agent.evidence is not None:
+        checks.append(EvidenceCheck(prompts, agent.evidence.from_goal, agent.evidence.ignore))
     if agent.numbers_from_prompt:
         checks.append(NumbersFromPrompt(prompts))
     if agent.figures_in_order:
         checks.append(FiguresInOrder(prompts))
+    if agent.judge is not None and consult is not None:
+        checks.append(JudgeCheck(agent.judge.agent, agent.judge.criteria, prompts, consult))
     return checks
 
 

@@ -2,8 +2,10 @@
 
 Long tool outputs are truncated with a note that says how much was cut. Before the
 history would exceed ``max_history_tokens`` (default: most of the model's context window),
-the oldest tool results in the middle of the conversation are compacted to one-line
-notes; the system prompt, the goal and the latest messages are always kept whole.
+the older middle of the conversation is summarised by the model (``context.summarize``:
+see :func:`summary_span`; the loop makes that call, reserved like any other) and/or the
+oldest tool results in the middle are compacted to one-line notes; the system prompt, the
+goal and the latest messages are always kept whole.
 """
 
 from __future__ import annotations
@@ -75,3 +77,30 @@ def compact(messages: list[Message], budget_tokens: int, keep_last: int, prompts
         if total <= budget_tokens:
             break
     return out
+
+
+def summary_span(messages: list[Message], budget_tokens: int, keep_last: int, head: int) -> tuple[int, int] | None:
+    """The messages a summary should replace when the history is over budget: from ``head``
+    (after the system prompt, examples and goal) to before the last ``keep_last``, never
+    parting a tool result from the call that asked for it. ``None`` when the history fits
+    or too little could be summarised."""
+    if sum(message_tokens(m) for m in messages) <= budget_tokens:
+        return None
+    end = max(len(messages) - keep_last, head)
+    while end > head and end < len(messages) and messages[end].role == "tool":
+        end -= 1  # the cut may not fall between an assistant's tool calls and their results
+    return (head, end) if end - head >= 2 else None
+
+
+MAX_TRANSCRIPT_MESSAGE_CHARS = 4000
+
+
+def transcript(messages: list[Message]) -> str:
+    """Messages as plain text for a summary request (long ones cut)."""
+    lines: list[str] = []
+    for message in messages:
+        text = (message.content or "")[:MAX_TRANSCRIPT_MESSAGE_CHARS]
+        calls = "; ".join(f"called {c.name}({c.arguments[:500]})" for c in message.tool_calls)
+        label = f"{message.role} ({message.name})" if message.name else message.role
+        lines.append(f"[{label}] " + " ".join(part for part in (text, calls) if part))
+    return "\n".join(lines)

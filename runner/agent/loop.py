@@ -11,11 +11,12 @@ answer checks are objects from :mod:`runner.agent.checks`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from runner.agent.checks import AnswerCheck, Rejection, Seen, build_checks, figures_fallback, parse_json_answer
-from runner.agent.context import compact, history_budget, truncate_output
+from runner.agent.context import compact, history_budget, summary_span, transcript, truncate_output
 from runner.agent.ledger import CallLedger
 from runner.agent.stuck import StuckDetector
 from runner.caps.budget import Budget, Estimate, within_deadline
@@ -23,6 +24,7 @@ from runner.caps.pricing import Pricer, needs_exact_prompt
 from runner.config.specs import AgentSpec
 from runner.core.calls import CallStatus, ModelCallEntry, ToolCallEntry
 from runner.core.ports import RateGate
+from runner.core.sources import Source
 from runner.core.status import Status
 from runner.core.usage import Usage
 from runner.errors import CapReached, InvalidToolCall, ModelError, ToolFailure
@@ -53,6 +55,21 @@ class Tools(Protocol):
         """Run one call; ``deadline`` (``time.monotonic()``) bounds sandboxed work."""
 
 
+@dataclass(frozen=True)
+class ModelBinding:
+    """A model to call, how its calls are priced, and the agent they are recorded under: the
+    agent's own, or another declared agent's (a judge). Every call goes through the same
+    reservation path (:class:`~runner.agent.ledger.CallLedger`) in the agent's budget."""
+
+    agent: str
+    model: ChatModel
+    pricer: Pricer
+    model_id: str
+    max_tokens: int
+    temperature: float | None = None
+    system_prompt: str = ""
+
+
 @dataclass
 class AgentEnv:
     """Everything one agent run uses besides its spec and goal. ``budget`` is this agent
@@ -67,6 +84,7 @@ class AgentEnv:
     rate_gate: RateGate | None = None
     output_schema: dict[str, Any] | None = None
     model_id: str | None = None  # the model actually called (after overrides / embedded fallback)
+    other_agent: Callable[[str], ModelBinding] | None = None  # another agent's model (a judge's), by name
 
 
 @dataclass
@@ -82,6 +100,7 @@ class AgentOutcome:
     artifacts: list[str] = field(default_factory=list)
     data: list[Any] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)  # what the tools found, for citations
 
 
 @dataclass(frozen=True)
@@ -108,14 +127,12 @@ async def run_agent(agent: AgentSpec, goal: str, env: AgentEnv) -> AgentOutcome:
                 return run.finish("stuck", response.content, error=f"stuck: {stuck.reason}", kind="stuck")
             response = await run.think(messages, allow_tools=True)
             messages.append(Message("assistant", response.content, tool_calls=response.tool_calls))
-            if not response.tool_calls:
-                return await run.final_answer(messages, response.content)
-            for call in response.tool_calls:
-                termination = await run.act(call, messages, stuck)
-                if termination is not None:
-                    return await run.terminated(messages, termination)
-            if agent.next_step_prompt:
-                messages.append(Message("user", agent.next_step_prompt))
+            if response.tool_calls:
+                outcome = await run.act_all(response.tool_calls, messages, stuck)
+            else:
+                outcome = await run.final_answer(messages, response.content)
+            if outcome is not None:  # else: more work (tool results, or a check sent it back to its tools)
+                return outcome
     except CapReached as cap:
         return run.finish("capped", None, error=str(cap), kind=cap.cap, scope=cap.scope)
     except ModelError as exc:
@@ -129,41 +146,74 @@ class _AgentRun:
         self.agent, self.goal, self.env = agent, goal, env
         self.prompts = Prompts(agent.prompts)
         self.schema = env.output_schema or agent.output_schema
-        self.checks: list[AnswerCheck] = build_checks(agent, self.schema, self.prompts)
+        self.own = ModelBinding(
+            agent.name, env.model, env.pricer, env.model_id or agent.model.id, agent.model.max_tokens, agent.model.temperature
+        )
+        self.checks: list[AnswerCheck] = build_checks(agent, self.schema, self.prompts, self.consult)
         self.outcome = AgentOutcome(status="running")
+        self.observations: list[str] = []  # every tool result as the model first saw it (compaction keeps this whole)
         self.model_seq = self.tool_seq = self.repairs = 0
 
     async def think(self, messages: list[Message], *, allow_tools: bool) -> ModelResponse:
         """One model call, reserved against every cap (durably) before it is sent, and cut off
         at the earliest wall-clock deadline of the scopes around it."""
         agent, env = self.agent, self.env
-        history = compact(messages, history_budget(agent), agent.context.keep_last_messages, self.prompts)
-        messages[:] = history
+        if agent.context.summarize:
+            await self.summarize(messages)
+        messages[:] = compact(messages, history_budget(agent), agent.context.keep_last_messages, self.prompts)
         tools = env.tools.schemas() if allow_tools else ()
+        return await self.send(messages, self.own, tools=tools, tool_choice=agent.tool_choice)
+
+    async def send(
+        self, messages: list[Message], binding: ModelBinding, *, tools: tuple[dict[str, Any], ...] = (), tool_choice: str = "none"
+    ) -> ModelResponse:
+        """Send ``messages`` to ``binding``'s model: reserved in every budget scope (durably)
+        before it is sent, cut off at the earliest wall-clock deadline around it."""
+        env = self.env
         request = ModelRequest(
-            model=env.model_id or agent.model.id,
-            messages=tuple(history),
-            tools=tools if env.model.supports_tools else (),
-            tool_choice=agent.tool_choice if tools else "none",
-            max_tokens=agent.model.max_tokens,
-            temperature=agent.model.temperature,
+            model=binding.model_id,
+            messages=tuple(messages),
+            tools=tools if binding.model.supports_tools else (),
+            tool_choice=tool_choice if tools else "none",
+            max_tokens=binding.max_tokens,
+            temperature=binding.temperature,
         )
-        estimate = env.pricer.estimate(request, agent.model.max_tokens, exact=needs_exact_prompt(env.budget, env.rate_gate is not None))
+        estimate = binding.pricer.estimate(request, binding.max_tokens, exact=needs_exact_prompt(env.budget, env.rate_gate is not None))
         async with within_deadline(env.budget):
             if env.rate_gate is not None:  # wait first, so the caps are checked after the wait
                 await env.rate_gate.acquire(estimate.input_tokens + estimate.output_tokens)
-            return await self._call(request, estimate)
+            return await self._call(request, estimate, binding)
 
-    async def _call(self, request: ModelRequest, estimate: Estimate) -> ModelResponse:
+    async def summarize(self, messages: list[Message]) -> None:
+        """When the history is over budget, the model summarises its older middle (a call
+        reserved and recorded like any other); the summary replaces those messages."""
+        span = summary_span(messages, history_budget(self.agent), self.agent.context.keep_last_messages, 2 + 2 * len(self.agent.examples))
+        if span is None:
+            return
+        start, end = span
+        request = [
+            Message("system", self.prompts.render("summary_system")),
+            Message("user", self.prompts.render("summarize_history", goal=self.goal, transcript=transcript(messages[start:end]))),
+        ]
+        response = await self.send(request, self.own)
+        messages[start:end] = [Message("user", self.prompts.render("summary_note", summary=response.content or ""))]
+
+    async def consult(self, agent_name: str, messages: list[Message]) -> str:
+        """Ask another declared agent (a judge); its call counts against this agent's caps."""
+        if self.env.other_agent is None:
+            raise ModelError("bad_request", f"agent '{agent_name}' cannot be consulted here")
+        binding = self.env.other_agent(agent_name)
+        system = [Message("system", binding.system_prompt)] if binding.system_prompt else []
+        return (await self.send([*system, *messages], binding)).content or ""
+
+    async def _call(self, request: ModelRequest, estimate: Estimate, binding: ModelBinding) -> ModelResponse:
         env = self.env
-        template = ModelCallEntry(
-            env.step_id, self.agent.name, env.model_id or self.agent.model.id, self.model_seq + 1, Usage(), 0.0, "reserved"
-        )
+        template = ModelCallEntry(env.step_id, binding.agent, binding.model_id, self.model_seq + 1, Usage(), 0.0, "reserved")
         ledger = CallLedger(env.budget, estimate, env.recorder, template)
         ledger.open()
         started = time.monotonic()
         try:
-            response = await env.model.complete(request, ledger)
+            response = await binding.model.complete(request, ledger)
         except ModelError as exc:
             ledger.failed(exc.kind, str(exc))
             raise
@@ -173,7 +223,7 @@ class _AgentRun:
         finally:
             self.model_seq += ledger.attempts
         usage = _trusted_usage(response, estimate)
-        usage = replace(usage, cost_usd=env.pricer.cost(usage))
+        usage = replace(usage, cost_usd=binding.pricer.cost(usage))
         ledger.answered(
             usage, time.monotonic() - started, tool_calls=len(response.tool_calls), content=response.content,
             finish_reason=response.finish_reason,
@@ -190,6 +240,18 @@ class _AgentRun:
                 f"the endpoint reported {excess} tokens above the reserved worst case "
                 f"(step '{self.env.step_id}', call {self.model_seq}); spend can pass a cap by what such calls report"
             )
+
+    async def act_all(self, calls: tuple[ToolCall, ...], messages: list[Message], stuck: StuckDetector) -> AgentOutcome | None:
+        """Run the tool calls of one response in order; an outcome when a terminating tool ended the run."""
+        for index, call in enumerate(calls):
+            termination = await self.act(call, messages, stuck)
+            if termination is not None:
+                for skipped in calls[index + 1 :]:  # every call gets a result, should the agent go on
+                    messages.append(Message("tool", "not run: terminate was called first", tool_call_id=skipped.id, name=skipped.name))
+                return await self.terminated(messages, termination)
+        if self.agent.next_step_prompt:
+            messages.append(Message("user", self.agent.next_step_prompt))
+        return None
 
     async def act(self, call: ToolCall, messages: list[Message], stuck: StuckDetector) -> Termination | None:
         """Run one tool call and append its observation. Returns the verdict of a terminating tool."""
@@ -213,6 +275,7 @@ class _AgentRun:
             self.outcome.artifacts.extend(a for a in result.artifacts if a not in self.outcome.artifacts)
             if result.data is not None:
                 self.outcome.data.append(result.data)
+            self.outcome.sources.extend(result.sources)
         env.recorder.tool_call(
             ToolCallEntry(
                 env.step_id, self.agent.name, self.tool_seq, call.name, call.arguments, status,
@@ -220,11 +283,12 @@ class _AgentRun:
             )
         )
         messages.append(Message("tool", content, tool_call_id=call.id, name=call.name))
+        self.observations.append(content)
         if result is not None and env.tools.terminates(call.name):
             return _termination(result)
         return None
 
-    async def terminated(self, messages: list[Message], termination: Termination) -> AgentOutcome:
+    async def terminated(self, messages: list[Message], termination: Termination) -> AgentOutcome | None:
         """A terminating tool ended the run: its answer is checked like any other, unless the
         agent said it failed."""
         if termination.failed:
@@ -232,24 +296,29 @@ class _AgentRun:
             return self.finish("failed", termination.answer, error=error, kind="gave_up")
         return await self.final_answer(messages, termination.answer)
 
-    async def final_answer(self, messages: list[Message], answer: str | None) -> AgentOutcome:
-        """Run the answer through the agent's checks, with bounded repair turns."""
-        seen = Seen(self.goal, tuple(m.content or "" for m in messages if m.role == "tool"))
+    async def final_answer(self, messages: list[Message], answer: str | None) -> AgentOutcome | None:
+        """Run the answer through the agent's checks, with bounded repair turns. ``None``: a
+        check sent the agent back to work with its tools (the loop goes on)."""
+        seen = Seen(self.goal, tuple(self.observations))
         for check in self.checks:
-            rejection = check.review(answer or "", seen)
+            rejection = await check.review(answer or "", seen)
             if rejection is not None:
                 return await self.repair(messages, rejection, answer)
         value = parse_json_answer(answer, self.schema)[0] if self.schema is not None else answer
         return self.finish("completed", value)
 
-    async def repair(self, messages: list[Message], rejection: Rejection, answer: str | None) -> AgentOutcome:
-        """One more turn for the model to fix its answer, or fail (or fall back) when repairs are used up."""
+    async def repair(self, messages: list[Message], rejection: Rejection, answer: str | None) -> AgentOutcome | None:
+        """One more turn for the model to fix its answer, or fail (or fall back) when repairs are
+        used up. A rejection that needs more evidence sends the agent back to its tools (``None``)."""
         resample = rejection.kind == "ungrounded" and self.agent.checks_repair == "resample"
-        if self.repairs >= self.agent.max_repairs:
+        if rejection.final or self.repairs >= self.agent.max_repairs:
             if rejection.kind == "ungrounded" and self.agent.checks_fallback == "figures":
                 return self.finish("completed", figures_fallback(self.goal, self.prompts))
             return self.finish("failed", answer, error=rejection.error, kind=rejection.kind)
         self.repairs += 1
+        if rejection.back_to_tools:
+            messages.append(Message("user", rejection.request))
+            return None
         if resample and messages[-1].role == "assistant" and not messages[-1].tool_calls:
             messages.pop()  # ask again without the rejected answer
         else:

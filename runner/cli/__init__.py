@@ -25,6 +25,7 @@ COMMANDS = {
     "report": ("runner.cli.report", "report", "Re-render a run's report from the run store."),
     "stats": ("runner.cli.stats", "stats", "Runs, success, duration, cost and tokens across runs over time."),
     "eval": ("runner.cli.eval", "eval_", "Run an eval: variants of a task over labelled cases, gated on pass rate."),
+    "index": ("runner.cli.index", "index", "Build or refresh knowledge base indexes."),
 }
 
 

@@ -33,7 +33,7 @@ schema = schema_command  # the name the CLI looks up
 @click.command(name="list")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=".", help="Project root.")
 def list_(root: Path) -> None:
-    """List the project's agents, tasks and tools (built-in and custom)."""
+    """List the project's agents, tasks, tools (built-in and custom) and knowledge bases."""
     from runner.config.crossref import builtin_tool_names
 
     project = load_project_or_raise(root)
@@ -49,3 +49,7 @@ def list_(root: Path) -> None:
         click.echo(f"  {name:<24} built-in")
     for tool in project.tools.values():
         click.echo(safe_line(f"  {tool.name:<24} {tool.type:<20} {tool.source}"))
+    if project.knowledge:
+        click.echo("knowledge:")
+    for base in project.knowledge.values():
+        click.echo(safe_line(f"  {base.name:<24} {base.search_mode:<20} {', '.join(base.sources)[:60]}"))

@@ -8,6 +8,7 @@ and money caps on models without a known price.
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -56,10 +57,42 @@ def check_references(project: Project) -> list[Problem]:
         doc = project.document("Agent", agent.name)
         problems += _check_tool_refs(doc, agent.tools, tools)
         problems += _check_schema_field(doc, "/output_schema", agent.output_schema)
+        problems += _check_networks(doc, agent.allow_private_networks)
         if agent.caps.max_cost_usd is not None:
             problems += _check_price(project, doc, agent, "/caps/max_cost_usd")
+        problems += _check_knowledge_refs(project, doc, agent.knowledge)
+        if agent.judge is not None and agent.judge.agent not in project.agents:
+            name = agent.judge.agent
+            problems.append(doc.problem("/checks/judge/agent", f"unknown agent '{name}'{did_you_mean(name, project.agents)}"))
     for task in project.tasks.values():
         problems += TaskChecker(project, task, tools).check()
+    problems += _check_knowledge_sources(project)
+    return problems
+
+
+def _check_knowledge_refs(project: Project, doc: Document, names: Iterable[str]) -> list[Problem]:
+    """Each knowledge base named under ``knowledge:`` is declared."""
+    problems: list[Problem] = []
+    for i, (name, item) in enumerate(zip(names, doc.data.get("knowledge") or (), strict=True)):
+        if isinstance(item, str) and name not in project.knowledge:
+            hint = did_you_mean(name, project.knowledge) or "; declare it in knowledge.d/ (kind: Knowledge)"
+            problems.append(doc.problem(f"/knowledge/{i}", f"unknown knowledge base '{name}'{hint}"))
+    return problems
+
+
+def _check_knowledge_sources(project: Project) -> list[Problem]:
+    """Every knowledge base's sources stay in the project (whether they match files is a
+    question for the run and ``runner index``: the data may be deployed apart from the YAML)."""
+    from runner.knowledge.sources import source_problem
+
+    problems: list[Problem] = []
+    for (kind, _), doc in project.documents.items():
+        declared = [("", doc.data)] if kind == "Knowledge" else [
+            (f"/knowledge/{i}", item) for i, item in enumerate(doc.data.get("knowledge") or ()) if isinstance(item, dict)
+        ] if kind in ("Agent", "Task") else []  # fmt: skip
+        for pointer, data in declared:
+            refused = [(i, p) for i, s in enumerate(data["sources"]) if (p := source_problem(s))]
+            problems += [doc.problem(f"{pointer}/sources/{i}", problem) for i, problem in refused]
     return problems
 
 
@@ -75,13 +108,32 @@ def _check_tool_refs(doc: Document, refs: Iterable[ToolRef], tools: Mapping[str,
 
 
 def _check_settings(doc: Document, ref: ToolRef, schema: Mapping[str, Any]) -> list[Problem]:
-    if not ref.settings:
-        return []
     pointer = ref.pointer.removesuffix("/name") + "/settings"
+    if not ref.settings:
+        required = list(schema.get("required", ()))
+        if required:
+            return [doc.problem(ref.pointer, f"tool '{ref.name}' needs settings ({', '.join(required)}); "
+                                "write it as {name: " + ref.name + ", settings: {...}}")]
+        return []
     allowed = list(schema.get("properties", {}))
     if not allowed:
         return [doc.problem(pointer, f"tool '{ref.name}' takes no settings; remove them", key=True)]
     return validate_part(doc, pointer, ref.settings, schema)
+
+
+def _check_networks(doc: Document, networks: Iterable[str]) -> list[Problem]:
+    """Each exempted range is a CIDR narrower than the whole address space."""
+    problems: list[Problem] = []
+    for i, text in enumerate(networks):
+        pointer = f"/network/allow_private_networks/{i}"
+        try:
+            network = ipaddress.ip_network(text, strict=False)
+        except ValueError as exc:
+            problems.append(doc.problem(pointer, f"not a CIDR range ({exc}); write e.g. 10.0.5.0/24 or 127.0.0.1/32"))
+            continue
+        if network.prefixlen == 0:
+            problems.append(doc.problem(pointer, f"{text} exempts every address; list the private ranges you need"))
+    return problems
 
 
 def _check_schema_field(doc: Document, pointer: str, value: dict[str, Any] | None) -> list[Problem]:
@@ -124,6 +176,8 @@ class TaskChecker:
                 self._add(f"/workspace/files/{i}", f"'{rel}' has the same file name as workspace file {names[base]}; "
                           "files are copied into the workspace by name, so rename one")
             names.setdefault(base, i)
+        self.problems += _check_knowledge_refs(self.project, self.doc, task.knowledge)
+        self._check_knowledge_tools()
         if task.agent is not None:
             self._agent_ref("/agent", task.agent)
             self._template("/goal", task.goal or "", steps_visible=set())
@@ -146,6 +200,19 @@ class TaskChecker:
             self._add("/report/narrative_step", f"unknown step '{name}'{did_you_mean(name, step_ids)}")
         del data
         return self.problems
+
+    def _check_knowledge_tools(self) -> None:
+        """search_knowledge is only useful with a knowledge base to search."""
+        task = self.task
+        for name in task.agents_used():
+            agent = self.project.agents.get(name)
+            if agent and any(r.name == "search_knowledge" for r in agent.tools) and not (agent.knowledge or task.knowledge):
+                self._add("/agent" if task.agent == name else "", f"agent '{name}' has the search_knowledge tool but neither "
+                          "it nor this task names a knowledge base; add knowledge: [NAME] to one of them")  # fmt: skip
+        for i, step in enumerate(task.pipeline.steps if task.pipeline else ()):
+            if step.tool == "search_knowledge" and not task.knowledge:
+                self._add(f"/pipeline/steps/{i}/tool", "a search_knowledge step needs the task to name a knowledge base; "
+                          "add knowledge: [NAME] to the task")  # fmt: skip
 
     def _add(self, pointer: str, message: str, *, key: bool = False) -> None:
         self.problems.append(self.doc.problem(pointer, message, key=key))

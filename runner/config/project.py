@@ -17,8 +17,9 @@ from runner.config.schema import validate_document
 from runner.config.specs import AgentSpec, Price, TaskSpec, TelemetrySpec, ToolSpec
 from runner.config.yamlload import Document, YamlError, load_documents
 from runner.errors import ConfigError, Problem, did_you_mean
+from runner.knowledge.spec import KnowledgeSpec
 
-CONFIG_DIRS = ("agents.d", "tasks.d", "tools.d", "evals.d")
+CONFIG_DIRS = ("agents.d", "tasks.d", "tools.d", "evals.d", "knowledge.d")
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
@@ -30,6 +31,7 @@ class Project:
     agents: dict[str, AgentSpec] = field(default_factory=dict)
     tasks: dict[str, TaskSpec] = field(default_factory=dict)
     tools: dict[str, ToolSpec] = field(default_factory=dict)
+    knowledge: dict[str, KnowledgeSpec] = field(default_factory=dict)  # kind: Knowledge, and bases declared in place
     prices: dict[str, Price] = field(default_factory=default_prices)
     documents: dict[tuple[str, str], Document] = field(default_factory=dict)
     task_files: dict[Path, str] = field(default_factory=dict)
@@ -165,7 +167,24 @@ def _build(project: Project, documents: list[Document]) -> list[Problem]:
         elif kind == "Eval":
             project.evals[name], refused = build_eval(doc, project.root)
             problems.extend(refused)
+        elif kind == "Knowledge":
+            problems += _add_knowledge(project, doc, [specs.build_knowledge(doc)])
         else:
             project.tools[name] = specs.build_tool(doc)
         project.documents[(kind, name)] = doc
+        if kind in ("Agent", "Task"):
+            problems += _add_knowledge(project, doc, specs.inline_knowledge(doc))
+    return problems
+
+
+def _add_knowledge(project: Project, doc: Document, declared: list[KnowledgeSpec]) -> list[Problem]:
+    """Register knowledge bases; a second base with the same name is a problem naming the first."""
+    problems: list[Problem] = []
+    for spec in declared:
+        first = project.knowledge.get(spec.name)
+        if first is not None:
+            where = f"{first.source}{' at ' + first.pointer if first.pointer else ''}"
+            problems.append(doc.problem(f"{spec.pointer}/name", f"duplicate knowledge base name '{spec.name}' (also declared in {where})"))
+            continue
+        project.knowledge[spec.name] = spec
     return problems

@@ -21,8 +21,9 @@ from referencing import Registry, Resource
 from runner.config.yamlload import Document, escape_pointer_token
 from runner.errors import Problem, did_you_mean
 
-KINDS = {"Agent": "agent", "Task": "task", "Tool": "tool", "Prices": "prices", "Telemetry": "telemetry", "Eval": "eval"}
-SCHEMA_NAMES = ("common", "agent", "task", "tool", "prices", "plan", "telemetry", "eval")
+KINDS = {"Agent": "agent", "Task": "task", "Tool": "tool", "Prices": "prices", "Telemetry": "telemetry", "Eval": "eval",
+         "Knowledge": "knowledge"}
+SCHEMA_NAMES = ("common", "agent", "task", "tool", "prices", "plan", "telemetry", "eval", "knowledge")
 BASE_URI = "https://runner.dev/schemas/v1/"
 
 

@@ -16,6 +16,7 @@ from runner.config.templates import LocatedTemplate, Origin
 from runner.config.yamlload import Document, escape_pointer_token
 from runner.core.steps import StepKind
 from runner.errors import Problem
+from runner.knowledge.spec import KnowledgeSpec
 
 CAP_NAMES = (
     "max_steps",
@@ -90,6 +91,41 @@ class ContextPolicy:
     max_tool_output_chars: int = 8000
     max_history_tokens: int | None = None
     keep_last_messages: int = 12
+    summarize: bool = False  # over budget: the model summarises the older history (a call counted against the caps)
+
+
+@dataclass(frozen=True)
+class EvidencePolicy:
+    """``checks.evidence``: numbers and names in an answer must appear in the run's tool
+    results (and the goal, when ``from_goal``); ``ignore`` lists names the agent may always use."""
+
+    from_goal: bool = True
+    ignore: tuple[str, ...] = ()
+
+    @classmethod
+    def from_config(cls, value: Any) -> EvidencePolicy | None:
+        if value is None or value is False:
+            return None
+        if value is True:
+            return cls()
+        return cls(bool(value.get("from_goal", True)), tuple(value.get("ignore", ())))
+
+
+@dataclass(frozen=True)
+class JudgePolicy:
+    """``checks.judge``: the agent that reviews answers, and what it checks them against."""
+
+    agent: str
+    criteria: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MemoryPolicy:
+    """``memory:`` on an agent: whose notes ``remember``/``recall`` share, and for how long."""
+
+    scope: str = "agent"  # agent | task | project
+    max_entries: int = 200
+    max_age_days: float | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +142,7 @@ class AgentSpec:
     sandbox: dict[str, Any] = field(default_factory=dict)  # overrides of runner.tools.sandbox.SandboxPolicy (limits, tmp_mb, disk_mb)
     allow_hosts: tuple[str, ...] = ()
     deny_hosts: tuple[str, ...] = ()
+    allow_private_networks: tuple[str, ...] = ()  # CIDRs the URL tools may reach although not public
     caps: Caps = field(default_factory=Caps)
     context: ContextPolicy = field(default_factory=ContextPolicy)
     max_repeats: int = 3
@@ -114,6 +151,10 @@ class AgentSpec:
     examples: tuple[tuple[str, str], ...] = ()
     numbers_from_prompt: bool = False
     figures_in_order: bool = False
+    evidence: EvidencePolicy | None = None
+    judge: JudgePolicy | None = None
+    knowledge: tuple[str, ...] = ()  # knowledge bases its search_knowledge tool may search
+    memory: MemoryPolicy = field(default_factory=MemoryPolicy)
     checks_fallback: str = "fail"
     checks_repair: str = "feedback"
     max_repairs: int = 1
@@ -209,6 +250,7 @@ class TaskSpec:
     output_schema: dict[str, Any] | None = None
     workspace_files: tuple[str, ...] = ()
     previous_run: bool = False
+    knowledge: tuple[str, ...] = ()  # knowledge bases every agent and tool step of the task may search
     report: ReportSpec = field(default_factory=ReportSpec)
     source: str = ""
     root: Path = field(default_factory=Path)
@@ -302,6 +344,7 @@ def build_agent(doc: Document, prompts: dict[str, str]) -> AgentSpec:
         sandbox=dict(d.get("sandbox", {})),
         allow_hosts=tuple(network.get("allow_hosts", ())),
         deny_hosts=tuple(network.get("deny_hosts", ())),
+        allow_private_networks=tuple(network.get("allow_private_networks", ())),
         caps=Caps.from_dict(d.get("caps")),
         context=ContextPolicy(**d.get("context", {})),
         max_repeats=stuck.get("max_repeats", 3),
@@ -310,6 +353,10 @@ def build_agent(doc: Document, prompts: dict[str, str]) -> AgentSpec:
         examples=tuple((e["input"], e["output"]) for e in d.get("examples", ())),
         numbers_from_prompt=bool(d.get("checks", {}).get("numbers_from_prompt", False)),
         figures_in_order=bool(d.get("checks", {}).get("figures_in_order", False)),
+        evidence=EvidencePolicy.from_config(d.get("checks", {}).get("evidence")),
+        judge=_judge(d.get("checks", {}).get("judge")),
+        knowledge=knowledge_names(d.get("knowledge")),
+        memory=MemoryPolicy(**d.get("memory", {})),
         checks_fallback=d.get("checks", {}).get("fallback", "fail"),
         checks_repair=d.get("checks", {}).get("repair", "feedback"),
         max_repairs=d.get("checks", {}).get("max_repairs", 1),
@@ -376,6 +423,7 @@ def build_task(doc: Document, root: Path) -> TaskSpec:
         output_schema=d.get("output_schema"),
         workspace_files=tuple(d.get("workspace", {}).get("files", ())),
         previous_run=bool(d.get("memory", {}).get("previous_run", False)),
+        knowledge=knowledge_names(doc.data.get("knowledge")),
         report=ReportSpec(
             title=report.get("title"),
             formats=tuple(report.get("formats", ("markdown", "html", "json"))),
@@ -419,6 +467,31 @@ def _build_pipeline(p: dict[str, Any]) -> PipelineSpec:
         synthesis=SynthesisSpec(synthesis["agent"], synthesis["goal"]) if synthesis else None,
         max_parallel=p.get("max_parallel", 4),
     )
+
+
+def _judge(value: dict[str, Any] | None) -> JudgePolicy | None:
+    if value is None:
+        return None
+    criteria = value["criteria"]
+    return JudgePolicy(value["agent"], (criteria,) if isinstance(criteria, str) else tuple(criteria))
+
+
+def knowledge_names(items: list[Any] | None) -> tuple[str, ...]:
+    """The names under ``knowledge:`` (an inline base by its ``name``)."""
+    return tuple(item if isinstance(item, str) else item["name"] for item in items or ())
+
+
+def inline_knowledge(doc: Document) -> list[KnowledgeSpec]:
+    """The knowledge bases an agent or task declares in place under ``knowledge:``."""
+    return [
+        KnowledgeSpec.from_config(item, doc.source.file, f"/knowledge/{i}")
+        for i, item in enumerate(doc.data.get("knowledge") or ())
+        if isinstance(item, dict)
+    ]
+
+
+def build_knowledge(doc: Document) -> KnowledgeSpec:
+    return KnowledgeSpec.from_config(doc.data, doc.source.file, "")
 
 
 def build_tool(doc: Document) -> ToolSpec:

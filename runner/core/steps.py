@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from runner import untrusted_json
 from runner.core.calls import CallStatus
+from runner.core.sources import Source
 from runner.core.status import Status
 from runner.core.usage import Usage
 
@@ -67,6 +68,7 @@ class StepRecord:
     artifacts: tuple[str, ...] = ()
     resumed: bool = False
     warnings: tuple[str, ...] = ()  # e.g. an endpoint that reported more than was reserved
+    sources: tuple[Source, ...] = ()  # what the step's tools found that an answer may cite
 
     @property
     def completed(self) -> bool:
@@ -79,7 +81,7 @@ class StepRecord:
             "error_scope": self.error_scope, "started_at": self.started_at, "finished_at": self.finished_at,
             "duration_seconds": self.duration_seconds, "usage": self.usage.as_dict(), "model": self.model,
             "tool_calls": [call.as_dict() for call in self.tool_calls], "artifacts": list(self.artifacts),
-            "resumed": self.resumed, "warnings": list(self.warnings),
+            "resumed": self.resumed, "warnings": list(self.warnings), "sources": [s.as_dict() for s in self.sources],
         }
 
     @classmethod
@@ -96,4 +98,5 @@ class StepRecord:
             duration_seconds=data.get("duration_seconds") or 0.0, usage=Usage.from_dict(data.get("usage")),
             model=data.get("model"), tool_calls=calls, artifacts=tuple(data.get("artifacts") or ()),
             resumed=bool(data.get("resumed")), warnings=tuple(data.get("warnings") or ()),
+            sources=tuple(Source.from_dict(s) for s in data.get("sources") or ()),
         )

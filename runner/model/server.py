@@ -12,8 +12,9 @@ or as a process (prints the base URL as its first line, serves until killed)::
     python -m runner.model.server --script script.yaml [--port 8000] [--record requests.jsonl]
 
 Endpoints: ``POST /v1/chat/completions`` (JSON or, with ``"stream": true``, server-sent
-events, with a final usage chunk when ``stream_options.include_usage``) and
-``GET /v1/models``. Replies, faults, delays and hangs come from the rules described in
+events, with a final usage chunk when ``stream_options.include_usage``),
+``POST /v1/embeddings`` (deterministic bag-of-words vectors, :func:`hashed_embedding`: texts
+sharing words are close, so retrieval can be tested for real) and ``GET /v1/models``. Replies, faults, delays and hangs come from the rules described in
 :mod:`runner.model.script_rules`. Each request is recorded with its JSON body and headers;
 credentials (``Authorization``, ``api-key``, cookies) are never stored, only whether
 one was sent and a short SHA-256 fingerprint of it.
@@ -27,6 +28,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
+import re
 import signal
 import sys
 import threading
@@ -182,6 +185,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         owner = self.server.owner
+        if self._route() in ("/v1/embeddings", "/embeddings"):
+            return self._embeddings()
         if self._route() not in ("/v1/chat/completions", "/chat/completions"):
             return self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -196,6 +201,23 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send_json(400, {"error": {"message": str(exc), "type": "bad_request"}})
         owner.record(self, body, match.rule)
         self._answer(body, match)
+
+    def _embeddings(self) -> None:
+        """The OpenAI embeddings response for ``input`` (a string or a list of strings)."""
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = _json_object(raw)
+        texts = body.get("input") if body else None
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            self.server.owner.record(self, body, "invalid-request")
+            return self._send_json(400, {"error": {"message": "input must be a string or a list of strings", "type": "bad_request"}})
+        assert body is not None
+        self.server.owner.record(self, body, "embeddings")
+        data = [{"object": "embedding", "index": i, "embedding": hashed_embedding(t)} for i, t in enumerate(texts)]
+        tokens = sum(len(t.split()) for t in texts)
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        self._send_json(200, {"object": "list", "data": data, "model": body.get("model", "scripted"), "usage": usage})
 
     def _answer(self, body: dict[str, Any], match: Match) -> None:
         reply, closing = match.reply, self.server.owner.closing
@@ -253,6 +275,22 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silence per-request logging; requests are recorded instead."""
+
+
+EMBEDDING_DIMENSIONS = 256
+_WORD = re.compile(r"\w+")
+
+
+def hashed_embedding(text: str, dimensions: int = EMBEDDING_DIMENSIONS) -> list[float]:
+    """A unit vector of ``text``'s words (lower case, a trailing ``s`` dropped), each hashed
+    to a dimension and a sign: a stand-in embedding model that needs no weights."""
+    vector = [0.0] * dimensions
+    for word in _WORD.findall(text.lower()):
+        stem = word[:-1] if len(word) > 3 and word.endswith("s") else word
+        digest = hashlib.sha256(stem.encode()).digest()
+        vector[int.from_bytes(digest[:4], "big") % dimensions] += 1.0 if digest[4] & 1 else -1.0
+    norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+    return [x / norm for x in vector]
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:

@@ -67,6 +67,7 @@ def _data_uris(view: ReportView, images: Mapping[str, bytes]) -> dict[str, str]:
 def _toc(view: ReportView) -> list[tuple[str, str]]:
     sections = [
         ("summary", "Summary", True),
+        ("sources", "Sources", view.sources is not None),
         ("tables", "Key tables", bool(view.tables)),
         ("charts", "Charts", bool(view.charts or view.files or view.artifact_problems)),
         ("changes", "Changes", view.changes is not None),

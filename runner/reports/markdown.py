@@ -25,6 +25,7 @@ def render_markdown(record: Mapping[str, Any], artifacts_rel: Mapping[str, str])
     sections = [
         _header(view),
         _narrative(view),
+        _section("Sources", [table(view.sources)] if view.sources else []),
         _key_tables(view),
         _charts(view, artifacts_rel),
         _changes(view),

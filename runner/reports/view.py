@@ -89,6 +89,7 @@ class ReportView:
     finished: str
     facts: list[tuple[str, str]]
     narrative: Narrative
+    sources: Table | None
     tables: list[Table]
     charts: list[Chart]
     files: list[str]
@@ -128,6 +129,7 @@ def build_view(record: Mapping[str, Any], *, with_cost_chart: bool) -> ReportVie
         finished=formatting.timestamp(record["finished_at"]),
         facts=_facts(record),
         narrative=_narrative(record.get("final_output")),
+        sources=_sources(record),
         tables=[_key_table(step_id, data, goals) for step_id, data in (record.get("tables") or {}).items()],
         charts=_charts(record, goals),
         files=[a["path"] for a in record.get("artifacts") or [] if not a["media_type"].startswith("image/")],
@@ -147,6 +149,18 @@ def build_view(record: Mapping[str, Any], *, with_cost_chart: bool) -> ReportVie
         timeline=_timeline(record),
         step_details=[_step_detail(step, record.get("final_output")) for step in record["steps"]],
     )
+
+
+def _sources(record: Mapping[str, Any]) -> Table | None:
+    """The sources the run's tools found (knowledge chunks, web pages, memories), numbered."""
+    sources = record.get("sources") or []
+    if not sources:
+        return None
+    rows = [
+        [str(n), s.get("citation") or s["location"], s.get("title") or "", s["kind"], ", ".join(s.get("steps") or [])]
+        for n, s in enumerate(sources, 1)
+    ]
+    return Table(["#", "Source", "Title", "Kind", "Found by"], rows, [True, False, False, False, False])
 
 
 def _facts(record: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -15,6 +15,7 @@ from runner.config.specs import AgentSpec, TaskSpec
 from runner.core.steps import StepRecord
 from runner.model.factory import Endpoint, ModelPool
 from runner.runs.options import RunOptions
+from runner.runs.services import RunServices
 from runner.store.recorder import RunRecorder
 from runner.store.runstore import RunStore
 from runner.tools.registry import ToolRegistry
@@ -42,6 +43,7 @@ class RunContext:
     done: dict[str, StepRecord] = field(default_factory=dict)  # step id -> record, in finishing order
     resumed: dict[str, StepRecord] = field(default_factory=dict)  # completed in an earlier attempt
     warnings: list[str] = field(default_factory=list)  # about the run as a whole (e.g. spend estimated after a crash)
+    services: RunServices = field(default_factory=RunServices)  # knowledge bases, memory, browser
 
     def template_context(self, visible: set[str] | None = None) -> dict[str, Any]:
         """What templates may read: inputs, the visible steps' results, the previous run."""

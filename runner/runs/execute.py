@@ -35,6 +35,7 @@ from runner.runs.context import RunContext
 from runner.runs.options import RunOptions
 from runner.runs.record import build_record
 from runner.runs.secrets import known_secrets
+from runner.runs.services import RunServices, open_services
 from runner.runs.steps import StepRunner, preflight_prices, run_agent_step
 from runner.runs.tracing import traced_run
 from runner.runs.workspace import RUN_DIR, reusable_steps, run_workspace
@@ -93,7 +94,8 @@ async def execute_task(
         async with contextlib.AsyncExitStack() as stack:
             registry = await _registry(project, task, stack)
             options = stack.enter_context(traced_run(project, options, pool))  # unchanged when tracing is off
-            return await _execute(project, task, inputs, run_id, options, store, pool, today, registry)
+            services = await open_services(project, task, options, stack)
+            return await _execute(project, task, inputs, run_id, options, store, pool, today, registry, services)
     finally:
         if own_pool:
             await pool.aclose()
@@ -103,7 +105,7 @@ async def execute_task(
 
 async def _execute(
     project: Project, task: TaskSpec, inputs: dict[str, Any], run_id: str, options: RunOptions,
-    store: RunStore, pool: ModelPool, today: date, registry: ToolRegistry,
+    store: RunStore, pool: ModelPool, today: date, registry: ToolRegistry, services: RunServices,
 ) -> RunResult:
     caps = task.caps.tighten(options.caps)
     chash = config_hash(project, task)
@@ -119,7 +121,7 @@ async def _execute(
             project, task, inputs, run_id, attempt, options, store, recorder, budget, pool, registry,
             workspace=run_workspace(project, task, run_id, options, fresh=attempt > 1 and not resumed),
             today=today, previous=_previous(store, task, run_id, inputs), config_hash=chash, resumed=resumed,
-            warnings=warnings,
+            warnings=warnings + services.warnings, services=services,
         )
         return await _attempt(ctx)
     except BaseException as exc:  # record why the run stopped, then let the error reach the caller

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from runner.core.sources import Source
 from runner.core.status import Status, exit_code
 from runner.reports.artifacts import media_type_of
 from runner.reports.record import SCHEMA_VERSION, usage_rollups
@@ -56,7 +57,23 @@ def build_record(
             if ctx.previous else None
         ),
         "tables": tables,
+        "sources": _sources(ctx),
     }
+
+
+def _sources(ctx: RunContext) -> list[dict[str, Any]]:
+    """Every source the steps' tools found, once (a page both found by a search and browsed is
+    one source), with the steps that found it."""
+    found: dict[tuple[str, ...], dict[str, Any]] = {}
+    for record in ctx.done.values():
+        for source in record.sources:
+            place = "" if source.kind == "web" else source.position  # a web result's position is its date
+            entry = found.setdefault((source.kind, source.location, source.section, place), source.as_dict() | {"steps": []})
+            entry.update({k: v for k, v in source.as_dict().items() if v and not entry.get(k)})
+            entry["citation"] = Source.from_dict(entry).citation()
+            if record.id not in entry["steps"]:
+                entry["steps"].append(record.id)
+    return list(found.values())
 
 
 def _table(data: Any) -> dict[str, Any] | None:

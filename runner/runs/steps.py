@@ -12,11 +12,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from runner.agent.loop import AgentEnv, run_agent
+from runner.agent.loop import AgentEnv, ModelBinding, run_agent
 from runner.caps.budget import within_deadline
 from runner.config.prices import unpriced_message
 from runner.config.specs import AgentSpec, Caps, ToolRef
 from runner.config.templates import TemplateError, render
+from runner.core.sources import unique_sources
 from runner.core.status import Status
 from runner.core.steps import StepKind, StepRecord, ToolCallSummary
 from runner.core.usage import Usage
@@ -25,6 +26,7 @@ from runner.redact import redact_secrets
 from runner.runs.context import RunContext
 from runner.runs.toolbox import ToolBox, tool_context
 from runner.store.runstore import now_iso
+from runner.tools.base import ToolContext
 
 
 class StepRunner:
@@ -101,7 +103,7 @@ async def run_agent_step(
     endpoint = ctx.endpoint(agent)
     env = AgentEnv(
         model=ctx.pool.get(endpoint, agent.model),
-        tools=ToolBox(ctx.registry, agent, tool_context(ctx.workspace, agent, ctx.recorder.secrets) if agent.tools else None),
+        tools=ToolBox(ctx.registry, agent, _agent_tools(ctx, agent, step_id) if agent.tools else None),
         budget=ctx.budget.child(agent.caps.tighten(caps or Caps()), scope=f"step '{step_id}'"),
         pricer=ctx.pricer(endpoint),
         recorder=ctx.recorder,
@@ -109,11 +111,13 @@ async def run_agent_step(
         rate_gate=ctx.options.rate_gate,
         output_schema=output_schema,
         model_id=endpoint.model_id,
+        other_agent=lambda name: model_binding(ctx, name),
     )
     outcome = await run_agent(agent, goal, env)
     record = replace(
         record, output=outcome.output, data=outcome.data[-1] if outcome.data else None, model=endpoint.model_id,
         artifacts=tuple(outcome.artifacts), usage=outcome.usage, warnings=tuple(outcome.warnings),
+        sources=unique_sources(outcome.sources),
     )
     return _finish(ctx, record, started, outcome.status, error=outcome.error, kind=outcome.error_kind, scope=outcome.error_scope)
 
@@ -130,7 +134,10 @@ async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dic
         ctx.budget.check_can_start()
         ctx.budget.take_tool_call()
         deadline = ctx.budget.deadline()
-        context = replace(tool_context(ctx.workspace, None, ctx.recorder.secrets), deadline=deadline.at if deadline else None)
+        context = replace(
+            tool_context(ctx.workspace, None, ctx.recorder.secrets), deadline=deadline.at if deadline else None,
+            knowledge=ctx.services.knowledge_for(ctx.task.knowledge),
+        )  # fmt: skip
         async with within_deadline(ctx.budget):
             result = await ctx.registry.invoke(tool_name, rendered, context)
     except TemplateError as exc:
@@ -142,9 +149,21 @@ async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dic
     call = ToolCallSummary(tool_name, "ok", rendered, time.monotonic() - started, result.content[:500])
     record = replace(
         record, output=result.content, data=result.data, artifacts=tuple(result.artifacts),
-        tool_calls=(call,), usage=Usage(tool_calls=1),
+        tool_calls=(call,), usage=Usage(tool_calls=1), sources=unique_sources(result.sources),
     )
     return _finish(ctx, record, started, "completed")
+
+
+def _agent_tools(ctx: RunContext, agent: AgentSpec, step_id: str) -> ToolContext:
+    """The tool context of one agent step: its workspace and policies, plus the knowledge bases
+    it and its task name, its memory notebook and its own browser tab."""
+    services = ctx.services
+    return replace(
+        tool_context(ctx.workspace, agent, ctx.recorder.secrets),
+        knowledge=services.knowledge_for((*agent.knowledge, *ctx.task.knowledge)),
+        memory=services.notebook(agent, ctx.task),
+        browser=services.browser.tab(step_id, ctx.workspace) if services.browser is not None else None,
+    )
 
 
 def _render_arg(value: Any, context: dict[str, Any]) -> Any:
@@ -185,10 +204,22 @@ def _finish(
     return record
 
 
+def model_binding(ctx: RunContext, name: str) -> ModelBinding:
+    """Another declared agent's model (a judge's), called from within a step's loop."""
+    agent = ctx.project.agents[name]
+    endpoint = ctx.endpoint(agent)
+    return ModelBinding(
+        agent.name, ctx.pool.get(endpoint, agent.model), ctx.pricer(endpoint), endpoint.model_id,
+        agent.model.max_tokens, agent.model.temperature, agent.system_prompt,
+    )  # fmt: skip
+
+
 def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:
-    """A money cap on a model with no known price refuses to start, saying how to fix it."""
+    """A money cap on a model with no known price refuses to start, saying how to fix it
+    (for the agents' judges too: their calls are paid from the same caps)."""
     money_capped = any(b.caps.max_cost_usd is not None for b in ctx.budget.chain())
-    for name in agent_names:
+    judges = [j.agent for n in agent_names if (j := ctx.project.agents[n].judge) and j.agent in ctx.project.agents]
+    for name in dict.fromkeys([*agent_names, *judges]):
         agent = ctx.project.agents[name]
         endpoint = ctx.endpoint(agent)
         capped = money_capped or agent.caps.max_cost_usd is not None

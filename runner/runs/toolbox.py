@@ -23,7 +23,9 @@ def tool_context(workspace: Path, agent: AgentSpec | None, secrets: Sequence[str
     return ToolContext(
         workspace=workspace,
         sandbox=SandboxPolicy(**agent.sandbox),
-        network=NetworkPolicy(allow_hosts=tuple(agent.allow_hosts), deny_hosts=tuple(agent.deny_hosts)),
+        network=NetworkPolicy(
+            allow_hosts=agent.allow_hosts, deny_hosts=agent.deny_hosts, allow_private_networks=agent.allow_private_networks
+        ),
         settings={ref.name: ref.settings for ref in agent.tools},
         secrets=tuple(secrets),
     )

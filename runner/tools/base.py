@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, overload
 
+from runner.core.sources import Source
+from runner.knowledge.base import KnowledgeBase
+from runner.knowledge.memory import Notebook
 from runner.redact import redact_secrets
 from runner.tools.arguments import ArgumentSchema, PydanticArguments
 from runner.tools.net import NetworkPolicy
@@ -31,12 +34,14 @@ class ToolResult:
 
     ``content`` is the text the model sees; ``artifacts`` are workspace-relative paths the
     call produced (charts, files); ``data`` is an optional JSON-able value for
-    deterministic pipeline steps (a data tool returns both a rendering and the rows).
+    deterministic pipeline steps (a data tool returns both a rendering and the rows);
+    ``sources`` are what the call found that an answer may cite (knowledge chunks, web pages).
     """
 
     content: str
     artifacts: list[str] = field(default_factory=list)
     data: Any = None
+    sources: tuple[Source, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,8 @@ class ToolContext:
     ``workspace`` is resolved once here and never derived from model output.
     ``settings`` maps a tool name to that tool's settings from the agent YAML.
     ``secrets`` are exact values redacted from every tool output and failure message.
+    ``knowledge`` are the knowledge bases ``search_knowledge`` may search (by name),
+    ``memory`` the notebook of ``remember``/``recall``, ``browser`` the page ``browse`` drives.
     """
 
     workspace: Path
@@ -54,6 +61,9 @@ class ToolContext:
     settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     secrets: Sequence[str] = ()
     deadline: float | None = None  # time.monotonic() by which sandboxed work must end (a wall-clock cap)
+    knowledge: Mapping[str, KnowledgeBase] = field(default_factory=dict)
+    memory: Notebook | None = None
+    browser: Any = None  # a runner.tools.browser.BrowserTab, when the agent may browse
 
     def __post_init__(self) -> None:
         root = Path(self.workspace)
@@ -120,6 +130,7 @@ def redact_result(result: ToolResult, secrets: Sequence[str]) -> ToolResult:
         content=redact_secrets(result.content, secrets),
         artifacts=result.artifacts,
         data=redact_secrets(result.data, secrets),
+        sources=result.sources,
     )
 
 

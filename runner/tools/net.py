@@ -34,8 +34,9 @@ class NetworkPolicy:
     """Where URL tools may connect, and how much they may read.
 
     ``allow_hosts`` (empty: any public host) and ``deny_hosts`` are glob patterns on the
-    host name. ``allow_private_networks`` exists for tests only (loopback test servers):
-    CIDRs exempted from the public-address rule. It is never set from configuration.
+    host name. ``allow_private_networks``: CIDRs exempted from the public-address rule, only
+    as an agent's YAML lists them explicitly (``network.allow_private_networks``: a
+    self-hosted search engine on the LAN, a loopback test server); empty by default.
     """
 
     allow_hosts: tuple[str, ...] = ()
@@ -91,15 +92,17 @@ async def fetch(
     headers: Mapping[str, str] | None = None,
     params: Mapping[str, Any] | None = None,
     json_body: Any = None,
+    content: bytes | None = None,
 ) -> HttpResponse:
     """Make one request under ``policy``, following up to ``max_redirects`` redirects.
+    ``json_body`` or raw ``content`` is the request body.
 
     Raises :class:`~runner.errors.ToolFailure` for refused destinations, too many
     redirects, the deadline and transport errors.
     """
     try:
         async with asyncio.timeout(policy.timeout_seconds):
-            return await _fetch(url, policy, method, dict(headers or {}), params, json_body)
+            return await _fetch(url, policy, method, dict(headers or {}), params, json_body, content)
     except TimeoutError:
         raise ToolFailure(f"request to {url} took longer than {policy.timeout_seconds:g}s") from None
 
@@ -111,6 +114,7 @@ async def _fetch(
     headers: dict[str, str],
     params: Mapping[str, Any] | None,
     json_body: Any,
+    content: bytes | None = None,
 ) -> HttpResponse:
     httpx = _httpx()
     async with httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=None) as client:
@@ -118,7 +122,7 @@ async def _fetch(
             destination = await check_destination(url, policy)
             request = client.build_request(
                 method, _pinned_url(destination), headers=_request_headers(destination, headers),
-                params=params, json=json_body,
+                params=params, json=json_body, content=content,
                 extensions={"sni_hostname": destination.host},
             )  # fmt: skip
             try:
@@ -130,7 +134,7 @@ async def _fetch(
                     next_url = urljoin(url, response.headers["location"])
                     headers = _headers_for_redirect(url, next_url, headers)
                     if response.status_code in (301, 302, 303) and method != "HEAD":
-                        method, params, json_body = "GET", None, None
+                        method, params, json_body, content = "GET", None, None, None
                     url = next_url
                     continue
                 body, truncated = await _read_capped(response, policy.max_bytes)
@@ -226,13 +230,19 @@ def _request_headers(destination: Destination, headers: dict[str, str]) -> dict[
     return merged
 
 
+CREDENTIAL_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "api-key", "x-api-key", "x-subscription-token"}
+)
+"""Headers that carry credentials (search APIs use their own names): never sent to another origin."""
+
+
 def _headers_for_redirect(old: str, new: str, headers: dict[str, str]) -> dict[str, str]:
     """Drop credentials when a redirect leaves the original origin."""
     old_parts, new_parts = urlsplit(old), urlsplit(new)
     same_origin = (old_parts.scheme, old_parts.netloc) == (new_parts.scheme, new_parts.netloc)
     if same_origin:
         return headers
-    return {k: v for k, v in headers.items() if k.lower() not in ("authorization", "cookie")}
+    return {k: v for k, v in headers.items() if k.lower() not in CREDENTIAL_HEADERS}
 
 
 async def _read_capped(response: Any, max_bytes: int) -> tuple[bytes, bool]:

@@ -8,16 +8,20 @@ from runner.tools.base import Tool
 def builtin_tools() -> list[Tool]:
     """Every built-in tool (heavy libraries are imported only when a tool runs)."""
     from runner.tools.builtins import (
+        browse,
         calculator,
         chart,
         clock,
         fetch,
         files,
+        knowledge,
+        memory,
         python,
         shell,
         table_query,
         tables,
         terminate,
+        web_search,
     )
 
     return [
@@ -27,6 +31,11 @@ def builtin_tools() -> list[Tool]:
         files.write_file,
         files.list_files,
         fetch.fetch_url,
+        web_search.web_search,
+        browse.browse,
+        knowledge.search_knowledge,
+        memory.remember,
+        memory.recall,
         calculator.calculator,
         clock.current_time,
         terminate.terminate,
