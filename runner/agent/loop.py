@@ -148,7 +148,8 @@ class _AgentRun:
             max_tokens=agent.model.max_tokens,
             temperature=agent.model.temperature,
         )
-        estimate = env.pricer.estimate(request, agent.model.max_tokens, exact=needs_exact_prompt(env.budget, env.rate_gate is not None))
+        token_gate = env.rate_gate is not None and env.rate_gate.limits_tokens
+        estimate = env.pricer.estimate(request, agent.model.max_tokens, exact=needs_exact_prompt(env.budget, token_gate))
         async with within_deadline(env.budget):
             if env.rate_gate is not None:  # wait first, so the caps are checked after the wait
                 await env.rate_gate.acquire(estimate.input_tokens + estimate.output_tokens)

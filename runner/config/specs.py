@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from runner.config.project_files import FileRefused, boundary_for, read_prompt_file
+from runner.config.sources import Document, escape_pointer_token
 from runner.config.templates import LocatedTemplate, Origin
-from runner.config.yamlload import Document, escape_pointer_token
 from runner.core.steps import StepKind
 from runner.errors import Problem
 

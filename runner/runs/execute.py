@@ -9,6 +9,7 @@ before anything is spent.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import re
@@ -188,9 +189,13 @@ async def _registry(project: Project, task: TaskSpec, stack: contextlib.AsyncExi
     from runner.tools.custom import build_custom_tool
     from runner.tools.registry import default_registry
     from runner.tools.sandbox import ensure_sandbox
+    from runner.tools.settings import custom_settings_schema
 
     registry = default_registry()
-    registry.extend(build_custom_tool(t.data, t.source) for t in project.tools.values() if t.type != "mcp")
+    for spec in project.tools.values():
+        if spec.type != "mcp":  # built when first looked up: a run builds only the tools it uses
+            build = functools.partial(build_custom_tool, spec.data, spec.source)
+            registry.register_lazy(spec.name, spec.source, custom_settings_schema(spec.data), build)
     used = _tools_used(project, task)
     for spec in project.tools.values():
         if spec.type == "mcp" and any(name == spec.name or name.startswith(spec.name + "__") for name in used):
