@@ -67,6 +67,7 @@ class AgentEnv:
     rate_gate: RateGate | None = None
     output_schema: dict[str, Any] | None = None
     model_id: str | None = None  # the model actually called (after overrides / embedded fallback)
+    prompt_cache_key: str | None = None  # sent with every call (runner.model.prompt_cache)
 
 
 @dataclass
@@ -147,6 +148,7 @@ class _AgentRun:
             tool_choice=agent.tool_choice if tools else "none",
             max_tokens=agent.model.max_tokens,
             temperature=agent.model.temperature,
+            prompt_cache_key=env.prompt_cache_key,
         )
         token_gate = env.rate_gate is not None and env.rate_gate.limits_tokens
         estimate = env.pricer.estimate(request, agent.model.max_tokens, exact=needs_exact_prompt(env.budget, token_gate))

@@ -69,6 +69,7 @@ class ModelSpec:
     timeout_seconds: float = 60.0
     retries: int = 3
     context_window: int = 32768
+    prompt_cache_key: str | bool | None = None  # None: derived, sent to OpenAI's API only (runner.model.prompt_cache)
     source: str = field(default="", compare=False, repr=False)  # the agent file, for messages
 
 

@@ -21,6 +21,7 @@ from runner.core.status import Status
 from runner.core.steps import StepKind, StepRecord, ToolCallSummary
 from runner.core.usage import Usage
 from runner.errors import CapReached, ConfigError, ToolFailure
+from runner.model.prompt_cache import prompt_cache_key
 from runner.redact import redact_secrets
 from runner.runs.context import RunContext
 from runner.runs.toolbox import ToolBox, tool_context
@@ -109,6 +110,7 @@ async def run_agent_step(
         rate_gate=ctx.options.rate_gate,
         output_schema=output_schema,
         model_id=endpoint.model_id,
+        prompt_cache_key=prompt_cache_key(agent, endpoint.model_id, endpoint.provider, endpoint.base_url),
     )
     outcome = await run_agent(agent, goal, env)
     record = replace(
