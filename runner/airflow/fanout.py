@@ -163,7 +163,9 @@ class RunnerShardOperator(_FanoutStep):
                 shard, try_number=ti.try_number, model_base_url=base_url, api_key=api_key,
                 store_path=Path(store) if store else None,
             )  # fmt: skip
-            manifest = run_batch_for_airflow(plan.task, root=plan.root, request=request)
+            manifest = run_batch_for_airflow(
+                plan.task, root=plan.root, request=request, trace_carrier=getattr(ti, "context_carrier", None)
+            )
         manifest = {"shard": shard.name, "index": shard.index, "rows": [shard.first_row, shard.last_row],
                     "try_number": ti.try_number, **manifest}  # fmt: skip
         self.log.info(

@@ -146,6 +146,7 @@ class RunnerTaskOperator(BaseOperator):
                 task, root=root, inputs=inputs, caps=caps or None, dag_id=dag_id, dag_run_id=dag_run_id,
                 task_id=task_id, map_index=map_index, store_path=self.store_path, reports_dir=self.reports_dir,
                 model_base_url=base_url, api_key=api_key,
+                trace_carrier=getattr(context["ti"], "context_carrier", None),  # the task's trace, when Airflow has one
             )  # fmt: skip
         self.log.info(
             "runner run %s: %s (exit %s, %.6f USD), report %s",

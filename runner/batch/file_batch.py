@@ -23,6 +23,7 @@ from runner.config.project import Project
 from runner.config.specs import Caps, TaskSpec
 from runner.model.factory import check_endpoints
 from runner.runs.options import RunOptions
+from runner.tracing import current_span
 
 
 @dataclass
@@ -151,15 +152,18 @@ async def _run_locked(
         write_report=False, caps=request.run_caps, model_override=request.model_override,
         base_url_override=request.base_url_override, api_key=request.api_key, store_path=request.store_path,
     )
+    span = {"runner.batch.id": journal.batch_id, "runner.task": task.name, "runner.batch.input": source.path.name}
     try:
-        async with TaskExecutor(project, task, rate_gate=gate, store_path=request.store_path) as executor:
-            summary = await run_batch(
-                _rows_between(read_rows(source, task.inputs), request.rows), executor, journal=journal,
-                budget=batch_budget(request.batch_caps), concurrency=request.concurrency,
-                max_attempts=request.max_attempts, failure_policy=FailurePolicy(stop_after=request.stop_after_failures),
-                rate_gate=gate, progress=_progress(request.progress, sys.stderr, request.log_interval), base_options=base,
-                ledger=executor,
-            )
+        with current_span(project.telemetry, f"batch {task.name}", span) as note:  # the rows' runs are its children
+            async with TaskExecutor(project, task, rate_gate=gate, store_path=request.store_path) as executor:
+                summary = await run_batch(
+                    _rows_between(read_rows(source, task.inputs), request.rows), executor, journal=journal,
+                    budget=batch_budget(request.batch_caps), concurrency=request.concurrency,
+                    max_attempts=request.max_attempts, failure_policy=FailurePolicy(stop_after=request.stop_after_failures),
+                    rate_gate=gate, progress=_progress(request.progress, sys.stderr, request.log_interval), base_options=base,
+                    ledger=executor,
+                )
+            note(**{f"runner.batch.rows.{status}": n for status, n in summary.counts.items()})
         records = write_output(journal, request.output_path, format=request.output_format)
         report_dir = request.report_dir or project.root / "reports" / task.name / f"batch-{summary.batch_id}"
         markdown, _ = write_reports(batch_report(journal, summary), report_dir)

@@ -13,13 +13,14 @@ from pathlib import Path
 
 from runner.config import specs
 from runner.config.compiled import CachedProject, ConfigFile, cache_key, prompts_digest, read_cache, write_cache
+from runner.config.evals import EvalSpec, build_eval
 from runner.config.prices import default_prices
 from runner.config.project_files import workspace_file_problem
 from runner.config.sources import Document, YamlError, read_config_bytes
-from runner.config.specs import AgentSpec, Price, TaskSpec, ToolSpec
+from runner.config.specs import AgentSpec, Price, TaskSpec, TelemetrySpec, ToolSpec
 from runner.errors import ConfigError, Problem, did_you_mean
 
-CONFIG_DIRS = ("agents.d", "tasks.d", "tools.d")
+CONFIG_DIRS = ("agents.d", "tasks.d", "tools.d", "evals.d")
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
@@ -36,6 +37,8 @@ class Project:
     task_files: dict[Path, str] = field(default_factory=dict)
     price_documents: list[Document] = field(default_factory=list)
     hashes: dict[str, str] = field(default_factory=dict)  # task name -> resolved config hash
+    telemetry: TelemetrySpec | None = None  # a kind: Telemetry document (one per project)
+    evals: dict[str, EvalSpec] = field(default_factory=dict)
 
     def document(self, kind: str, name: str) -> Document:
         return self.documents[(kind, name)]
@@ -141,8 +144,10 @@ def _load(root: Path, files: list[ConfigFile]) -> tuple[Project, list[Problem]]:
                 valid.append(doc)
     problems.extend(_build(project, valid))
     from runner.config.crossref import check_references
+    from runner.config.eval_checks import check_evals
 
     problems.extend(check_references(project))
+    problems.extend(check_evals(project))
     return project, problems
 
 
@@ -155,12 +160,23 @@ def _from_cache(root: Path, cached: CachedProject) -> Project | None:
     if _build(project, list(cached.documents)) or _prompts_digest(project) != cached.prompts_digest:
         return None
     refused = any(workspace_file_problem(rel, root) for task in project.tasks.values() for rel in task.workspace_files)
-    return None if refused else project
+    if refused or (project.evals and _dataset_problems(project)):
+        return None
+    return project
+
+
+def _dataset_problems(project: Project) -> bool:
+    """Whether an eval's checks now fail: its dataset is read from disk, not hashed."""
+    from runner.config.eval_checks import check_evals
+
+    return bool(check_evals(project))
 
 
 def _prompts_digest(project: Project) -> str:
-    """The digest of what the agents' prompt fields hold (from files or inline)."""
-    return prompts_digest(text for agent in project.agents.values() for text in (agent.system_prompt, agent.next_step_prompt))
+    """The digest of every prompt read while building (agents' prompt fields, eval variants')."""
+    agents = (text for agent in project.agents.values() for text in (agent.system_prompt, agent.next_step_prompt))
+    variants = (v.system_prompt or "" for spec in project.evals.values() for v in spec.variants)
+    return prompts_digest([*agents, "\0evals", *variants])
 
 
 def load_project_or_raise(root: Path, extra: list[Path] | None = None) -> Project:
@@ -182,6 +198,16 @@ def display_path(path: Path, root: Path) -> str:
     return str(resolved)
 
 
+def _set_telemetry(project: Project, doc: Document) -> list[Problem]:
+    first = project.documents.get(("Telemetry", ""))
+    if first is not None:
+        where = f"{first.source.file}:{first.source.locate('/kind').line}"
+        return [doc.problem("/kind", f"a second Telemetry document (the first is at {where}); keep one per project")]
+    project.telemetry = specs.build_telemetry(doc)
+    project.documents[("Telemetry", "")] = doc
+    return []
+
+
 def _build(project: Project, documents: list[Document]) -> list[Problem]:
     problems: list[Problem] = []
     for doc in documents:
@@ -189,6 +215,9 @@ def _build(project: Project, documents: list[Document]) -> list[Problem]:
         if kind == "Prices":
             project.prices.update(specs.build_prices(doc))
             project.price_documents.append(doc)
+            continue
+        if kind == "Telemetry":
+            problems.extend(_set_telemetry(project, doc))
             continue
         if (kind, name) in project.documents:
             first = project.documents[(kind, name)]
@@ -202,6 +231,9 @@ def _build(project: Project, documents: list[Document]) -> list[Problem]:
         elif kind == "Task":
             project.tasks[name] = specs.build_task(doc, project.root)
             project.task_files[doc.path.resolve()] = name
+        elif kind == "Eval":
+            project.evals[name], refused = build_eval(doc, project.root)
+            problems.extend(refused)
         else:
             project.tools[name] = specs.build_tool(doc)
         project.documents[(kind, name)] = doc

@@ -243,6 +243,15 @@ class Price:
     cached_input_per_mtok: float | None = None
 
 
+@dataclass(frozen=True)
+class TelemetrySpec:
+    """Where traces go (``kind: Telemetry``); the OTEL_* variables take precedence."""
+
+    endpoint: str | None = None
+    service_name: str | None = None
+    enabled: bool = True
+
+
 # --- builders ---------------------------------------------------------------------
 
 
@@ -419,3 +428,8 @@ def build_tool(doc: Document) -> ToolSpec:
 
 def build_prices(doc: Document) -> dict[str, Price]:
     return {model: Price(**p) for model, p in doc.data["models"].items()}
+
+
+def build_telemetry(doc: Document) -> TelemetrySpec:
+    traces = doc.data["traces"]
+    return TelemetrySpec(traces.get("endpoint"), traces.get("service_name"), bool(traces.get("enabled", True)))

@@ -35,6 +35,7 @@ from runner.runs.options import RunOptions
 from runner.runs.record import build_record
 from runner.runs.secrets import known_secrets
 from runner.runs.steps import StepRunner, preflight_prices, run_agent_step
+from runner.runs.tracing import traced_run
 from runner.runs.workspace import RUN_DIR, run_workspace
 from runner.runs.workspace import default_workspace as default_workspace  # re-exported for callers
 from runner.store.recorder import RunRecorder
@@ -89,6 +90,7 @@ async def execute_task(
     try:
         async with contextlib.AsyncExitStack() as stack:
             registry = await _registry(project, task, stack)
+            options = stack.enter_context(traced_run(project, options, pool))  # unchanged when tracing is off
             return await _execute(project, task, inputs, run_id, options, store, pool, today, registry)
     finally:
         if own_pool:

@@ -338,3 +338,47 @@ class RunStore:
     def tool_calls(self, run_id: str) -> list[dict[str, Any]]:
         with self._lock:
             return [dict(r) for r in self._db.execute("SELECT * FROM tool_calls WHERE run_id = ? ORDER BY id", (run_id,))]
+
+    # -- queries across runs (runner stats) -------------------------------------------
+    # Plain SELECTs with ISO-8601 UTC timestamps compared as text: portable to any SQL store.
+
+    _WINDOW = "r.started_at >= ? AND r.started_at < ?"
+
+    def runs_between(self, since: str, until: str, task: str | None = None) -> list[dict[str, Any]]:
+        """Runs started in ``[since, until)`` (ISO-8601 UTC), oldest first, without their records."""
+        return self._window(
+            "SELECT r.run_id, r.task, r.status, r.started_at, r.finished_at, r.attempts, r.cost_usd, r.input_tokens,"
+            " r.output_tokens, r.cached_input_tokens, r.model_calls, r.tool_calls, r.error_kind FROM runs r",
+            since, until, task, order="r.started_at",
+        )
+
+    def steps_between(self, since: str, until: str, task: str | None = None) -> list[dict[str, Any]]:
+        """The steps of the runs started in ``[since, until)``, with their run's task."""
+        return self._window(
+            "SELECT s.run_id, r.task, s.step_id, s.kind, s.agent, s.tool, s.model, s.status, s.error_kind,"
+            " s.duration_seconds, s.cost_usd, s.input_tokens, s.output_tokens, s.model_calls, s.tool_calls"
+            " FROM steps s JOIN runs r ON r.run_id = s.run_id",
+            since, until, task, order="s.started_at",
+        )
+
+    def model_calls_between(self, since: str, until: str, task: str | None = None) -> list[dict[str, Any]]:
+        """The model calls of the runs started in ``[since, until)``, with their run's task."""
+        return self._window(
+            "SELECT m.run_id, r.task, m.agent, m.model, m.status, m.input_tokens, m.output_tokens, m.cost_usd,"
+            " m.latency_seconds FROM model_calls m JOIN runs r ON r.run_id = m.run_id",
+            since, until, task, order="m.id",
+        )
+
+    def tool_calls_between(self, since: str, until: str, task: str | None = None) -> list[dict[str, Any]]:
+        """The tool calls of the runs started in ``[since, until)``, with their run's task."""
+        return self._window(
+            "SELECT t.run_id, r.task, t.agent, t.name, t.status, t.duration_seconds FROM tool_calls t"
+            " JOIN runs r ON r.run_id = t.run_id",
+            since, until, task, order="t.id",
+        )
+
+    def _window(self, select: str, since: str, until: str, task: str | None, *, order: str) -> list[dict[str, Any]]:
+        query = f"{select} WHERE {self._WINDOW}" + (" AND r.task = ?" if task else "") + f" ORDER BY {order}"
+        params: tuple[Any, ...] = (since, until, task) if task else (since, until)
+        with self._lock:
+            return [dict(row) for row in self._db.execute(query, params).fetchall()]

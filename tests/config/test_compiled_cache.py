@@ -343,3 +343,50 @@ def test_concurrent_loads_leave_one_whole_cache(project: Path) -> None:
     files, _ = _read_files(config_files(project.resolve()), project.resolve())
     assert read_cache(project.resolve(), cache_key(project.resolve(), files)) is not None
     assert [p.name for p in cache_file(project).parent.iterdir() if p.name.endswith(".tmp")] == []
+
+
+EVAL = """\
+apiVersion: runner/v1
+kind: Eval
+name: quality
+task: ask
+dataset: {path: data/cases.csv, id_column: id}
+assert:
+  - {name: answer, equals: {column: expected}}
+variants:
+  - name: base
+  - name: terse
+    system_prompt: {file: ../prompts/terse.md}
+"""
+
+
+@pytest.fixture
+def with_eval(project: Path) -> Path:
+    (project / "evals.d").mkdir()
+    (project / "evals.d/quality.yaml").write_text(EVAL)
+    (project / "prompts/terse.md").write_text("Be terse.\n")
+    (project / "data/cases.csv").write_text("id,question,expected\n1,2+2?,4\n")
+    return project
+
+
+def test_an_eval_variants_prompt_file_is_read_again(with_eval: Path) -> None:
+    first, problems = load_project(with_eval)
+    assert problems == [] and first.evals["quality"].variants[1].system_prompt == "Be terse.\n"
+    (with_eval / "prompts/terse.md").write_text("Be very terse.\n")
+    loaded, problems = load_project(with_eval)
+    assert problems == [] and loaded.evals["quality"].variants[1].system_prompt == "Be very terse.\n"
+
+
+@pytest.mark.parametrize(
+    ("change", "pointer"), [("removed", "/dataset/path"), ("column renamed", "/assert/0/equals/column")]
+)
+def test_an_eval_dataset_is_checked_on_every_load(with_eval: Path, change: str, pointer: str) -> None:
+    """The dataset is read from disk when checked, not hashed into the cache key."""
+    assert load_project(with_eval)[1] == []
+    cases = with_eval / "data/cases.csv"
+    if change == "removed":
+        cases.unlink()
+    else:
+        cases.write_text("id,question,wanted\n1,2+2?,4\n")
+    _, problems = load_project(with_eval)
+    assert [(p.file, p.pointer) for p in problems] == [("evals.d/quality.yaml", pointer)]
