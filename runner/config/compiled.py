@@ -1,7 +1,8 @@
 """The compiled project cache: an unchanged project loads without re-parsing or re-checking.
 
 After a load that found no problem, :mod:`runner.config.project` keeps what it produced in
-``<root>/.runner/project-cache.json``: every document's data and node positions, and the
+``<root>/.runner/project-cache.json`` (once the project has a ``.runner/`` directory, which
+its first run creates): every document's data and node positions, and the
 prices. The entry is keyed by a SHA-256 over the runner itself (its version and the size
 and modification time of every file of the package: code, schemas, shipped prices), the
 project root and, for every configuration file, its path, display name and the SHA-256 of
@@ -107,7 +108,11 @@ def write_cache(
     root: Path, key: str, documents: Sequence[Document], prices: Mapping[str, Any], prompts: str
 ) -> None:
     """Store the entry for ``key`` (best effort: a project the runner cannot write to, or no
-    usable user key, just goes without a cache)."""
+    usable user key, just goes without a cache). The cache goes into an existing ``.runner/``
+    only (the first run makes it): loading alone, as ``runner validate`` and ``runner list``
+    do, never adds a directory to a project."""
+    if not (root / CACHE_FILE).parent.is_dir():
+        return
     secret = user_key(create=True)
     if secret is None:
         return
@@ -187,9 +192,7 @@ def _read_own_file(path: Path, limit: int) -> bytes:
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    """Write ``path`` (mode 0600) through a temporary file and a rename. The directory is
-    made as any other (``.runner/`` also holds run workspaces the sandbox user must reach)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``path`` (mode 0600) through a temporary file and a rename."""
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(descriptor, "wb") as stream:

@@ -77,6 +77,7 @@ def project(tmp_path: Path) -> Path:
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+    (root / ".runner").mkdir()  # as a first run leaves it
     return root
 
 
@@ -108,9 +109,17 @@ def test_a_clean_load_writes_a_private_cache(project: Path) -> None:
     path = cache_file(project)
     assert path.is_file()
     assert path.stat().st_mode & 0o777 == 0o600
-    assert path.parent.stat().st_mode & 0o001, ".runner/ stays traversable: sandboxed runs' workspaces live there"
     files, _ = _read_files(config_files(project.resolve()), project.resolve())
     assert read_cache(project.resolve(), cache_key(project.resolve(), files)) is not None
+
+
+def test_loading_never_adds_a_directory_to_a_project(project: Path) -> None:
+    """``runner validate`` and ``runner list`` leave a project as they found it: the cache
+    waits for the ``.runner/`` a first run makes."""
+    (project / ".runner").rmdir()
+    for use_cache in (True, False, True):
+        assert load_project(project, use_cache=use_cache)[1] == []
+    assert not (project / ".runner").exists()
 
 
 def test_the_cached_project_equals_the_checked_one(project: Path) -> None:
