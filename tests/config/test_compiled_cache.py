@@ -399,3 +399,14 @@ def test_an_eval_dataset_is_checked_on_every_load(with_eval: Path, change: str, 
         cases.write_text("id,question,wanted\n1,2+2?,4\n")
     _, problems = load_project(with_eval)
     assert [(p.file, p.pointer) for p in problems] == [("evals.d/quality.yaml", pointer)]
+
+
+def test_a_task_named_by_its_file_is_found_in_a_cached_project(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    load_project(project)
+    loaded, _ = load_project(project)
+    assert read_cache(project.resolve(), cache_key(project.resolve(), _read_files(config_files(project.resolve()), project.resolve())[0]))
+    monkeypatch.chdir(project)
+    assert loaded.task_for("tasks.d/ask.yaml").name == "ask"
+    assert loaded.task_for(str(project / "tasks.d/ask.yaml")).name == "ask"
+    origin = getattr(loaded.tasks["ask"].goal, "origin", None)  # a failing template still names where it was written
+    assert (origin.file, origin.line, origin.pointer) == ("tasks.d/ask.yaml", 7, "/goal")
