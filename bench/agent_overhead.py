@@ -267,9 +267,12 @@ print(json.dumps([os.waitstatus_to_exitcode(status), wall, usage.ru_utime + usag
 """
 
 
+STDERR_FILE = Path(tempfile.gettempdir()) / f"runner-bench-{os.getpid()}.stderr"
+
+
 def measure_process(command: list[str], cwd: Path) -> tuple[float, float, float]:
     """(wall seconds, CPU seconds, peak RSS MiB) of one child process, from ``wait4``."""
-    errors = Path(tempfile.gettempdir()) / f"runner-bench-{os.getpid()}.stderr"
+    errors = STDERR_FILE
     done = subprocess.run(
         [sys.executable, "-S", "-c", LAUNCHER, str(errors), *command],
         cwd=cwd, env=child_env(), capture_output=True, text=True, check=True,
@@ -332,6 +335,7 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait(timeout=10)
+            STDERR_FILE.unlink(missing_ok=True)
     report(args, (hand_cpu, hand_tokens, run_cpu, run_tokens), (cli_cpu, floor_cpu), processes)
 
 
