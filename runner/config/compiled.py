@@ -100,7 +100,7 @@ def read_cache(root: Path, key: str) -> CachedProject | None:
         if payload["key"] != key:
             return None
         return _decode(payload)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None  # missing, unreadable, corrupted or of another shape: rebuilt by the caller
 
 

@@ -215,8 +215,10 @@ def test_a_template_error_is_never_cached(project: Path) -> None:
         b"[1, 2, 3]",
         b'{"format": 1, "mac": 5, "body": null}',
         b'{"format": NaN}',
+        b"[" * 200_000,
+        b'{"format": 1, "mac": "00", "body": "' + b"[" * 200_000 + b'"}',
     ],
-    ids=["empty", "binary", "bad-mac", "list", "wrong-types", "nan"],
+    ids=["empty", "binary", "bad-mac", "list", "wrong-types", "nan", "deep", "deep-body"],
 )
 def test_a_damaged_cache_is_ignored_and_rebuilt(project: Path, damage: bytes) -> None:
     checked = snapshot(project, use_cache=False)
@@ -410,3 +412,14 @@ def test_a_task_named_by_its_file_is_found_in_a_cached_project(project: Path, mo
     assert loaded.task_for(str(project / "tasks.d/ask.yaml")).name == "ask"
     origin = getattr(loaded.tasks["ask"].goal, "origin", None)  # a failing template still names where it was written
     assert (origin.file, origin.line, origin.pointer) == ("tasks.d/ask.yaml", 7, "/goal")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_cache_path_that_is_not_a_file_neither_hangs_nor_fails_the_load(project: Path, kind: str) -> None:
+    path = cache_file(project)
+    if kind == "fifo":
+        os.mkfifo(path, 0o600)
+    else:
+        path.mkdir()
+    loaded, problems = load_project(project)
+    assert problems == [] and "helper" in loaded.agents
