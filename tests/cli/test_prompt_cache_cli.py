@@ -137,6 +137,7 @@ def test_the_batch_report_shows_the_hit_rate(tmp_path: Path) -> None:
     assert report["cache_hit_rate"] == pytest.approx(0.4)
     assert report["cost_usd"] == pytest.approx((1000 * 0.15 + 10 * 0.6 + 2 * (400 * 0.15 + 600 * 0.075 + 10 * 0.6)) / 1e6)
     assert "Prompt cache: 40.0% of 3,000 input tokens" in (directory / "batch_report.md").read_text()
+    assert "tokens (40.0% of input from the prompt cache)" in done.stdout
 
 
 def test_no_input_tokens_means_no_hit_rate(tmp_path: Path) -> None:
