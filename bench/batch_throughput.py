@@ -11,19 +11,23 @@ in a fresh process so peak RSS is its own:
 - ``engine-sdk``: ``run_batch`` + journal with the hand loop's SDK call as executor (the
   engine's own overhead, without the agent loop);
 - ``engine-sleep``: ``run_batch`` + journal with an executor that only sleeps the latency
-  per call (no HTTP): the engine's scheduling against the physical limit itself.
+  per call (no HTTP): the engine's scheduling against the physical limit itself;
+- ``run``: the first ``--run-rows`` rows one ``runner run`` each, in turn (the command as the
+  command line runs it, minus interpreter start-up: project, store, client, run, report):
+  what a row costs when a shell loop calls ``runner run`` instead of ``runner batch``.
 
-Printed per mode: rows/s, fraction of the physical limit, ratio to ``hand``, peak RSS and
-how much it grew while rows ran (``ru_maxrss``: flat memory means the growth does not
+Printed per mode: rows/s, fraction of the physical limit, ratio to ``hand``, CPU per row
+and its ratio to ``hand``, peak RSS and its ratio to ``hand``, and how much it grew while rows ran (``ru_maxrss``: flat memory means the growth does not
 scale with ``--rows``; ``--tracemalloc`` adds the Python heap peak and slows every mode).
 Only the row phase is timed (for the engine: ingesting the input, running, journaling),
-not interpreter start, imports or project loading.
+not interpreter start, imports or project loading. The project is compiled once before the
+modes run (as its first run would leave it), so each mode loads it from the cache.
 
 The loopback server and the SDK's per-request connection handling (the server speaks
 HTTP/1.0, so every call opens a connection) can themselves stay well under the limit;
 the ratio to ``hand`` is the engine's figure of merit.
 
-    .venv/bin/python bench/batch_throughput.py [--rows 2000] [--concurrency 64] [--latency 0.1]
+    .venv/bin/python bench/batch_throughput.py [--rows 2000] [--concurrency 64] [--latency 0.1] [--run-rows 50]
 """
 
 from __future__ import annotations
@@ -83,6 +87,15 @@ def write_fixtures(root: Path, rows: int, latency: float) -> tuple[Path, Path]:
     return data, script
 
 
+def compile_project(root: Path) -> None:
+    """The project as a first run leaves it: ``.runner/`` with the compiled project cache, so
+    every mode loads an unchanged project (from the cache) rather than a brand-new one."""
+    from runner.config.project import load_project_or_raise
+
+    (root / ".runner").mkdir()
+    load_project_or_raise(root)
+
+
 def start_server(script: Path) -> tuple[subprocess.Popen[str], str]:
     server = subprocess.Popen(
         [sys.executable, "-m", "runner.model.server", "--script", str(script), "--port", "0"],
@@ -93,10 +106,20 @@ def start_server(script: Path) -> tuple[subprocess.Popen[str], str]:
     return server, server.stdout.readline().strip()
 
 
+def warm_server(base_url: str) -> None:
+    """One request before any mode is timed: the server's first one loads its tokenizer."""
+    import urllib.request
+
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "warm up"}]}).encode()
+    request = urllib.request.Request(f"{base_url}/chat/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        response.read()
+
+
 def run_mode(mode: str, args: argparse.Namespace, root: Path, base_url: str) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", mode, "--root", str(root), "--base-url", base_url]
     command += ["--rows", str(args.rows), "--concurrency", str(args.concurrency), "--calls", str(args.calls)]
-    command += ["--latency", str(args.latency)]
+    command += ["--latency", str(args.latency), "--run-rows", str(args.run_rows)]
     command += ["--tracemalloc"] if args.tracemalloc else []
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -128,11 +151,11 @@ def sdk_call(base_url: str, calls: int) -> tuple[Callable[[str], Awaitable[str]]
     return row, client
 
 
-async def hand_loop(root: Path, base_url: str, concurrency: int, calls: int) -> tuple[int, float, float]:
-    """Rows done, seconds, and RSS (MiB) before the first row."""
+async def hand_loop(root: Path, base_url: str, concurrency: int, calls: int) -> tuple[int, float, float, float]:
+    """Rows done, seconds, CPU seconds, and RSS (MiB) before the first row."""
     row, client = sdk_call(base_url, calls)
     before = rss_mb()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     with (root / "tickets.csv").open(encoding="utf-8", newline="") as handle:
         rows = iter(csv.DictReader(handle))
         done = 0
@@ -144,15 +167,16 @@ async def hand_loop(root: Path, base_url: str, concurrency: int, calls: int) -> 
                 done += 1
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     await client.close()
-    return done, seconds, before
+    return done, seconds, cpu, before
 
 
 async def engine_loop(
     root: Path, base_url: str, concurrency: int, calls: int, *, executor_kind: str, latency: float
-) -> tuple[int, float, float]:
-    """Rows done, seconds (reading the input included, imports and project loading not), RSS before."""
+) -> tuple[int, float, float, float]:
+    """Rows done, seconds and CPU seconds (reading the input included, imports and project
+    loading not), RSS before."""
 
     from runner.batch.engine import batch_budget, run_batch
     from runner.batch.executor import TaskExecutor
@@ -199,7 +223,7 @@ async def engine_loop(
         task_executor = TaskExecutor(project, task, rate_gate=gate, store_path=options.store_path)
         executor, closing = task_executor, task_executor.aclose  # type: ignore[assignment]
     before = rss_mb()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     with journal:
         summary = await run_batch(
             read_rows(source, task.inputs),
@@ -210,11 +234,11 @@ async def engine_loop(
             rate_gate=gate,
             base_options=options,
         )
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     await closing()
     if summary.counts["done"] != summary.total:
         raise SystemExit(f"not every row completed: {summary.counts}; first error: {first_error(root, executor_kind)}")
-    return summary.counts["done"], seconds, before
+    return summary.counts["done"], seconds, cpu, before
 
 
 def first_error(root: Path, executor_kind: str) -> str | None:
@@ -225,19 +249,48 @@ def first_error(root: Path, executor_kind: str) -> str | None:
     return found[0] if found else None
 
 
+def run_commands(root: Path, base_url: str, rows: int) -> tuple[int, float, float, float]:
+    """The first ``rows`` rows, one ``runner run`` command each, in turn: rows done, seconds,
+    CPU seconds, RSS before."""
+    import contextlib
+    import os
+
+    from runner.cli import cli
+
+    os.environ["OPENAI_API_KEY"] = "sk-bench"
+    with (root / "tickets.csv").open(encoding="utf-8", newline="") as handle:
+        subjects = [item["subject"] for _, item in zip(range(rows), csv.DictReader(handle), strict=False)]
+    before = rss_mb()
+    started, cpu = time.perf_counter(), time.process_time()
+    for subject in subjects:
+        argv = ["run", "triage", "--root", str(root), "--base-url", base_url, "-i", f"subject={subject}"]
+        with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            try:
+                cli.main(args=argv, prog_name="runner", standalone_mode=False)
+            except SystemExit as exit_:
+                if exit_.code not in (0, None):
+                    raise SystemExit(f"runner run exited {exit_.code}") from None
+    return len(subjects), time.perf_counter() - started, time.process_time() - cpu, before
+
+
 def child(args: argparse.Namespace) -> None:
     if args.tracemalloc:
         tracemalloc.start()
     if args.child == "hand":
-        done, seconds, before = asyncio.run(hand_loop(args.root, args.base_url, args.concurrency, args.calls))
+        done, seconds, cpu, before = asyncio.run(hand_loop(args.root, args.base_url, args.concurrency, args.calls))
+    elif args.child == "run":
+        done, seconds, cpu, before = run_commands(args.root, args.base_url, args.run_rows)
     else:
         kind = {"engine": "task", "engine-sdk": "sdk", "engine-sleep": "sleep"}[args.child]
         run = engine_loop(
             args.root, args.base_url, args.concurrency, args.calls, executor_kind=kind, latency=args.latency
         )
-        done, seconds, before = asyncio.run(run)
+        done, seconds, cpu, before = asyncio.run(run)
     heap = tracemalloc.get_traced_memory()[1] / 2**20 if args.tracemalloc else None
-    result = {"rows": done, "seconds": seconds, "rss_before_mb": before, "peak_rss_mb": rss_mb(), "heap_peak_mb": heap}
+    result = {
+        "rows": done, "seconds": seconds, "cpu_seconds": cpu, "rss_before_mb": before, "peak_rss_mb": rss_mb(),
+        "heap_peak_mb": heap,
+    }
     print(json.dumps(result))
 
 
@@ -255,7 +308,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--latency", type=float, default=0.1, help="server latency per call, seconds")
     parser.add_argument("--calls", type=int, default=1, help="model calls per row (the engine's task makes 1)")
-    parser.add_argument("--modes", default="hand,engine-sdk,engine,engine-sleep")
+    parser.add_argument("--modes", default="hand,engine-sdk,engine,engine-sleep,run")
+    parser.add_argument("--run-rows", type=int, default=50, help="rows the 'run' mode runs, one `runner run` each")
     parser.add_argument("--tracemalloc", action="store_true", help="also report the Python heap peak (slower)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
@@ -264,13 +318,15 @@ def main() -> None:
     if args.child:
         return child(args)
     modes = args.modes.split(",")
-    if "engine" in modes and args.calls != 1:
-        raise SystemExit("--calls must be 1 with the 'engine' mode (the bench task answers in one call)")
+    if ("engine" in modes or "run" in modes) and args.calls != 1:
+        raise SystemExit("--calls must be 1 with the 'engine' and 'run' modes (the bench task answers in one call)")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         _, script = write_fixtures(root, args.rows, args.latency)
+        compile_project(root)
         server, base_url = start_server(script)
         try:
+            warm_server(base_url)
             results = {mode: run_mode(mode, args, root, base_url) for mode in modes}
         finally:
             server.terminate()
@@ -281,16 +337,26 @@ def main() -> None:
 def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
     limit = args.concurrency / (args.calls * args.latency)
     print(f"rows {args.rows}, concurrency {args.concurrency}, {args.calls} call(s)/row, latency {args.latency}s")
-    print(f"physical limit: {limit:.1f} rows/s")
+    print(f"physical limit: {limit:.1f} rows/s; the 'run' mode runs {args.run_rows} rows one at a time")
     hand = results.get("hand")
     for mode, r in results.items():
-        rate = r["rows"] / r["seconds"]
+        rate, cpu = r["rows"] / r["seconds"], r["cpu_seconds"] / r["rows"]
         ratio = f"{rate / (hand['rows'] / hand['seconds']):.2f}x hand" if hand else "-"
         heap = f", heap peak {r['heap_peak_mb']:.1f} MiB" if r["heap_peak_mb"] is not None else ""
         print(
-            f"{mode:11s}: {rate:8.1f} rows/s = {rate / limit:5.1%} of the limit, {ratio:>10s}, "
-            f"peak RSS {r['peak_rss_mb']:.0f} MiB (+{r['peak_rss_mb'] - r['rss_before_mb']:.0f} during the rows){heap}"
+            f"{mode:12s}: {rate:8.1f} rows/s = {rate / limit:5.1%} of the limit, {ratio:>10s}, "
+            f"{cpu * 1000:6.2f} ms CPU/row{_ratio(cpu, hand, 'cpu')}, "
+            f"peak RSS {r['peak_rss_mb']:.0f} MiB{_ratio(r['peak_rss_mb'], hand, 'rss')} "
+            f"(+{r['peak_rss_mb'] - r['rss_before_mb']:.0f} during the rows){heap}"
         )
+
+
+def _ratio(value: float, hand: dict[str, Any] | None, what: str) -> str:
+    """`` (1.23x hand)`` for CPU per row or peak RSS, when the hand loop ran."""
+    if not hand:
+        return ""
+    base = hand["cpu_seconds"] / hand["rows"] if what == "cpu" else hand["peak_rss_mb"]
+    return f" ({value / base:.2f}x hand)"
 
 
 if __name__ == "__main__":

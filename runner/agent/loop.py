@@ -68,6 +68,7 @@ class ModelBinding:
     max_tokens: int
     temperature: float | None = None
     system_prompt: str = ""
+    prompt_cache_key: str | None = None  # sent with every call (runner.model.prompt_cache)
 
 
 @dataclass
@@ -85,6 +86,7 @@ class AgentEnv:
     output_schema: dict[str, Any] | None = None
     model_id: str | None = None  # the model actually called (after overrides / embedded fallback)
     other_agent: Callable[[str], ModelBinding] | None = None  # another agent's model (a judge's), by name
+    prompt_cache_key: str | None = None  # sent with every call (runner.model.prompt_cache)
 
 
 @dataclass
@@ -147,7 +149,8 @@ class _AgentRun:
         self.prompts = Prompts(agent.prompts)
         self.schema = env.output_schema or agent.output_schema
         self.own = ModelBinding(
-            agent.name, env.model, env.pricer, env.model_id or agent.model.id, agent.model.max_tokens, agent.model.temperature
+            agent.name, env.model, env.pricer, env.model_id or agent.model.id, agent.model.max_tokens,
+            agent.model.temperature, prompt_cache_key=env.prompt_cache_key,
         )
         self.checks: list[AnswerCheck] = build_checks(agent, self.schema, self.prompts, self.consult)
         self.outcome = AgentOutcome(status="running")
@@ -177,8 +180,10 @@ class _AgentRun:
             tool_choice=tool_choice if tools else "none",
             max_tokens=binding.max_tokens,
             temperature=binding.temperature,
+            prompt_cache_key=binding.prompt_cache_key,
         )
-        estimate = binding.pricer.estimate(request, binding.max_tokens, exact=needs_exact_prompt(env.budget, env.rate_gate is not None))
+        token_gate = env.rate_gate is not None and env.rate_gate.limits_tokens
+        estimate = binding.pricer.estimate(request, binding.max_tokens, exact=needs_exact_prompt(env.budget, token_gate))
         async with within_deadline(env.budget):
             if env.rate_gate is not None:  # wait first, so the caps are checked after the wait
                 await env.rate_gate.acquire(estimate.input_tokens + estimate.output_tokens)

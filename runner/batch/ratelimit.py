@@ -74,6 +74,11 @@ class SharedRateLimiter:
         self.waited_seconds = 0.0  # total time callers spent held here (for the batch report)
         self.pauses = 0
 
+    @property
+    def limits_tokens(self) -> bool:
+        """Whether a tokens-per-minute limit applies (then estimates must be tight)."""
+        return self._tokens is not None
+
     async def acquire(self, estimated_tokens: int) -> None:
         """Wait until one request of ``estimated_tokens`` may be sent, then count it."""
         started = self._clock()

@@ -17,7 +17,7 @@ from typing import Any
 from runner.batch.journal import STATUSES
 from runner.batch.records import BatchRecords
 from runner.config.specs import CAP_NAMES
-from runner.core.usage import Usage
+from runner.core.usage import Usage, cache_hit_rate
 from runner.errors import EXIT_CAPPED, EXIT_FAILED, EXIT_OK
 from runner.locations import Location, write_text
 
@@ -62,10 +62,12 @@ def batch_report(journal: BatchRecords, summary: BatchSummary | None = None, *, 
     durations: list[tuple[float, int, str | None]] = []  # a min-heap of the slowest rows
     errors: dict[str, dict[str, Any]] = defaultdict(lambda: {"count": 0, "example_ids": [], "example": None})
     not_run: dict[str, dict[str, Any]] = defaultdict(lambda: {"count": 0, "example_ids": []})
-    tokens = 0
+    tokens = input_tokens = cached_tokens = 0
     for record in journal.records():
         counts[record.status] += 1
         tokens += record.usage.total_tokens
+        input_tokens += record.usage.input_tokens
+        cached_tokens += record.usage.cached_input_tokens
         if record.attempts:
             costs.append(record.usage.cost_usd)
         if record.duration_seconds is not None:
@@ -87,6 +89,9 @@ def batch_report(journal: BatchRecords, summary: BatchSummary | None = None, *, 
         "counts": dict(counts),
         "cost_usd": round(sum(costs), 8),
         "tokens": tokens,
+        "input_tokens": input_tokens,
+        "cached_input_tokens": cached_tokens,
+        "cache_hit_rate": _rounded(cache_hit_rate(input_tokens, cached_tokens)),
         "cost_per_row_usd": _distribution(costs),
         "slowest_rows": [
             {"id": row_id, "row": -negative_row, "seconds": round(took, 3)} for took, negative_row, row_id in durations
@@ -111,6 +116,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     counts = [[status, str(n)] for status, n in report["counts"].items() if n] + [["**total**", f"**{report['rows']}**"]]
     lines += [table(Table(["status", "rows"], counts, [False, True])), ""]
     lines += [f"Spend: ${report['cost_usd']:.4f}, {report['tokens']:,} tokens.", ""]
+    if report["cache_hit_rate"] is not None:
+        hit, sent = 100 * report["cache_hit_rate"], report["input_tokens"]
+        lines += [f"Prompt cache: {hit:.1f}% of {sent:,} input tokens served from the endpoint's cache.", ""]
     cost = report["cost_per_row_usd"]
     if cost["rows"]:
         stats = [["USD", *(f"{cost[k]:.6f}" for k in ("mean", "p50", "p95", "max"))]]
@@ -188,3 +196,7 @@ def _percentile(ordered: list[float], percent: float) -> float:
 def _short(value: Any) -> str:
     text = "" if value is None else " ".join(str(value).split())
     return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _rounded(rate: float | None) -> float | None:
+    return None if rate is None else round(rate, 4)

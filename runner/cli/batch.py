@@ -12,6 +12,7 @@ import click
 from runner.cli.options import CapValue, EndpointURL, FiniteFloatRange, LocationType, ModelId, caps_from_flags
 from runner.cli.terminal import echo_line as echo
 from runner.config.project import find_root, load_project_or_raise
+from runner.core.usage import cache_hit_rate
 from runner.errors import EXIT_INTERRUPTED
 from runner.locations import Location
 
@@ -86,9 +87,11 @@ def _show(summary: dict[str, Any], as_json: bool) -> None:
         click.echo(json.dumps(summary, indent=2))
         return
     counts = ", ".join(f"{n} {status}" for status, n in summary["counts"].items() if n)
+    hit = cache_hit_rate(summary["input_tokens"], summary.get("cached_input_tokens") or 0)
+    cached = f" ({100 * hit:.1f}% of input from the prompt cache)" if hit else ""
     echo(
         f"batch {summary['batch_id']}: {summary['total']} rows ({counts}); ${summary['cost_usd']:.6f}, "
-        f"{summary['input_tokens'] + summary['output_tokens']} tokens, {summary['elapsed_seconds']}s"
+        f"{summary['input_tokens'] + summary['output_tokens']} tokens{cached}, {summary['elapsed_seconds']}s"
     )
     if summary["stop_reason"]:
         echo(f"stopped: {summary['stop_reason']}")

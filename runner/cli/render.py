@@ -11,6 +11,7 @@ import sys
 from typing import Any, TextIO
 
 from runner.cli.terminal import json_for_terminal, safe_line
+from runner.core.usage import cache_hit_rate
 
 
 class JsonLines:
@@ -74,9 +75,11 @@ class HumanLog:
         if kind == "step_reused":
             return f"[{e['step']}] reused from an earlier attempt ({e['status']})"
         if kind == "run_finished":
+            hit = cache_hit_rate(e["input_tokens"], e.get("cached_input_tokens") or 0)
+            cached = f" ({100 * hit:.1f}% of input from the prompt cache)" if hit else ""
             return (
                 f"run {e['run_id']} {e['status']} (exit {e['exit_code']}): {e['model_calls']} model call(s), "
-                f"{e['tool_calls']} tool call(s), {e['input_tokens'] + e['output_tokens']} tokens, ${e['cost_usd']:.6f}, "
+                f"{e['tool_calls']} tool call(s), {e['input_tokens'] + e['output_tokens']} tokens{cached}, ${e['cost_usd']:.6f}, "
                 f"{e['duration_seconds']}s" + (f"\n  reason: {e['error']}" if e.get("error") else "")
             )
         return None

@@ -24,7 +24,7 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], root: Path | None, fmt
     tools defined elsewhere resolve. Exit 0 when valid, 2 when not.
     """
     root = (root or (find_root(paths[0]) if paths else Path.cwd())).resolve()
-    project, problems = load_project(root, list(paths))
+    project, problems = load_project(root, list(paths), use_cache=False)  # validate always checks everything
     if paths:
         wanted = {display_path(p, root) for p in _expand(paths)}
         problems = [p for p in problems if p.file in wanted]

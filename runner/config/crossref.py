@@ -12,9 +12,11 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from runner.config.graph import ancestors, find_cycle
 from runner.config.prices import find_price, unpriced_message
 from runner.config.project_files import workspace_file_problem
 from runner.config.schema import check_schema, validate_part
+from runner.config.sources import Document, escape_pointer_token
 from runner.config.specs import AgentSpec, StepSpec, TaskSpec, ToolRef
 from runner.config.template_check import (
     SAMPLES,
@@ -25,7 +27,6 @@ from runner.config.template_check import (
     static_problems,
 )
 from runner.config.templates import Reference, TemplateError, environment, references
-from runner.config.yamlload import Document, escape_pointer_token
 from runner.errors import Problem, did_you_mean
 
 if TYPE_CHECKING:
@@ -33,19 +34,19 @@ if TYPE_CHECKING:
 
 
 def builtin_tool_names() -> list[str]:
-    from runner.tools.registry import default_registry
+    """The built-in tools' names (no tool is built to read them)."""
+    from runner.tools.builtins import builtin_names
 
-    return default_registry().names()
+    return builtin_names()
 
 
 def tool_settings_schemas(project: Project) -> dict[str, Mapping[str, Any]]:
     """Every tool a configuration may name (built-in or from tools.d), with the JSON Schema
-    of the settings it takes."""
-    from runner.tools.registry import default_registry
+    of the settings it takes; no tool is built to read them."""
+    from runner.tools.builtins import BUILTINS
     from runner.tools.settings import custom_settings_schema
 
-    registry = default_registry()
-    schemas = {name: registry.get(name).settings_schema for name in registry.names()}
+    schemas: dict[str, Mapping[str, Any]] = {entry.name: entry.settings_schema for entry in BUILTINS}
     schemas.update({name: custom_settings_schema(spec.data) for name, spec in project.tools.items()})
     return schemas
 
@@ -363,43 +364,3 @@ def coerce_default(kind: str, value: Any) -> Any:
     if (isinstance(value, bool) and kind != "boolean") or not isinstance(value, expected):
         raise ValueError(f"default {value!r} is not of type {kind}")
     return value
-
-
-def find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
-    """A dependency cycle as a list of ids (first repeated at the end), or ``None``."""
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for dep in graph.get(node, []):
-            if state.get(dep) == 1:
-                return [*stack[stack.index(dep):], dep]
-            if dep not in state:
-                found = visit(dep)
-                if found:
-                    return found
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for node in graph:
-        if node not in state:
-            found = visit(node)
-            if found:
-                return found
-    return None
-
-
-def ancestors(step_id: str, steps: tuple[StepSpec, ...]) -> set[str]:
-    """Every step ``step_id`` depends on, directly or not."""
-    deps = {s.id: s.depends_on for s in steps}
-    seen: set[str] = set()
-    todo = list(deps.get(step_id, ()))
-    while todo:
-        node = todo.pop()
-        if node not in seen:
-            seen.add(node)
-            todo.extend(deps.get(node, ()))
-    return seen

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.config.evals import ASSERTION_KINDS, VALUE_KINDS, EvalSpec, assertion_kinds
 from runner.config.schema import check_schema
-from runner.config.yamlload import Document
+from runner.config.sources import Document
 from runner.errors import Problem, did_you_mean
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from runner.config.project_files import FileRefused, boundary_for, read_prompt_file
+from runner.config.sources import Document
 from runner.config.specs import Caps
-from runner.config.yamlload import Document
 from runner.errors import Problem
 
 AssertionKind = Literal["equals", "contains", "regex", "json_schema", "approx", "status", "max_cost_usd", "max_latency_seconds"]

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
 from runner.config.specs import Price, build_prices
-from runner.config.yamlload import load_text
 
 LOCAL_MODEL_ID = "smollm2-135m"
 
 
 def default_prices() -> dict[str, Price]:
-    """The prices shipped with the runner."""
+    """The prices shipped with the runner (a new dict; the file is parsed once per process)."""
+    return dict(_shipped_prices())
+
+
+@cache
+def _shipped_prices() -> tuple[tuple[str, Price], ...]:
+    from runner.config.yamlload import load_text  # PyYAML only when the shipped file is read
+
     text = resources.files("runner.config").joinpath("prices.yaml").read_text("utf-8")
     (doc,) = load_text(text, "runner/config/prices.yaml", Path("prices.yaml"))
-    return build_prices(doc)
+    return tuple(build_prices(doc).items())
 
 
 def find_price(prices: dict[str, Price], model_id: str) -> Price | None:

@@ -2,7 +2,8 @@
 
 Loading goes: YAML with positions -> JSON Schema -> typed specs -> cross-reference checks
 (agents, tools, steps, templates, prices). All problems are collected, then raised together
-as one :class:`~runner.errors.ConfigError`.
+as one :class:`~runner.errors.ConfigError`. A project whose files are unchanged since a
+clean load is built from the compiled project cache instead (:mod:`runner.config.compiled`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.config import specs
+from runner.config.compiled import CachedProject, ConfigFile, cache_key, prompts_digest, read_cache, write_cache
 from runner.config.evals import EvalSpec, build_eval
 from runner.config.prices import default_prices
-from runner.config.schema import validate_document
+from runner.config.project_files import workspace_file_problem
+from runner.config.sources import Document, YamlError, read_config_bytes
 from runner.config.specs import AgentSpec, Price, TaskSpec, TelemetrySpec, ToolSpec
-from runner.config.yamlload import Document, YamlError, load_documents
 from runner.errors import ConfigError, Problem, did_you_mean
 from runner.knowledge.spec import KnowledgeSpec
 
@@ -35,6 +37,7 @@ class Project:
     prices: dict[str, Price] = field(default_factory=default_prices)
     documents: dict[tuple[str, str], Document] = field(default_factory=dict)
     task_files: dict[Path, str] = field(default_factory=dict)
+    price_documents: list[Document] = field(default_factory=list)
     hashes: dict[str, str] = field(default_factory=dict)  # task name -> resolved config hash
     telemetry: TelemetrySpec | None = None  # a kind: Telemetry document (one per project)
     evals: dict[str, EvalSpec] = field(default_factory=dict)
@@ -83,23 +86,59 @@ def config_files(root: Path, extra: list[Path] | None = None) -> list[Path]:
     return list(unique)
 
 
-def load_project(root: Path, extra: list[Path] | None = None) -> tuple[Project, list[Problem]]:
-    """Load and check the project at ``root``. Returns the project and every problem found."""
-    project = Project(root=root.resolve())
+def load_project(root: Path, extra: list[Path] | None = None, *, use_cache: bool = True) -> tuple[Project, list[Problem]]:
+    """Load and check the project at ``root``. Returns the project and every problem found.
+
+    An unchanged project is built from the compiled project cache (:mod:`runner.config.compiled`)
+    without being parsed or checked again; ``use_cache=False`` checks everything. A load that
+    finds no problem refreshes the cache."""
+    root = root.resolve()
+    files, problems = _read_files(config_files(root, extra), root)
+    key = cache_key(root, files) if not problems else None
+    if use_cache and key is not None:
+        cached = read_cache(root, key)
+        project = _from_cache(root, cached) if cached is not None else None
+        if project is not None:
+            return project, []
+    project, found = _load(root, files)
+    problems += found
+    if key is not None and not problems:
+        documents = list(project.documents.values()) + project.price_documents
+        write_cache(root, key, documents, project.prices, _prompts_digest(project))
+    return project, problems
+
+
+def _read_files(paths: list[Path], root: Path) -> tuple[list[ConfigFile], list[Problem]]:
+    """The bytes of every configuration file, and a problem for each that cannot be read."""
+    files: list[ConfigFile] = []
+    problems: list[Problem] = []
+    for path in paths:
+        display = display_path(path, root)
+        try:
+            files.append(ConfigFile(path, display, read_config_bytes(path, display)))
+        except YamlError as exc:
+            problems.append(exc.problem)
+        except OSError as exc:
+            problems.append(Problem(display, 1, 1, "", f"cannot read file: {exc.strerror}"))
+    return files, problems
+
+
+def _load(root: Path, files: list[ConfigFile]) -> tuple[Project, list[Problem]]:
+    """The full load: parse, validate against the schemas, build, cross-check."""
+    from runner.config.schema import validate_document
+    from runner.config.yamlload import parse_config_bytes
+
+    project = Project(root=root)
     problems: list[Problem] = []
     valid: list[Document] = []
-    for path in config_files(project.root, extra):
-        display = display_path(path, project.root)
+    for item in files:
         try:
-            documents = load_documents(path, display)
+            documents = parse_config_bytes(item.raw, item.display, item.path)
         except YamlError as exc:
             problems.append(exc.problem)
             continue
-        except OSError as exc:
-            problems.append(Problem(display, 1, 1, "", f"cannot read file: {exc.strerror}"))
-            continue
         if not documents:
-            problems.append(Problem(display, 1, 1, "", "empty file; expected a document with apiVersion and kind"))
+            problems.append(Problem(item.display, 1, 1, "", "empty file; expected a document with apiVersion and kind"))
         for doc in documents:
             found = validate_document(doc)
             problems.extend(found)
@@ -114,7 +153,36 @@ def load_project(root: Path, extra: list[Path] | None = None) -> tuple[Project, 
     return project, problems
 
 
+def _from_cache(root: Path, cached: CachedProject) -> Project | None:
+    """The project a cache entry describes, or ``None`` when the file system no longer agrees
+    with it (a prompt file refused or changed, a workspace file refused): the caller then
+    loads in full, which reports why."""
+    prices = {model: Price(*values) for model, values in cached.prices.items()}
+    project = Project(root=root, prices=prices)
+    if _build(project, list(cached.documents)) or _prompts_digest(project) != cached.prompts_digest:
+        return None
+    refused = any(workspace_file_problem(rel, root) for task in project.tasks.values() for rel in task.workspace_files)
+    if refused or (project.evals and _dataset_problems(project)):
+        return None
+    return project
+
+
+def _dataset_problems(project: Project) -> bool:
+    """Whether an eval's checks now fail: its dataset is read from disk, not hashed."""
+    from runner.config.eval_checks import check_evals
+
+    return bool(check_evals(project))
+
+
+def _prompts_digest(project: Project) -> str:
+    """The digest of every prompt read while building (agents' prompt fields, eval variants')."""
+    agents = (text for agent in project.agents.values() for text in (agent.system_prompt, agent.next_step_prompt))
+    variants = (v.system_prompt or "" for spec in project.evals.values() for v in spec.variants)
+    return prompts_digest([*agents, "\0evals", *variants])
+
+
 def load_project_or_raise(root: Path, extra: list[Path] | None = None) -> Project:
+    """The project at ``root``; :class:`~runner.errors.ConfigError` listing every problem otherwise."""
     project, problems = load_project(root, extra)
     if problems:
         raise ConfigError(problems)
@@ -148,6 +216,7 @@ def _build(project: Project, documents: list[Document]) -> list[Problem]:
         kind, name = doc.data["kind"], doc.data.get("name", "")
         if kind == "Prices":
             project.prices.update(specs.build_prices(doc))
+            project.price_documents.append(doc)
             continue
         if kind == "Telemetry":
             problems.extend(_set_telemetry(project, doc))

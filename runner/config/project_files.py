@@ -20,7 +20,7 @@ import os
 import stat
 from pathlib import Path
 
-from runner.config.yamlload import file_kind
+from runner.config.sources import file_kind
 
 MAX_PROMPT_BYTES = 256 * 1024
 _MAX_PATH = 4096

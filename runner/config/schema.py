@@ -2,8 +2,10 @@
 
 The schemas in ``runner/config/schemas/`` are the only definition of the language:
 nothing else lists the allowed keys. This module loads them (package data), validates a
-:class:`~runner.config.yamlload.Document` and turns each jsonschema error into a located
-:class:`~runner.errors.Problem`.
+:class:`~runner.config.sources.Document` and turns each jsonschema error into a located
+:class:`~runner.errors.Problem`. ``jsonschema`` is imported when something is first
+validated, not with this module: a run of an unchanged project (see
+:mod:`runner.config.compiled`) whose agents declare no output schema never needs it.
 """
 
 from __future__ import annotations
@@ -12,14 +14,15 @@ import json
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError, best_match
-from referencing import Registry, Resource
-
-from runner.config.yamlload import Document, escape_pointer_token
+from runner.config.sources import Document, escape_pointer_token
 from runner.errors import Problem, did_you_mean
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
+    from referencing import Registry
 
 KINDS = {"Agent": "agent", "Task": "task", "Tool": "tool", "Prices": "prices", "Telemetry": "telemetry", "Eval": "eval",
          "Knowledge": "knowledge"}
@@ -37,6 +40,8 @@ def schema(name: str) -> dict[str, Any]:
 
 @cache
 def _registry() -> Registry:
+    from referencing import Registry, Resource
+
     resources_ = [(BASE_URI + f"{n}.schema.json", Resource.from_contents(schema(n))) for n in SCHEMA_NAMES]
     return Registry().with_resources(resources_)  # type: ignore[no-any-return]
 
@@ -44,6 +49,8 @@ def _registry() -> Registry:
 @cache
 def validator(name: str) -> Draft202012Validator:
     """A validator for the schema ``name``, resolving references to sibling schemas."""
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(schema(name), registry=_registry())
 
 
@@ -66,18 +73,24 @@ def validate_document(doc: Document) -> list[Problem]:
 def validate_part(doc: Document, pointer: str, value: Any, json_schema: Mapping[str, Any]) -> list[Problem]:
     """Validate the part of ``doc`` at ``pointer`` against ``json_schema`` (e.g. a tool's
     settings against the settings that tool declares); located problems, as for documents."""
+    from jsonschema import Draft202012Validator
+
     errors = sorted(Draft202012Validator(json_schema).iter_errors(value), key=lambda e: list(e.absolute_path))
     return _dedupe([p for error in errors for p in _to_problems(doc, error, prefix=pointer)])
 
 
 def validate_value(value: Any, json_schema: dict[str, Any]) -> list[str]:
     """Validate an arbitrary value (e.g. a model's output) against a user's schema."""
+    from jsonschema import Draft202012Validator
+
     checker = Draft202012Validator(json_schema)
     return [f"{_pointer(e)}: {e.message}" for e in checker.iter_errors(value)]
 
 
 def check_schema(json_schema: Any) -> str | None:
     """``None`` if ``json_schema`` is a valid Draft 2020-12 schema, else the reason."""
+    from jsonschema import Draft202012Validator
+
     try:
         Draft202012Validator.check_schema(json_schema)
     except Exception as exc:  # jsonschema raises SchemaError; keep the message only
@@ -92,6 +105,8 @@ def _pointer(error: ValidationError) -> str:
 def _to_problems(doc: Document, error: ValidationError, prefix: str = "") -> list[Problem]:
     if error.validator in ("oneOf", "anyOf") and error.context:
         # the branch of the value's own type (a mapping where a string or a mapping is allowed) says more
+        from jsonschema.exceptions import best_match
+
         same_type = [e for e in error.context if not (e.validator == "type" and not e.relative_path)]
         error = best_match(same_type or error.context)
     pointer = prefix + _pointer(error)

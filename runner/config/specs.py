@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from runner.config.project_files import FileRefused, boundary_for, read_prompt_file
+from runner.config.sources import Document, escape_pointer_token
 from runner.config.templates import LocatedTemplate, Origin
-from runner.config.yamlload import Document, escape_pointer_token
 from runner.core.steps import StepKind
 from runner.errors import Problem
 from runner.knowledge.spec import KnowledgeSpec
@@ -72,6 +72,7 @@ class ModelSpec:
     timeout_seconds: float = 60.0
     retries: int = 3
     context_window: int = 32768
+    prompt_cache_key: str | bool | None = None  # None: derived, sent to OpenAI's API only (runner.model.prompt_cache)
     source: str = field(default="", compare=False, repr=False)  # the agent file, for messages
 
 

@@ -8,6 +8,11 @@ from typing import Any, Protocol
 class RateGate(Protocol):
     """A shared rate limiter the run consults before each model call (batch runs)."""
 
+    @property
+    def limits_tokens(self) -> bool:
+        """Whether :meth:`acquire` holds calls by their estimated tokens (a tokens-per-minute
+        limit): only then must a call's prompt be counted tightly for the gate."""
+
     async def acquire(self, estimated_tokens: int) -> None: ...
 
     def pause(self, seconds: float) -> None:

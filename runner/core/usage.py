@@ -27,6 +27,12 @@ class Usage:
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    @property
+    def cache_hit_rate(self) -> float | None:
+        """The share of input tokens the endpoint served from its prompt cache (``None``
+        when nothing was sent)."""
+        return cache_hit_rate(self.input_tokens, self.cached_input_tokens)
+
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             self.input_tokens + other.input_tokens,
@@ -61,3 +67,11 @@ class Usage:
         data = data or {}
         ints = {f.name: int(data.get(f.name) or 0) for f in fields(cls) if f.name != "cost_usd"}
         return cls(**ints, cost_usd=float(data.get("cost_usd") or 0.0))
+
+
+def cache_hit_rate(input_tokens: float, cached_input_tokens: float) -> float | None:
+    """``cached_input_tokens / input_tokens`` (at most 1), or ``None`` without input tokens;
+    the one definition the run and batch reports share."""
+    if input_tokens <= 0:
+        return None
+    return min(max(cached_input_tokens, 0) / input_tokens, 1.0)

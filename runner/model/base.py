@@ -56,6 +56,7 @@ class ModelRequest:
     tool_choice: str = "auto"  # auto | none | required
     max_tokens: int | None = None
     temperature: float | None = None
+    prompt_cache_key: str | None = None  # sent as ``prompt_cache_key`` (see runner.model.prompt_cache)
 
 
 @dataclass(frozen=True)

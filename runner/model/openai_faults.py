@@ -8,6 +8,7 @@ may echo the key) and never the request (its headers hold ``Bearer sk-…``).
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable
 
 import openai
@@ -54,14 +55,15 @@ def classify(exc: Exception, secrets: Iterable[str | None]) -> Fault:
 
 
 def _transport_errors(*names: str) -> tuple[type[BaseException], ...]:
-    """The SDK's transport exception classes of these names (its httpx, or httpx2 fork)."""
+    """The SDK's transport exception classes of these names (its httpx, or httpx2 fork).
+
+    Only a transport the SDK has already imported is looked at: importing another one would
+    load it for nothing (plain httpx also brings its command line: click, rich, pygments)."""
     found: list[type[BaseException]] = []
     for module_name in ("httpx2", "httpx"):
-        try:
-            module = __import__(module_name)
-        except ImportError:
-            continue
-        found += [getattr(module, name) for name in names if hasattr(module, name)]
+        module = sys.modules.get(module_name)
+        if module is not None:
+            found += [getattr(module, name) for name in names if hasattr(module, name)]
     return tuple(found)
 
 

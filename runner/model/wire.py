@@ -25,11 +25,13 @@ def request_body(request: ModelRequest, *, max_tokens_field: str = "max_tokens")
     Fields that are ``None`` are left out so the endpoint's defaults apply; ``tools`` and
     ``tool_choice`` are sent only when tools are offered (some servers reject an empty
     list). ``max_tokens_field`` may be ``"max_completion_tokens"`` for newer OpenAI models.
+
+    The order is the cache order: what every call of an agent shares (model, tools, the
+    parameters, ``prompt_cache_key``) comes first and the messages last, so the bodies of
+    two rows of a batch are byte-identical up to the first message that differs (the
+    messages themselves start with the system prompt and the examples, the goal after them).
     """
-    body: dict[str, Any] = {
-        "model": request.model,
-        "messages": [message.to_openai() for message in request.messages],
-    }
+    body: dict[str, Any] = {"model": request.model}
     if request.tools:
         body["tools"] = [dict(tool) for tool in request.tools]
         body["tool_choice"] = request.tool_choice
@@ -37,6 +39,9 @@ def request_body(request: ModelRequest, *, max_tokens_field: str = "max_tokens")
         body[max_tokens_field] = request.max_tokens
     if request.temperature is not None:
         body["temperature"] = request.temperature
+    if request.prompt_cache_key is not None:
+        body["prompt_cache_key"] = request.prompt_cache_key
+    body["messages"] = [message.to_openai() for message in request.messages]
     return body
 
 
@@ -64,11 +69,14 @@ def parse_completion(data: object) -> ModelResponse:
 
 
 def parse_usage(usage: object) -> Usage:
-    """Read ``prompt_tokens``, ``completion_tokens`` and cached prompt tokens (0 when absent)."""
+    """Read ``prompt_tokens``, ``completion_tokens`` and cached prompt tokens (0 when absent):
+    OpenAI's ``prompt_tokens_details.cached_tokens``, else DeepSeek's ``prompt_cache_hit_tokens``."""
     if not isinstance(usage, Mapping):
         return Usage()
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    if cached is None:
+        cached = usage.get("prompt_cache_hit_tokens")
     return Usage(
         input_tokens=_as_int(usage.get("prompt_tokens")),
         output_tokens=_as_int(usage.get("completion_tokens")),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runner.config.crossref import ancestors
+from runner.config.graph import ancestors
 from runner.config.specs import PipelineSpec, StepSpec, TaskSpec
 from runner.core.status import Status, as_final, worst
 from runner.core.steps import StepRecord

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.config.crossref import find_cycle
+from runner.config.graph import find_cycle
 from runner.config.schema import schema, validate_value
 from runner.config.specs import PlannerSpec
 from runner.config.templates import TemplateError, render

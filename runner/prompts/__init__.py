@@ -11,14 +11,14 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
 FILES = ("agent.yaml", "planning.yaml")
 
 
 @cache
 def defaults() -> dict[str, str]:
     """Every default prompt by name (names are unique across the files)."""
+    import yaml  # only when a default prompt is first needed
+
     merged: dict[str, str] = {}
     for name in FILES:
         text = resources.files("runner.prompts").joinpath(name).read_text("utf-8")

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runner.core.usage import cache_hit_rate
 from runner.reports import charts, formatting
 from runner.reports.tables import Table
 
@@ -51,14 +52,15 @@ def breakdown(rollups: Mapping[str, Mapping[str, Any]], *, name_header: str, tot
             formatting.count(usage["model_calls"]),
             formatting.count(usage["input_tokens"]),
             formatting.count(usage["cached_input_tokens"]),
+            formatting.rate(cache_hit_rate(usage["input_tokens"], usage["cached_input_tokens"])),
             formatting.count(usage["output_tokens"]),
             formatting.usd(usage["cost_usd"]),
             formatting.percent(usage["cost_usd"], total_cost),
         ]
         for name, usage in ordered
     ]
-    columns = [name_header, "Model calls", "Input tokens", "Cached", "Output tokens", "USD", "Share"]
-    return Table(columns, rows, [False] + [True] * 6)
+    columns = [name_header, "Model calls", "Input tokens", "Cached", "Cache hit", "Output tokens", "USD", "Share"]
+    return Table(columns, rows, [False] + [True] * 7)
 
 
 def cap_uses(record: Mapping[str, Any]) -> list[CapUse]:

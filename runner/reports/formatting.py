@@ -46,6 +46,11 @@ def timestamp(value: str | None) -> str:
     return f"{moment:%Y-%m-%d %H:%M:%S} {offset}"
 
 
+def rate(value: float | None) -> str:
+    """A fraction as a percentage (``42.0%``); ``—`` when unknown."""
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
 def percent(part: float, whole: float) -> str:
     """``part`` as a share of ``whole`` (``12.5%``); ``—`` when ``whole`` is 0."""
     return "—" if not whole else f"{100 * part / whole:.1f}%"

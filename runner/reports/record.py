@@ -16,8 +16,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
 SCHEMA_VERSION = "runner.report/v1"
 USAGE_KEYS = (
     "input_tokens",
@@ -44,6 +42,8 @@ def validate_record(record: Mapping[str, Any]) -> None:
     Raises :class:`ValueError` whose message lists every problem, one per line, as
     ``/json/pointer: message``.
     """
+    from jsonschema import Draft202012Validator  # imported only when a record is validated
+
     validator = Draft202012Validator(report_schema())
     problems = [
         f"{_pointer(error.absolute_path)}: {error.message}"

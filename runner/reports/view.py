@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any
 
+from runner.core.usage import cache_hit_rate
 from runner.reports import costs, formatting
 from runner.reports.changes import Changes, compare_runs
 from runner.reports.costs import CapUse
@@ -169,10 +170,19 @@ def _facts(record: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("Duration", formatting.seconds(record["duration_seconds"])),
         ("Cost", formatting.usd(total["cost_usd"])),
         ("Tokens", formatting.count(total["total_tokens"])),
+        ("Prompt cache", _cache_fact(total)),
         ("Steps", formatting.count(len(record["steps"]))),
         ("Model calls", formatting.count(total["model_calls"])),
         ("Tool calls", formatting.count(total["tool_calls"])),
     ]
+
+
+def _cache_fact(total: Mapping[str, Any]) -> str:
+    """The prompt-cache hit rate: ``42.0% of 12,000 input tokens`` (``—`` without input)."""
+    hit = cache_hit_rate(total["input_tokens"], total["cached_input_tokens"])
+    if hit is None:
+        return "—"
+    return f"{formatting.rate(hit)} of {formatting.count(total['input_tokens'])} input tokens"
 
 
 def _narrative(output: Any) -> Narrative:

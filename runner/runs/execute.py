@@ -9,6 +9,7 @@ before anything is spent.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import re
@@ -43,6 +44,7 @@ from runner.runs.workspace import default_workspace as default_workspace  # re-e
 from runner.store.database import resolve_store
 from runner.store.recorder import RunRecorder
 from runner.store.runstore import RunStore, now_iso
+from runner.tools.base import Tool
 from runner.tools.registry import ToolRegistry
 
 
@@ -194,12 +196,14 @@ async def _run_steps(ctx: RunContext) -> PipelineOutcome:
 async def _registry(project: Project, task: TaskSpec, stack: contextlib.AsyncExitStack) -> ToolRegistry:
     """Built-in and custom tools for this run; MCP servers the task's agents use are started
     here and stopped when the run ends. Fails closed when a sandboxed tool has no sandbox."""
-    from runner.tools.custom import build_custom_tool
     from runner.tools.registry import default_registry
-    from runner.tools.sandbox import ensure_sandbox
+    from runner.tools.settings import custom_settings_schema
 
     registry = default_registry()
-    registry.extend(build_custom_tool(t.data, t.source) for t in project.tools.values() if t.type != "mcp")
+    for spec in project.tools.values():
+        if spec.type != "mcp":  # built when first looked up: a run builds only the tools it uses
+            build = functools.partial(_build_custom_tool, spec.data, spec.source)
+            registry.register_lazy(spec.name, spec.source, custom_settings_schema(spec.data), build)
     used = _tools_used(project, task)
     for spec in project.tools.values():
         if spec.type == "mcp" and any(name == spec.name or name.startswith(spec.name + "__") for name in used):
@@ -208,8 +212,16 @@ async def _registry(project: Project, task: TaskSpec, stack: contextlib.AsyncExi
             registry.extend(await stack.enter_async_context(McpToolset(spec.data, spec.source)))
     sandboxed = [name for name, mode in used.items() if name in registry and registry.get(name).needs_sandbox and mode != "none"]
     if sandboxed:
+        from runner.tools.sandbox import ensure_sandbox
+
         ensure_sandbox()
     return registry
+
+
+def _build_custom_tool(data: dict[str, Any], source: str) -> Tool:
+    from runner.tools.custom import build_custom_tool  # its modules load only when a run uses one
+
+    return build_custom_tool(data, source)
 
 
 def _tools_used(project: Project, task: TaskSpec) -> dict[str, str]:

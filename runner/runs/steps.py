@@ -22,6 +22,7 @@ from runner.core.status import Status
 from runner.core.steps import StepKind, StepRecord, ToolCallSummary
 from runner.core.usage import Usage
 from runner.errors import CapReached, ConfigError, ToolFailure
+from runner.model.prompt_cache import prompt_cache_key
 from runner.redact import redact_secrets
 from runner.runs.context import RunContext
 from runner.runs.toolbox import ToolBox, tool_context
@@ -112,6 +113,7 @@ async def run_agent_step(
         output_schema=output_schema,
         model_id=endpoint.model_id,
         other_agent=lambda name: model_binding(ctx, name),
+        prompt_cache_key=prompt_cache_key(agent, endpoint.model_id, endpoint.provider, endpoint.base_url),
     )
     outcome = await run_agent(agent, goal, env)
     record = replace(
@@ -211,6 +213,7 @@ def model_binding(ctx: RunContext, name: str) -> ModelBinding:
     return ModelBinding(
         agent.name, ctx.pool.get(endpoint, agent.model), ctx.pricer(endpoint), endpoint.model_id,
         agent.model.max_tokens, agent.model.temperature, agent.system_prompt,
+        prompt_cache_key(agent, endpoint.model_id, endpoint.provider, endpoint.base_url),
     )  # fmt: skip
 
 

@@ -147,6 +147,7 @@ def tool(
     needs_sandbox: bool = False,
     terminates: bool = False,
     settings_schema: Mapping[str, Any] | None = None,
+    blocking: bool = True,
 ) -> Callable[[ToolFunction], Tool]: ...
 def tool(
     function: ToolFunction | None = None,
@@ -157,20 +158,23 @@ def tool(
     needs_sandbox: bool = False,
     terminates: bool = False,
     settings_schema: Mapping[str, Any] | None = None,
+    blocking: bool = True,
 ) -> Tool | Callable[[ToolFunction], Tool]:
     """Make a :class:`Tool` from a function; usable bare (``@tool``) or with options.
 
     The schema comes from the signature (pydantic validates and coerces the arguments) and
     parameter descriptions from the docstring's ``Args:`` section. A first parameter named
     ``ctx`` receives the :class:`ToolContext` and is not offered to the model. Sync
-    functions run in a worker thread. ``settings_schema``: the settings the tool reads
-    (default: none).
+    functions run in a worker thread, unless ``blocking=False`` says the function does only
+    quick, bounded work (no I/O), which then runs on the event loop without a thread hop.
+    ``settings_schema``: the settings the tool reads (default: none).
     """
 
     def decorate(fn: ToolFunction) -> Tool:
         return tool_from_function(
-            fn, name=name, kind=kind, needs_sandbox=needs_sandbox, terminates=terminates, settings_schema=settings_schema
-        )
+            fn, name=name, kind=kind, needs_sandbox=needs_sandbox, terminates=terminates,
+            settings_schema=settings_schema, blocking=blocking,
+        )  # fmt: skip
 
     return decorate(function) if function is not None else decorate
 
@@ -185,6 +189,7 @@ def tool_from_function(
     needs_sandbox: bool = False,
     terminates: bool = False,
     settings_schema: Mapping[str, Any] | None = None,
+    blocking: bool = True,
 ) -> Tool:
     """Build a :class:`Tool` from a Python function (see :func:`tool`)."""
     arguments = PydanticArguments.from_function(fn, skip=("ctx",))
@@ -195,8 +200,10 @@ def tool_from_function(
         call_args = {"ctx": ctx, **args} if takes_ctx else args
         if is_async:
             value = await fn(**call_args)
-        else:
+        elif blocking:
             value = await asyncio.to_thread(fn, **call_args)
+        else:
+            value = fn(**call_args)
         return to_result(value)
 
     return Tool(

@@ -2,6 +2,9 @@
 
 Built-ins and custom tools are registered the same way. A registry is a plain object
 (no module-level state): :func:`default_registry` builds a new one with every built-in.
+A tool can be registered before it is built (:meth:`ToolRegistry.register_lazy`): its
+name and settings are known at once, and it is built the first time it is looked up, so
+listing or validating names builds nothing and a run builds only the tools it uses.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ import asyncio
 import difflib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from runner import untrusted_json
@@ -35,14 +39,24 @@ class UnknownTool(InvalidToolCall):
         super().__init__(f"unknown tool '{name}'.{hint} Available tools: {', '.join(known)}")
 
 
+@dataclass(frozen=True)
+class PendingTool:
+    """A tool registered by name, built on first use by ``build``."""
+
+    name: str
+    source: str
+    settings_schema: Mapping[str, Any]
+    build: Callable[[], Tool]
+
+
 class ToolRegistry:
     """Named tools; offers them in OpenAI function format and invokes them by name."""
 
     def __init__(self, tools: Iterable[Tool] = ()):
-        self._tools: dict[str, Tool] = {}
+        self._tools: dict[str, Tool | PendingTool] = {}
         self.extend(tools)
 
-    def register(self, tool: Tool) -> None:
+    def register(self, tool: Tool | PendingTool) -> None:
         """Add ``tool``; a second tool with the same name is an error naming both sources."""
         if not TOOL_NAME.match(tool.name):
             raise ConfigError(f"{tool.source}: tool name '{tool.name}' must match {TOOL_NAME.pattern}")
@@ -51,17 +65,33 @@ class ToolRegistry:
             raise ConfigError(f"tool '{tool.name}' is defined twice: {existing.source} and {tool.source}")
         self._tools[tool.name] = tool
 
+    def register_lazy(self, name: str, source: str, settings_schema: Mapping[str, Any], build: Callable[[], Tool]) -> None:
+        """Add a tool that ``build`` makes the first time it is looked up; ``settings_schema``
+        (what the built tool will declare) answers :meth:`settings_schema` without building."""
+        self.register(PendingTool(name, source, settings_schema, build))
+
     def extend(self, tools: Iterable[Tool]) -> None:
         """Register several tools."""
         for tool in tools:
             self.register(tool)
 
     def get(self, name: str) -> Tool:
-        """The tool called ``name``; :class:`UnknownTool` (with a suggestion) otherwise."""
+        """The tool called ``name`` (built now if it was registered lazily); :class:`UnknownTool`
+        (with a suggestion) otherwise."""
         try:
-            return self._tools[name]
+            found = self._tools[name]
         except KeyError:
             raise UnknownTool(name, self.names()) from None
+        if isinstance(found, PendingTool):
+            found = self._tools[name] = _built(found)
+        return found
+
+    def settings_schema(self, name: str) -> Mapping[str, Any]:
+        """The JSON Schema of the settings tool ``name`` takes, without building it."""
+        found = self._tools.get(name)
+        if found is None:
+            raise UnknownTool(name, self.names())
+        return found.settings_schema
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
@@ -105,10 +135,20 @@ class ToolRegistry:
 
 
 def default_registry() -> ToolRegistry:
-    """A new registry holding every built-in tool."""
-    from runner.tools.builtins import builtin_tools
+    """A new registry holding every built-in tool (each built when first looked up)."""
+    from runner.tools.builtins import BUILTINS
 
-    return ToolRegistry(builtin_tools())
+    registry = ToolRegistry()
+    for entry in BUILTINS:
+        registry.register_lazy(entry.name, entry.source, entry.settings_schema, entry.build)
+    return registry
+
+
+def _built(pending: PendingTool) -> Tool:
+    tool = pending.build()
+    if tool.name != pending.name:
+        raise ConfigError(f"{pending.source}: registered as tool '{pending.name}' but builds tool '{tool.name}'")
+    return tool
 
 
 def _openai_tool(tool: Tool) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from runner.tools.search_providers import PROVIDERS
+
 TIMEOUT_SECONDS: dict[str, Any] = {
     "description": "Wall-clock seconds one call may take (replaces the sandbox's wall_seconds).",
     "type": "number",
@@ -59,3 +61,42 @@ def _typed(spec: Mapping[str, Any]) -> dict[str, Any]:
         if key in spec:
             schema[key] = spec[key]
     return schema
+
+
+WEB_SEARCH_SETTINGS: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["provider"],
+    "properties": {
+        "provider": {"description": "Which search API answers: " + ", ".join(PROVIDERS) + ".", "enum": list(PROVIDERS)},
+        "url": {
+            "description": "The provider's search endpoint (required for searxng, e.g. https://searx.example.org/search).",
+            "type": "string",
+            "pattern": "^https?://",
+            "maxLength": 2048,
+        },
+        "api_key_env": {
+            "description": "NAME of the environment variable that holds the API key (never the key itself).",
+            "type": "string",
+            "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
+        },
+        "max_results": {"description": "Results per search at most (default 5).", "type": "integer", "minimum": 1, "maximum": 20},
+        "timeout_seconds": TIMEOUT_SECONDS,
+    },
+    "allOf": [
+        {"if": {"properties": {"provider": {"const": "searxng"}}}, "then": {"required": ["url"]}},
+        {"if": {"properties": {"provider": {"enum": ["brave", "tavily"]}}}, "then": {"required": ["api_key_env"]}},
+    ],
+}
+
+
+BROWSE_SETTINGS = settings_schema(
+    timeout_seconds={"description": "Seconds one call may take, navigation and actions included (default 30).",
+                     "type": "number", "exclusiveMinimum": 0, "maximum": 600},
+    max_run_seconds={"description": "Seconds all browse calls of one run may take together (default 300).",
+                     "type": "number", "exclusiveMinimum": 0, "maximum": 7200},
+    max_page_bytes={"description": "Bytes the page may load in one call, every request together (default 5000000).",
+                    "type": "integer", "minimum": 10000, "maximum": 200000000},
+    settle_seconds={"description": "After the DOM is ready, how long to let scripts and late requests finish (default 2).",
+                    "type": "number", "minimum": 0, "maximum": 60},
+)  # fmt: skip

@@ -43,7 +43,8 @@ def test_tables_and_figures(record: dict[str, Any]) -> None:
     assert "![Cost by step (USD)](cost_by_step.png)" in text
     assert "- [data/summary.csv](artifacts/data/summary.csv)" in text
     assert "| write_summary | synthesis | writer | completed | 14.1 s | 10,950 | 0 | $0.0288 |" in text
-    assert "| gpt-4.1-mini | 6 | 9,300 | 2,048 | 1,090 | $0.005700 | 16.5% |" in text
+    assert "| gpt-4.1-mini | 6 | 9,300 | 2,048 | 22.0% | 1,090 | $0.005700 | 16.5% |" in text  # 2,048 / 9,300 cached
+    assert "**Prompt cache:** 10.7% of 19,100 input tokens" in text
     assert "| Cost | $0.0500 | $0.0345 | 69% | ok |" in text
     assert "Config hash: `sha256:" in text
 

@@ -19,19 +19,9 @@ from runner.tools.base import ToolContext, ToolResult, tool
 from runner.tools.browser import BrowseLimits, BrowserTab
 from runner.tools.net import check_destination
 from runner.tools.paths import write_workspace_file
-from runner.tools.settings import settings_schema
+from runner.tools.settings import BROWSE_SETTINGS
 
 MAX_LINKS = 40
-BROWSE_SETTINGS = settings_schema(
-    timeout_seconds={"description": "Seconds one call may take, navigation and actions included (default 30).",
-                     "type": "number", "exclusiveMinimum": 0, "maximum": 600},
-    max_run_seconds={"description": "Seconds all browse calls of one run may take together (default 300).",
-                     "type": "number", "exclusiveMinimum": 0, "maximum": 7200},
-    max_page_bytes={"description": "Bytes the page may load in one call, every request together (default 5000000).",
-                    "type": "integer", "minimum": 10000, "maximum": 200000000},
-    settle_seconds={"description": "After the DOM is ready, how long to let scripts and late requests finish (default 2).",
-                    "type": "number", "minimum": 0, "maximum": 60},
-)  # fmt: skip
 
 
 class Action(BaseModel):

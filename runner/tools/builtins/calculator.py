@@ -46,7 +46,7 @@ _FUNCTIONS: dict[str, Callable[..., Number]] = {
 }  # fmt: skip
 
 
-@tool
+@tool(blocking=False)  # bounded arithmetic, no I/O: no thread needed
 def calculator(expression: str) -> ToolResult:
     """Evaluate an arithmetic expression exactly as written and return the number.
 

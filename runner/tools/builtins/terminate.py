@@ -7,7 +7,7 @@ from typing import Literal
 from runner.tools.base import ToolResult, tool
 
 
-@tool(terminates=True)
+@tool(terminates=True, blocking=False)  # returns its arguments: no thread needed
 def terminate(answer: str, status: Literal["success", "failure"] = "success") -> ToolResult:
     """Finish the task and give the final answer. Call this once, when you are done.
 

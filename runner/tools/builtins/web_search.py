@@ -20,35 +20,10 @@ from runner.errors import ToolFailure
 from runner.tools.base import ToolContext, ToolResult, tool
 from runner.tools.net import fetch
 from runner.tools.search_providers import DEFAULT_URLS, PROVIDERS, SearchHit, build_request, parse_response
-from runner.tools.settings import TIMEOUT_SECONDS
+from runner.tools.settings import WEB_SEARCH_SETTINGS
 
 MAX_RESPONSE_BYTES = 2_000_000
 
-WEB_SEARCH_SETTINGS: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["provider"],
-    "properties": {
-        "provider": {"description": "Which search API answers: " + ", ".join(PROVIDERS) + ".", "enum": list(PROVIDERS)},
-        "url": {
-            "description": "The provider's search endpoint (required for searxng, e.g. https://searx.example.org/search).",
-            "type": "string",
-            "pattern": "^https?://",
-            "maxLength": 2048,
-        },
-        "api_key_env": {
-            "description": "NAME of the environment variable that holds the API key (never the key itself).",
-            "type": "string",
-            "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
-        },
-        "max_results": {"description": "Results per search at most (default 5).", "type": "integer", "minimum": 1, "maximum": 20},
-        "timeout_seconds": TIMEOUT_SECONDS,
-    },
-    "allOf": [
-        {"if": {"properties": {"provider": {"const": "searxng"}}}, "then": {"required": ["url"]}},
-        {"if": {"properties": {"provider": {"enum": ["brave", "tavily"]}}}, "then": {"required": ["api_key_env"]}},
-    ],
-}
 
 
 @tool(settings_schema=WEB_SEARCH_SETTINGS)
