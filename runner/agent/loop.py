@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from runner.agent.call_cache import CallCache
 from runner.agent.checks import AnswerCheck, Rejection, Seen, build_checks, figures_fallback, parse_json_answer
 from runner.agent.context import compact, history_budget, summary_span, transcript, truncate_output
 from runner.agent.ledger import CallLedger
@@ -87,6 +88,8 @@ class AgentEnv:
     model_id: str | None = None  # the model actually called (after overrides / embedded fallback)
     other_agent: Callable[[str], ModelBinding] | None = None  # another agent's model (a judge's), by name
     prompt_cache_key: str | None = None  # sent with every call (runner.model.prompt_cache)
+    call_cache: CallCache | None = None  # the result cache, when the agent or task opts in (cache: {ttl})
+    tool_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # by tool name: part of a cached tool call's key
 
 
 @dataclass
@@ -103,6 +106,7 @@ class AgentOutcome:
     data: list[Any] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)  # what the tools found, for citations
+    cached_calls: int = 0  # model and tool calls answered from the result cache
 
 
 @dataclass(frozen=True)
@@ -214,6 +218,9 @@ class _AgentRun:
     async def _call(self, request: ModelRequest, estimate: Estimate, binding: ModelBinding) -> ModelResponse:
         env = self.env
         template = ModelCallEntry(env.step_id, binding.agent, binding.model_id, self.model_seq + 1, Usage(), 0.0, "reserved")
+        cached = env.call_cache.model_response(request) if env.call_cache is not None else None
+        if cached is not None:
+            return self._served_from_cache(cached, template)
         ledger = CallLedger(env.budget, estimate, env.recorder, template)
         ledger.open()
         started = time.monotonic()
@@ -234,7 +241,21 @@ class _AgentRun:
             finish_reason=response.finish_reason,
         )
         self._flag_excess(usage, estimate)
+        if env.call_cache is not None:
+            env.call_cache.keep_response(request, response)
         return replace(response, usage=usage)
+
+    def _served_from_cache(self, cached: ModelResponse, template: ModelCallEntry) -> ModelResponse:
+        """An answer from the result cache: no endpoint call, so nothing reserved and $0
+        spent; a scope already at its cap still stops the agent, as before a real call."""
+        self.env.budget.check_can_start()
+        self.model_seq += 1
+        self.outcome.cached_calls += 1
+        self.env.recorder.model_call(replace(
+            template, status="ok", cached=True, tool_calls=len(cached.tool_calls), content=cached.content,
+            finish_reason=cached.finish_reason,
+        ))
+        return cached
 
     def _flag_excess(self, usage: Usage, estimate: Estimate) -> None:
         """Usage above the reservation already counts in every scope (no new call starts in a
@@ -266,11 +287,10 @@ class _AgentRun:
         started = time.monotonic()
         self.tool_seq += 1
         result: ToolResult | None = None
+        cached = False
         status: CallStatus
         try:
-            async with within_deadline(env.budget):
-                deadline = env.budget.deadline()
-                result = await env.tools.call(call.name, call.arguments, deadline.at if deadline else None)
+            result, cached = await self.run_tool(call)
             content, status, valid = result.content, "ok", True
         except ToolFailure as failure:
             content, status, valid = f"error: {failure}", "error", not isinstance(failure, InvalidToolCall)
@@ -284,7 +304,7 @@ class _AgentRun:
         env.recorder.tool_call(
             ToolCallEntry(
                 env.step_id, self.agent.name, self.tool_seq, call.name, call.arguments, status,
-                time.monotonic() - started, content[:500], tuple(result.artifacts) if result else (),
+                time.monotonic() - started, content[:500], tuple(result.artifacts) if result else (), cached=cached,
             )
         )
         messages.append(Message("tool", content, tool_call_id=call.id, name=call.name))
@@ -292,6 +312,21 @@ class _AgentRun:
         if result is not None and env.tools.terminates(call.name):
             return _termination(result)
         return None
+
+    async def run_tool(self, call: ToolCall) -> tuple[ToolResult, bool]:
+        """Run one tool call, or answer it from the result cache when the tool is idempotent;
+        ``True`` with a cached result. (The call counted against the caps either way.)"""
+        env = self.env
+        cache, settings = env.call_cache, env.tool_settings.get(call.name, {})
+        if cache is not None and (hit := cache.tool_result(call.name, settings, call.arguments)) is not None:
+            self.outcome.cached_calls += 1
+            return hit, True
+        async with within_deadline(env.budget):
+            deadline = env.budget.deadline()
+            result = await env.tools.call(call.name, call.arguments, deadline.at if deadline else None)
+        if cache is not None:
+            cache.keep_tool_result(call.name, settings, call.arguments, result)
+        return result, False
 
     async def terminated(self, messages: list[Message], termination: Termination) -> AgentOutcome | None:
         """A terminating tool ended the run: its answer is checked like any other, unless the

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from runner.batch.dedupe import DedupingExecutor
 from runner.batch.engine import BatchSummary, FailurePolicy, batch_budget, run_batch
 from runner.batch.executor import TaskExecutor
 from runner.batch.inputs import InputSource, Row, file_sha256, parse_mapping, read_rows
@@ -79,6 +80,8 @@ class BatchRequest:
     store_path: Path | None = None
     store_url: str | None = None  # postgresql://...: the run store and the journal (named journal_path) live there
     progress: str = "auto"  # auto | bar | log | none
+    use_cache: bool = True  # False (--no-cache): the result cache is neither read nor written
+    dedupe: bool = False  # --dedupe: rows with identical inputs run once (runner.batch.dedupe)
     log_interval: float = 30.0
     rows: tuple[int, int] | None = None  # only input rows FIRST..LAST (1-based, inclusive): one shard of a fan-out
     shared_scope: SharedScope | None = None  # caps held with other processes (a fan-out's batch caps)
@@ -188,7 +191,7 @@ async def _run_locked(
     base = RunOptions(
         write_report=False, caps=request.run_caps, model_override=request.model_override,
         base_url_override=request.base_url_override, api_key=request.api_key, store_path=request.store_path,
-        store_url=request.store_url,
+        store_url=request.store_url, use_cache=request.use_cache,
     )
     ledger = open_shared_ledger(request)
     span = {"runner.batch.id": journal.batch_id, "runner.task": task.name, "runner.batch.input": source.path.name}
@@ -198,7 +201,8 @@ async def _run_locked(
                 project, task, rate_gate=gate, store_path=request.store_path, store_url=request.store_url
             ) as executor:
                 summary = await run_batch(
-                    _rows_between(read_rows(source, task.inputs), request.rows), executor, journal=journal,
+                    _rows_between(read_rows(source, task.inputs), request.rows),
+                    DedupingExecutor(executor) if request.dedupe else executor, journal=journal,
                     budget=_budget(request, ledger), concurrency=request.concurrency,
                     max_attempts=request.max_attempts, failure_policy=FailurePolicy(stop_after=request.stop_after_failures),
                     rate_gate=gate, progress=_progress(request.progress, sys.stderr, request.log_interval), base_options=base,

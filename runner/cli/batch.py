@@ -39,6 +39,8 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.option("--row-max-steps", type=CapValue("max_steps"), help="Per-row cap: model calls (tightens the YAML).")
 @click.option("--journal", "journal_path", type=click.Path(dir_okay=False, path_type=Path), help="Resume journal, an SQLite file (default: .runner/batches/<task>-<input>.sqlite3, or in $RUNNER_STORE_URL when set).")
 @click.option("--restart", is_flag=True, help="Discard the journal and start over (default: resume).")
+@click.option("--no-cache", is_flag=True, help="Bypass the result cache (cache: {ttl} in the YAML): every call goes to the endpoint or tool.")
+@click.option("--dedupe", is_flag=True, help="Run rows with identical inputs once; each row still gets its own output record.")
 @click.option("--durable", is_flag=True, help="fsync every recorded row (survives power loss, slower).")
 @click.option("--report-dir", type=LocationType(), help="Where the batch report goes (a directory or a URL).")
 @click.option("--progress", type=click.Choice(["auto", "bar", "log", "none"]), default="auto", show_default=True)
@@ -50,7 +52,7 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
           mapping: tuple[str, ...], id_column: str | None, concurrency: int, rpm: float | None, tpm: float | None,
           max_attempts: int, stop_after_failures: int | None, max_cost_usd: float | None, max_tokens: int | None,
           max_wall_seconds: float | None, row_max_cost_usd: float | None, row_max_steps: int | None,
-          journal_path: Path | None, restart: bool, durable: bool, report_dir: Location | None, progress: str,
+          journal_path: Path | None, restart: bool, no_cache: bool, dedupe: bool, durable: bool, report_dir: Location | None, progress: str,
           model: str | None, base_url: str | None, root: Path | None, as_json: bool) -> None:
     """Run TASK once per row of --input; write one record per row to --output.
 
@@ -71,7 +73,7 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
         batch_caps=caps_from_flags({"max_cost_usd": max_cost_usd, "max_tokens": max_tokens, "max_wall_seconds": max_wall_seconds}),
         run_caps=caps_from_flags({"max_cost_usd": row_max_cost_usd, "max_steps": row_max_steps}),
         requests_per_minute=rpm, tokens_per_minute=tpm, model_override=model, base_url_override=base_url,
-        progress=progress,
+        progress=progress, use_cache=not no_cache, dedupe=dedupe,
     )
     try:
         summary = asyncio.run(run_batch_file(project, spec, request))

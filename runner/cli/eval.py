@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 @click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False, path_type=Path), help="Compare with this stored result (default: the eval's baseline).")
 @click.option("--save-baseline", is_flag=True, help="Store this result as the baseline (after comparing with the old one).")
 @click.option("--restart", is_flag=True, help="Discard the variants' journals and run every case again (default: resume).")
+@click.option("--no-cache", is_flag=True, help="Bypass the result cache (cache: {ttl} in the YAML): every call goes to the endpoint or tool.")
 @click.option("--concurrency", type=click.IntRange(1, 1024), help="Cases in flight at once (default: the eval's, else 8).")
 @click.option("--rpm", type=FiniteFloatRange(min=0, min_open=True), help="Model requests per minute, shared by all cases.")
 @click.option("--tpm", type=FiniteFloatRange(min=0, min_open=True), help="Model tokens per minute, shared by all cases.")
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), help="Project root.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def eval_(name: str, variants: tuple[str, ...], out_dir: Path | None, baseline_path: Path | None, save_baseline: bool,
-          restart: bool, concurrency: int | None, rpm: float | None, tpm: float | None, max_attempts: int,
+          restart: bool, no_cache: bool, concurrency: int | None, rpm: float | None, tpm: float | None, max_attempts: int,
           max_cost_usd: float | None, max_tokens: int | None, max_wall_seconds: float | None, base_url: str | None,
           store_path: Path | None, progress: str, root: Path | None, as_json: bool) -> None:
     """Run the eval NAME (evals.d/): every variant over its dataset, every case checked.
@@ -64,7 +65,7 @@ def eval_(name: str, variants: tuple[str, ...], out_dir: Path | None, baseline_p
         out_dir=out, variants=variants, restart=restart, concurrency=concurrency, max_attempts=max_attempts,
         caps=caps_from_flags({"max_cost_usd": max_cost_usd, "max_tokens": max_tokens, "max_wall_seconds": max_wall_seconds}),
         requests_per_minute=rpm, tokens_per_minute=tpm, base_url_override=base_url, store_path=store_path,
-        progress=progress, baseline_path=baseline_path,
+        progress=progress, baseline_path=baseline_path, use_cache=not no_cache,
     )
     try:
         result = asyncio.run(run_eval(project, spec, request))

@@ -27,10 +27,12 @@ from runner.runs.options import RunOptions
 @click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), help="Run store, an SQLite file (default: $RUNNER_STORE_URL when set, else .runner/runs.sqlite3).")
 @click.option("--reports-dir", type=LocationType(), help="Where reports go: a directory or a URL such as s3://bucket/reports (default: <root>/reports).")
 @click.option("--no-report", is_flag=True, help="Do not write a report.")
+@click.option("--no-cache", is_flag=True, help="Bypass the result cache (cache: {ttl} in the YAML): every call goes to the endpoint or tool.")
 @caps_options
 def run(
     task: str, inputs: tuple[str, ...], root: Path | None, as_json: bool, model: str | None, base_url: str | None,
-    run_id: str | None, store_path: Path | None, reports_dir: Location | None, no_report: bool, **caps: Any,
+    run_id: str | None, store_path: Path | None, reports_dir: Location | None, no_report: bool, no_cache: bool,
+    **caps: Any,
 ) -> None:
     """Run TASK (a name, or a path like tasks.d/daily_report.yaml) once, headless.
 
@@ -48,6 +50,7 @@ def run(
     options = RunOptions(
         run_id=run_id, caps=caps_from_flags(caps), store_path=store_path, reports_dir=reports_dir,
         write_report=not no_report, model_override=model, base_url_override=base_url, events=sink,
+        use_cache=not no_cache,
     )
     result = asyncio.run(execute_task(project, spec, parse_inputs(inputs), options))
     if not as_json:

@@ -129,6 +129,26 @@ class MemoryPolicy:
     max_age_days: float | None = None
 
 
+TTL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class CachePolicy:
+    """``cache: {ttl: ...}`` on an agent or a task: the result cache is on, entries served for ``ttl_seconds``."""
+
+    ttl_seconds: float
+
+    @classmethod
+    def from_config(cls, data: dict[str, Any] | None) -> CachePolicy | None:
+        """The policy a validated ``cache:`` mapping declares (``None`` when absent); a TTL
+        is seconds, or a number with a unit (``30m``, ``12h``, ``7d``)."""
+        if not data:
+            return None
+        ttl = data["ttl"]
+        seconds = ttl if isinstance(ttl, int) else int(ttl[:-1]) * TTL_UNITS[ttl[-1]]
+        return cls(float(min(seconds, 365 * 86400)))
+
+
 @dataclass(frozen=True)
 class AgentSpec:
     """An agent from ``agents.d/``."""
@@ -160,6 +180,7 @@ class AgentSpec:
     checks_repair: str = "feedback"
     max_repairs: int = 1
     prompts: dict[str, str] = field(default_factory=dict)  # overrides of runner/prompts/*.yaml by name
+    cache: CachePolicy | None = None  # the result cache (runner.agent.call_cache); else the task's
     source: str = ""
 
     @property
@@ -253,6 +274,7 @@ class TaskSpec:
     previous_run: bool = False
     knowledge: tuple[str, ...] = ()  # knowledge bases every agent and tool step of the task may search
     report: ReportSpec = field(default_factory=ReportSpec)
+    cache: CachePolicy | None = None  # the result cache for every agent of the task that sets none
     source: str = ""
     root: Path = field(default_factory=Path)
 
@@ -362,6 +384,7 @@ def build_agent(doc: Document, prompts: dict[str, str]) -> AgentSpec:
         checks_repair=d.get("checks", {}).get("repair", "feedback"),
         max_repairs=d.get("checks", {}).get("max_repairs", 1),
         prompts=dict(d.get("prompts", {})),
+        cache=CachePolicy.from_config(d.get("cache")),
         source=doc.source.file,
     )
 
@@ -431,6 +454,7 @@ def build_task(doc: Document, root: Path) -> TaskSpec:
             narrative_step=report.get("narrative_step"),
             tables=tuple(report.get("tables", ())),
         ),
+        cache=CachePolicy.from_config(doc.data.get("cache")),
         source=doc.source.file,
         root=root,
     )

@@ -31,6 +31,7 @@ class ModelCallEntry:
     content: str | None = None
     finish_reason: str | None = None  # as the endpoint reported it (``stop``, ``length``, ``tool_calls``, ...)
     error_kind: str | None = None  # the ModelError kind of a failed attempt (``timeout``, ``rate_limited``, ...)
+    cached: bool = False  # answered from the result cache (runner.agent.call_cache): no endpoint call, $0
 
 
 @dataclass(frozen=True)
@@ -46,3 +47,4 @@ class ToolCallEntry:
     duration_seconds: float
     output_excerpt: str
     artifacts: tuple[str, ...] = ()
+    cached: bool = False  # answered from the result cache (runner.agent.call_cache): the tool did not run

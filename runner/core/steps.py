@@ -69,6 +69,7 @@ class StepRecord:
     resumed: bool = False
     warnings: tuple[str, ...] = ()  # e.g. an endpoint that reported more than was reserved
     sources: tuple[Source, ...] = ()  # what the step's tools found that an answer may cite
+    cached_calls: int = 0  # model and tool calls answered from the result cache (runner.agent.call_cache)
 
     @property
     def completed(self) -> bool:
@@ -82,6 +83,7 @@ class StepRecord:
             "duration_seconds": self.duration_seconds, "usage": self.usage.as_dict(), "model": self.model,
             "tool_calls": [call.as_dict() for call in self.tool_calls], "artifacts": list(self.artifacts),
             "resumed": self.resumed, "warnings": list(self.warnings), "sources": [s.as_dict() for s in self.sources],
+            "cached_calls": self.cached_calls,
         }
 
     @classmethod
@@ -99,4 +101,5 @@ class StepRecord:
             model=data.get("model"), tool_calls=calls, artifacts=tuple(data.get("artifacts") or ()),
             resumed=bool(data.get("resumed")), warnings=tuple(data.get("warnings") or ()),
             sources=tuple(Source.from_dict(s) for s in data.get("sources") or ()),
+            cached_calls=int(data.get("cached_calls") or 0),
         )

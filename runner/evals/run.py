@@ -44,6 +44,7 @@ class EvalRequest:
     store_path: Path | None = None
     progress: str = "none"
     baseline_path: Path | None = None  # default: the eval's baseline
+    use_cache: bool = True  # False (--no-cache): the result cache is neither read nor written
 
 
 async def run_eval(project: Project, spec: EvalSpec, request: EvalRequest) -> EvalResult:
@@ -99,7 +100,7 @@ async def _run_variant(
         batch_caps=spec.caps.tighten(request.caps), requests_per_minute=request.requests_per_minute,
         tokens_per_minute=request.tokens_per_minute, model_override=variant.model,
         base_url_override=request.base_url_override, api_key=request.api_key, store_path=request.store_path,
-        progress=request.progress,
+        progress=request.progress, use_cache=request.use_cache,
     )
     summary = await run_batch_file(changed, task, batch)
     journal, _ = open_journal(changed, task, replace(batch, restart=False))

@@ -33,3 +33,4 @@ class RunOptions:
     rate_gate: RateGate | None = None
     events: EventSink | None = None
     resume: bool = True  # a run id seen before resumes: completed steps are not re-run
+    use_cache: bool = True  # False (--no-cache): the result cache is neither read nor written

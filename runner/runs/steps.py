@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from runner.agent.call_cache import CallCache
 from runner.agent.loop import AgentEnv, ModelBinding, run_agent
 from runner.caps.budget import within_deadline
 from runner.config.prices import unpriced_message
@@ -114,14 +115,25 @@ async def run_agent_step(
         model_id=endpoint.model_id,
         other_agent=lambda name: model_binding(ctx, name),
         prompt_cache_key=prompt_cache_key(agent, endpoint.model_id, endpoint.provider, endpoint.base_url),
+        call_cache=call_cache(ctx, agent),
+        tool_settings={ref.name: dict(ref.settings) for ref in agent.tools},
     )
     outcome = await run_agent(agent, goal, env)
     record = replace(
         record, output=outcome.output, data=outcome.data[-1] if outcome.data else None, model=endpoint.model_id,
         artifacts=tuple(outcome.artifacts), usage=outcome.usage, warnings=tuple(outcome.warnings),
-        sources=unique_sources(outcome.sources),
+        sources=unique_sources(outcome.sources), cached_calls=outcome.cached_calls,
     )
     return _finish(ctx, record, started, outcome.status, error=outcome.error, kind=outcome.error_kind, scope=outcome.error_scope)
+
+
+def call_cache(ctx: RunContext, agent: AgentSpec) -> CallCache | None:
+    """The result cache for ``agent``'s calls: its own ``cache:`` policy, else the task's;
+    none without a policy or with ``--no-cache``."""
+    policy = agent.cache or ctx.task.cache
+    if policy is None or not ctx.options.use_cache:
+        return None
+    return CallCache(ctx.store.result_cache, policy.ttl_seconds, ctx.recorder.secrets)
 
 
 async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dict[str, Any], visible: set[str]) -> StepRecord:

@@ -45,7 +45,7 @@ class RunRecorder:
             input_tokens=call.usage.input_tokens, output_tokens=call.usage.output_tokens,
             cached_input_tokens=call.usage.cached_input_tokens, cost_usd=call.usage.cost_usd,
             latency_seconds=call.latency_seconds, status=call.status, error=call.error, error_kind=call.error_kind,
-            finish_reason=call.finish_reason, tool_calls=call.tool_calls, content_excerpt=(call.content or "")[:300],
+            finish_reason=call.finish_reason, tool_calls=call.tool_calls, content_excerpt=(call.content or "")[:300], cached=call.cached,
         )
 
     def tool_call(self, call: ToolCallEntry) -> None:
@@ -59,5 +59,5 @@ class RunRecorder:
         self.emit(
             "tool_call", step_id=call.step_id, agent=call.agent, seq=call.seq, name=call.name, arguments=call.arguments,
             status=call.status, duration_seconds=call.duration_seconds, output_excerpt=call.output_excerpt,
-            artifacts=list(call.artifacts),
+            artifacts=list(call.artifacts), cached=call.cached,
         )

@@ -19,6 +19,7 @@ from runner.core.steps import StepRecord
 from runner.core.usage import Usage
 from runner.errors import UsageError
 from runner.store.database import Database, SqliteDatabase, open_database
+from runner.store.result_cache import ResultStore
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -202,6 +203,8 @@ CREATE TABLE IF NOT EXISTS plans (
 MIGRATIONS = (  # columns added after a store was first created: (table, column, definition)
     ("runs", "cached_input_tokens", "INTEGER NOT NULL DEFAULT 0"),
     ("steps", "cached_input_tokens", "INTEGER NOT NULL DEFAULT 0"),
+    ("model_calls", "cached", "INTEGER NOT NULL DEFAULT 0"),  # answered from the result cache
+    ("tool_calls", "cached", "INTEGER NOT NULL DEFAULT 0"),
 )
 
 
@@ -224,6 +227,7 @@ class RunStore:
         self._db = open_database(target)
         self.where = self._db.where
         self.path = target if isinstance(target, Path) else self.where
+        self._result_cache: ResultStore | None = None
         if isinstance(self._db, SqliteDatabase):
             self._db.script(SCHEMA)
             self._migrate(self._db)
@@ -236,6 +240,13 @@ class RunStore:
     def database(self) -> Database:
         """The connection, for what else lives in the same database (the shared cap ledger)."""
         return self._db
+
+    @property
+    def result_cache(self) -> ResultStore:
+        """The result cache's table, in the same database (created on first use)."""
+        if self._result_cache is None:
+            self._result_cache = ResultStore(self._db)
+        return self._result_cache
 
     def _migrate(self, db: SqliteDatabase) -> None:
         for table, column, definition in MIGRATIONS:
@@ -383,12 +394,12 @@ class RunStore:
         usage = call.usage
         inserted = self._db.row(  # one statement: autocommit makes it its own transaction
             "INSERT INTO model_calls (run_id, attempt, step_id, agent, model, seq, input_tokens, output_tokens,"
-            " cached_input_tokens, cost_usd, latency_seconds, status, error, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            " cached_input_tokens, cost_usd, latency_seconds, status, error, created_at, cached)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 run_id, attempt, call.step_id, call.agent, call.model, call.seq, usage.input_tokens,
                 usage.output_tokens, usage.cached_input_tokens, usage.cost_usd, call.latency_seconds,
-                call.status, call.error, now_iso(),
+                call.status, call.error, now_iso(), int(call.cached),
             ),
         )
         assert inserted is not None
@@ -409,11 +420,11 @@ class RunStore:
     def add_tool_call(self, run_id: str, attempt: int, call: ToolCallEntry) -> None:
         self._db.execute(
             "INSERT INTO tool_calls (run_id, attempt, step_id, agent, seq, name, arguments, status,"
-            " duration_seconds, output_excerpt, artifacts_json, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " duration_seconds, output_excerpt, artifacts_json, created_at, cached)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run_id, attempt, call.step_id, call.agent, call.seq, call.name, call.arguments, call.status,
-                call.duration_seconds, call.output_excerpt, dumps(list(call.artifacts)), now_iso(),
+                call.duration_seconds, call.output_excerpt, dumps(list(call.artifacts)), now_iso(), int(call.cached),
             ),
         )
 
