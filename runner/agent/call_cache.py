@@ -54,7 +54,9 @@ class CallCache:
         if not isinstance(value, dict):
             return None
         calls = tuple(ToolCall(str(c["id"]), str(c["name"]), str(c["arguments"])) for c in value.get("tool_calls", ()))
-        return ModelResponse(value.get("content"), calls, model=str(value.get("model", "")), finish_reason=value.get("finish_reason"))
+        return ModelResponse(
+            value.get("content"), calls, model=str(value.get("model", "")), finish_reason=value.get("finish_reason")
+        )
 
     def keep_response(self, request: ModelRequest, response: ModelResponse) -> None:
         """Store ``response`` as the answer to ``request`` (when the request is cacheable)."""
@@ -62,7 +64,9 @@ class CallCache:
         if key is None:
             return
         value = {
-            "content": response.content, "model": response.model, "finish_reason": response.finish_reason,
+            "content": response.content,
+            "model": response.model,
+            "finish_reason": response.finish_reason,
             "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls],
         }
         self.store.put(key, "model", redact_secrets(value, self.secrets), self.ttl_seconds)

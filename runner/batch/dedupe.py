@@ -54,4 +54,6 @@ def _completed(future: asyncio.Future[RunResult]) -> RunResult | None:
 
 def _copied(result: RunResult, run_id: str) -> RunResult:
     note = f"deduplicated: same inputs as run {result.run_id}, whose output this is; nothing was spent for this row"
-    return replace(result, run_id=run_id, usage=Usage(), duration_seconds=0.0, report_dir=None, warnings=(*result.warnings, note))
+    return replace(
+        result, run_id=run_id, usage=Usage(), duration_seconds=0.0, report_dir=None, warnings=(*result.warnings, note)
+    )

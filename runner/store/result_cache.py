@@ -50,4 +50,6 @@ class ResultStore:
 
     def purge_expired(self, *, now: float | None = None) -> int:
         """Delete expired entries; returns how many."""
-        return self._db.execute("DELETE FROM result_cache WHERE expires_at <= ?", (time.time() if now is None else now,))
+        return self._db.execute(
+            "DELETE FROM result_cache WHERE expires_at <= ?", (time.time() if now is None else now,)
+        )

@@ -21,7 +21,11 @@ pytestmark = pytest.mark.timeout(300)
 WORKTREE = Path(__file__).resolve().parents[2]
 SCRIPT = {
     "rules": [
-        {"when": {"last_message": "add"}, "times": None, "reply": {"tool_calls": [{"name": "calculator", "arguments": {"expression": "2+2"}}]}},
+        {
+            "when": {"last_message": "add"},
+            "times": None,
+            "reply": {"tool_calls": [{"name": "calculator", "arguments": {"expression": "2+2"}}]},
+        },
         {"when": {"last_role": "tool"}, "reply": {"content": "The sum is 4."}},
     ],
     "fallback": {"content": "An answer."},
@@ -56,7 +60,12 @@ def runner(root: Path, server: ScriptedServer, *args: str) -> subprocess.Complet
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "RUNNER_"))}
     env.update(PYTHONPATH=str(WORKTREE), OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test-cache-0123456789")
     return subprocess.run(
-        [sys.executable, "-m", "runner", *args], cwd=root, env=env, capture_output=True, text=True, timeout=240,
+        [sys.executable, "-m", "runner", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
         stdin=subprocess.DEVNULL,
     )
 
@@ -80,7 +89,9 @@ def latest_run(root: Path) -> dict[str, Any]:
     row = query(root, "SELECT * FROM runs ORDER BY started_at DESC LIMIT 1")[0]
     row["model_call_rows"] = query(root, "SELECT * FROM model_calls WHERE run_id = ? ORDER BY id", (row["run_id"],))
     row["tool_call_rows"] = query(root, "SELECT * FROM tool_calls WHERE run_id = ? ORDER BY id", (row["run_id"],))
-    row["step"] = json.loads(query(root, "SELECT record_json FROM steps WHERE run_id = ?", (row["run_id"],))[0]["record_json"])
+    row["step"] = json.loads(
+        query(root, "SELECT record_json FROM steps WHERE run_id = ?", (row["run_id"],))[0]["record_json"]
+    )
     return row
 
 
@@ -189,7 +200,21 @@ def test_batch_dedupe_sends_each_distinct_row_once_with_a_record_per_row(tmp_pat
     root = project(tmp_path, agent(cache=""))
     (root / "rows.csv").write_text("id,q\na,first\nb,second\nc,first\nd,first\n")
     with ScriptedServer(SCRIPT) as server:
-        done = runner(root, server, "batch", "ask", "--input", "rows.csv", "--id-column", "id", "--output", "out.jsonl", "--dedupe", "--progress", "none")
+        done = runner(
+            root,
+            server,
+            "batch",
+            "ask",
+            "--input",
+            "rows.csv",
+            "--id-column",
+            "id",
+            "--output",
+            "out.jsonl",
+            "--dedupe",
+            "--progress",
+            "none",
+        )
         assert done.returncode == 0, done.stderr
         assert len(server.requests) == 2
     records = {r["id"]: r for r in map(json.loads, (root / "out.jsonl").read_text().splitlines())}
@@ -202,7 +227,20 @@ def test_batch_without_dedupe_runs_every_row(tmp_path: Path) -> None:
     root = project(tmp_path, agent(cache=""))
     (root / "rows.csv").write_text("id,q\na,first\nb,second\nc,first\n")
     with ScriptedServer(SCRIPT) as server:
-        done = runner(root, server, "batch", "ask", "--input", "rows.csv", "--id-column", "id", "--output", "out.jsonl", "--progress", "none")
+        done = runner(
+            root,
+            server,
+            "batch",
+            "ask",
+            "--input",
+            "rows.csv",
+            "--id-column",
+            "id",
+            "--output",
+            "out.jsonl",
+            "--progress",
+            "none",
+        )
         assert done.returncode == 0, done.stderr
         assert len(server.requests) == 3
 
