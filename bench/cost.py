@@ -1,0 +1,127 @@
+"""Cost per row: the 1,200-ticket batch (``examples/batch/tickets.csv``, task ``triage_ticket``)
+in each mode the runner offers to pay less, against the loopback Chat Completions server.
+
+Modes, in this order, each a real ``runner batch`` process on a copy of the project whose
+task opts into the result cache (``cache: {ttl: 1d}``), all sharing one run store:
+
+- ``live``: ``--no-cache``: every row sent to the endpoint;
+- ``cache, 1st run``: the cache on and empty: a row whose inputs an earlier row already had
+  is answered from the store (this run fills it);
+- ``cache re-run``: the same batch again (``--restart``): deterministic calls (the triage
+  agent runs at temperature 0) are answered from the run store;
+- ``dedupe``: ``--no-cache --dedupe``: rows with identical inputs (the file repeats some
+  tickets) are sent once, each row still gets its own record.
+
+The cost of a mode is what the loopback server billed while it ran (``ScriptedServer.billed``:
+the usage of every completion it produced) at the published prices shipped in
+``runner/config/prices.yaml``; not what the runner says it spent. Printed per mode: endpoint
+calls, USD per 1,000 rows, wall time of the ``runner batch`` process, and records written.
+
+    .venv/bin/python bench/cost.py [--rows 1200] [--concurrency 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from runner.config.prices import cost_usd, default_prices, find_price  # noqa: E402
+from runner.model.server import ScriptedServer  # noqa: E402
+
+TICKETS = ROOT / "examples" / "batch" / "tickets.csv"
+SCRIPT = ROOT / "examples" / "batch" / "triage_script.yaml"
+MODES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("live", ("--no-cache",)),
+    ("cache, 1st run", ()),
+    ("cache re-run", ()),
+    ("dedupe", ("--no-cache", "--dedupe")),
+)
+
+
+def make_project(work: Path, rows: int) -> Path:
+    """A copy of the triage agent and task (the task with the result cache on) and the first ``rows`` tickets."""
+    project = work / "project"
+    (project / "agents.d").mkdir(parents=True)
+    (project / "tasks.d").mkdir()
+    shutil.copy(ROOT / "agents.d" / "triage.yaml", project / "agents.d" / "triage.yaml")
+    task = yaml.safe_load((ROOT / "tasks.d" / "triage_ticket.yaml").read_text())
+    task["cache"] = {"ttl": "1d"}
+    task["caps"] = {"max_cost_usd": 0.01}  # no wall-clock cap: a busy machine must not cap rows
+    (project / "tasks.d" / "triage_ticket.yaml").write_text(yaml.safe_dump(task, sort_keys=False))
+    with TICKETS.open(newline="") as src, (project / "tickets.csv").open("w", newline="") as dst:
+        reader = csv.DictReader(src)
+        writer = csv.DictWriter(dst, fieldnames=reader.fieldnames or [])
+        writer.writeheader()
+        for number, row in enumerate(reader):
+            if number >= rows:
+                break
+            writer.writerow(row)
+    return project
+
+
+def billed_usd(billed: list[tuple[str, dict[str, Any]]]) -> float:
+    """What ``billed`` (the server's ``(model, usage)`` list) costs at the published prices."""
+    prices = default_prices()
+    total = 0.0
+    for model, usage in billed:
+        price = find_price(prices, model)
+        assert price is not None, f"no published price for {model}"
+        cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+        total += cost_usd(price, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)), cached)
+    return total
+
+
+def run_mode(project: Path, server: ScriptedServer, name: str, flags: tuple[str, ...], concurrency: int) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "RUNNER_"))}
+    env.update(PYTHONPATH=str(ROOT), OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-bench-cost")
+    output = project / f"out-{name.replace(' ', '-')}.jsonl"
+    command = [
+        sys.executable, "-m", "runner", "batch", "triage_ticket", "--input", "tickets.csv", "--output", str(output),
+        "--id-column", "id", "--concurrency", str(concurrency), "--progress", "none", "--restart", "--json", *flags,
+    ]  # fmt: skip
+    before = len(server.billed)
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{name}: runner batch exited {done.returncode}\n{done.stderr[-2000:]}")
+    summary = json.loads(done.stdout)
+    billed = server.billed[before:]
+    return {
+        "mode": name, "calls": len(billed), "usd": billed_usd(billed), "wall": wall,
+        "records": summary["records_written"], "rows": summary["total"], "runner_usd": summary["cost_usd"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1200, help="tickets from the file (default: all 1,200)")
+    parser.add_argument("--concurrency", type=int, default=32)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="runner-cost-") as tmp, ScriptedServer(yaml.safe_load(SCRIPT.read_text())) as server:
+        project = make_project(Path(tmp), args.rows)
+        results = [run_mode(project, server, name, flags, args.concurrency) for name, flags in MODES]
+    live = results[0]["usd"] or 1.0
+    print(f"{args.rows} tickets, concurrency {args.concurrency}, gpt-4o-mini at published prices (billed by the loopback server)")
+    print(f"{'mode':<15} {'calls':>6} {'USD/1k rows':>12} {'vs live':>8} {'wall s':>7} {'records':>8}")
+    for r in results:
+        per_k = 1000 * r["usd"] / max(r["rows"], 1)
+        print(f"{r['mode']:<15} {r['calls']:>6} {per_k:>12.6f} {r['usd'] / live:>7.0%} {r['wall']:>7.1f} {r['records']:>8}")
+
+
+if __name__ == "__main__":
+    main()
