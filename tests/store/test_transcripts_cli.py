@@ -126,7 +126,7 @@ def test_a_runs_whole_transcript_reads_back_redacted(cli: Cli) -> None:
 
 
 def test_control_characters_in_a_transcript_are_escaped_on_the_terminal(cli: Cli) -> None:
-    script = {"fallback": {"content": "done \x1b]0;owned\x07 \x1b[2J \u202e"}}
+    script = {"fallback": {"content": "done \x1b]0;owned\x07 \x1b[2J \u202e <script>alert(1)</script>"}}
     with ScriptedServer(script) as server:
         cli.run(server, 1, "escapes")
     shown = cli("runs", "show", "escapes", "--transcript")
@@ -135,6 +135,8 @@ def test_control_characters_in_a_transcript_are_escaped_on_the_terminal(cli: Cli
     as_json = cli("runs", "show", "escapes", "--transcript", "--json")
     assert "\x1b" not in as_json.stdout and "\u202e" not in as_json.stdout
     assert json.loads(as_json.stdout)["entries"][0]["response"]["content"].startswith("done \x1b]0;owned\x07")
+    page = (cli.project / "reports" / "sum" / "escapes" / "report.html").read_text()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert" not in page
 
 
 def test_a_failed_calls_request_is_kept_with_its_error(cli: Cli) -> None:
