@@ -11,7 +11,7 @@ worst case (:meth:`runner.store.runstore.RunStore.start_run`).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from runner.caps.budget import Budget, Estimate, Reservation
 from runner.core.calls import ModelCallEntry, ModelCallStatus
@@ -54,14 +54,16 @@ class CallLedger:
         self.open()
 
     def answered(
-        self, usage: Usage, latency: float, *, tool_calls: int, content: str | None, finish_reason: str | None = None
+        self, usage: Usage, latency: float, *, tool_calls: int, content: str | None, finish_reason: str | None = None,
+        reply: dict[str, Any] | None = None,
     ) -> None:
-        """The attempt succeeded with ``usage`` (priced)."""
+        """The attempt succeeded with ``usage`` (priced); ``reply`` is the response for the transcript."""
         assert self._held is not None
         self._held.settle(usage)
+        exchange = self.template.exchange
         call = replace(
             self._entry(usage, "ok"), latency_seconds=latency, tool_calls=tool_calls, content=content,
-            finish_reason=finish_reason,
+            finish_reason=finish_reason, exchange=replace(exchange, response=reply) if exchange and reply else exchange,
         )
         self.recorder.model_call(call, self._ledger_id)
         self._held = None

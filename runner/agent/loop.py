@@ -23,7 +23,7 @@ from runner.agent.stuck import StuckDetector
 from runner.caps.budget import Budget, Estimate, within_deadline
 from runner.caps.pricing import Pricer, needs_exact_prompt
 from runner.config.specs import AgentSpec
-from runner.core.calls import CallStatus, ModelCallEntry, ToolCallEntry
+from runner.core.calls import CallStatus, Exchange, ModelCallEntry, ToolCallEntry
 from runner.core.ports import RateGate
 from runner.core.sources import Source
 from runner.core.status import Status
@@ -217,7 +217,10 @@ class _AgentRun:
 
     async def _call(self, request: ModelRequest, estimate: Estimate, binding: ModelBinding) -> ModelResponse:
         env = self.env
-        template = ModelCallEntry(env.step_id, binding.agent, binding.model_id, self.model_seq + 1, Usage(), 0.0, "reserved")
+        template = ModelCallEntry(
+            env.step_id, binding.agent, binding.model_id, self.model_seq + 1, Usage(), 0.0, "reserved",
+            exchange=_exchange(request),
+        )
         cached = env.call_cache.model_response(request) if env.call_cache is not None else None
         if cached is not None:
             return self._served_from_cache(cached, template)
@@ -238,7 +241,7 @@ class _AgentRun:
         usage = replace(usage, cost_usd=binding.pricer.cost(usage))
         ledger.answered(
             usage, time.monotonic() - started, tool_calls=len(response.tool_calls), content=response.content,
-            finish_reason=response.finish_reason,
+            finish_reason=response.finish_reason, reply=_reply(response),
         )
         self._flag_excess(usage, estimate)
         if env.call_cache is not None:
@@ -251,9 +254,10 @@ class _AgentRun:
         self.env.budget.check_can_start()
         self.model_seq += 1
         self.outcome.cached_calls += 1
+        exchange = replace(template.exchange, response=_reply(cached)) if template.exchange else None
         self.env.recorder.model_call(replace(
             template, status="ok", cached=True, tool_calls=len(cached.tool_calls), content=cached.content,
-            finish_reason=cached.finish_reason,
+            finish_reason=cached.finish_reason, exchange=exchange,
         ))
         return cached
 
@@ -294,6 +298,7 @@ class _AgentRun:
             content, status, valid = result.content, "ok", True
         except ToolFailure as failure:
             content, status, valid = f"error: {failure}", "error", not isinstance(failure, InvalidToolCall)
+        whole = content  # before the model's truncation: the transcript keeps it (under its own limit)
         content = truncate_output(content, self.agent.context.max_tool_output_chars, self.prompts)
         stuck.observe_result(content, valid=valid)
         if result is not None:
@@ -305,6 +310,7 @@ class _AgentRun:
             ToolCallEntry(
                 env.step_id, self.agent.name, self.tool_seq, call.name, call.arguments, status,
                 time.monotonic() - started, content[:500], tuple(result.artifacts) if result else (), cached=cached,
+                output=whole,
             )
         )
         messages.append(Message("tool", content, tool_call_id=call.id, name=call.name))
@@ -374,6 +380,20 @@ class _AgentRun:
         outcome.status, outcome.output, outcome.error, outcome.error_kind = status, output, error, kind
         outcome.error_scope, outcome.usage = scope, self.env.budget.spent
         return outcome
+
+
+def _exchange(request: ModelRequest) -> Exchange:
+    """The request as the transcript keeps it (the response is added when it arrives)."""
+    settings: dict[str, Any] = {"model": request.model, "tool_choice": request.tool_choice, "max_tokens": request.max_tokens}
+    if request.temperature is not None:
+        settings["temperature"] = request.temperature
+    return Exchange(tuple(m.to_openai() for m in request.messages), request.tools, settings)
+
+
+def _reply(response: ModelResponse) -> dict[str, Any]:
+    return Message("assistant", response.content, tool_calls=response.tool_calls).to_openai() | {
+        "finish_reason": response.finish_reason
+    }
 
 
 def _trusted_usage(response: ModelResponse, estimate: Estimate) -> Usage:

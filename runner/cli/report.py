@@ -35,7 +35,7 @@ def report(run_id: str, store_path: Path | None, root: Path, out_dir: Path | Non
     workspace = default_workspace(root.resolve(), run_id)
     written = write_report(
         record, target, workspace if workspace.is_dir() else None,
-        formats=formats or ("markdown", "html", "json"), secrets=_secrets(root),
+        formats=formats or ("markdown", "html", "json"), secrets=_secrets(root), transcript=store.transcripts.read(run_id),
     )  # fmt: skip
     for path in written.values():
         click.echo(safe_line(path))

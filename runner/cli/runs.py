@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from runner.cli.terminal import echo_line as echo
-from runner.cli.terminal import json_for_terminal
+from runner.cli.terminal import json_for_terminal, safe_text
 from runner.errors import UsageError
 from runner.store.runstore import RunStore
 
@@ -62,20 +62,24 @@ def runs(ctx: click.Context, store_path: Path | None, root: Path, task: str | No
 
 @runs.command()
 @click.argument("run_id")
-@click.option("--json", "as_json", is_flag=True, help="Print the full run record as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full run record (or, with --transcript, the transcript) as JSON.")
+@click.option("--transcript", is_flag=True, help="Show every model call's messages, tools and response, and every tool call's output.")
 @click.pass_context
-def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
-    """Show one run: status, cost, steps, model and tool calls."""
+def show(ctx: click.Context, run_id: str, as_json: bool, transcript: bool) -> None:
+    """Show one run: status, cost, steps, model and tool calls (or its whole transcript)."""
     store = open_store(ctx.obj["store_path"], ctx.obj["root"])
     run_id = resolve_run_id(store, run_id)
     run = store.run(run_id)
     assert run is not None
+    if transcript:
+        show_transcript(store, run_id, as_json=as_json)
+        return
     if as_json:
         click.echo(json_for_terminal(run["record_json"] or json.dumps(run, default=str)))
         return
     echo(f"run {run_id}  task {run['task']}  status {run['status']}  attempts {run['attempts']}")
     echo(f"  started {run['started_at']}  finished {run['finished_at']}")
-    echo(f"  cost ${run['cost_usd']:.6f}  tokens {run['input_tokens']}+{run['output_tokens']}  model calls {run['model_calls']}  tool calls {run['tool_calls']}")
+    echo(f"  cost ${run['cost_usd']:.6f}  tokens {run['input_tokens']}+{run['output_tokens']} ({run['cached_input_tokens']} cached)  model calls {run['model_calls']}  tool calls {run['tool_calls']}")
     if run["error"]:
         echo(f"  reason: {run['error']}")
     if run["report_dir"]:
@@ -86,7 +90,50 @@ def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         echo(f"  {step['step_id']:<20} {step['kind']:<9} {who:<16} {step['status']:<9} ${step['cost_usd']:.6f} {step['duration_seconds'] or 0:.2f}s")
     echo("model calls:")
     for call in store.model_calls(run_id):
-        echo(f"  #{call['seq']:<3} {call['step_id']:<16} {call['model']:<20} {call['status']:<6} {call['input_tokens']}+{call['output_tokens']} tok ${call['cost_usd']:.6f} {call['latency_seconds']:.2f}s")
+        echo(f"  #{call['seq']:<3} {call['step_id']:<16} {call['model']:<20} {call['status']:<6} {call['input_tokens']}+{call['output_tokens']} tok ({call['cached_input_tokens']} cached) ${call['cost_usd']:.6f} {call['latency_seconds']:.2f}s")
     echo("tool calls:")
     for call in store.tool_calls(run_id):
         echo(f"  {call['step_id']:<16} {call['name']:<16} {call['status']:<6} {call['output_excerpt'][:60]!r}")
+
+
+def show_transcript(store: RunStore, run_id: str, *, as_json: bool) -> None:
+    """Print a run's transcript: readable (control characters escaped), or as JSON."""
+    from runner.reports.transcript import as_text
+
+    entries = store.transcripts.read(run_id)
+    if as_json:
+        click.echo(json_for_terminal(json.dumps({"run_id": run_id, "entries": entries}, indent=2, ensure_ascii=False, default=str)))
+        return
+    if not entries:
+        echo(f"run {run_id} has no transcript (it was recorded before transcripts were kept, or made no calls)")
+        return
+    click.echo(safe_text(as_text(entries)), nl=False)
+
+
+@runs.command()
+@click.option("--older-than", "older_than", required=True, metavar="AGE", help="Delete runs that ended more than AGE ago: 30d, 12h, 2w, 90m, 45s.")
+@click.option("--dry-run", is_flag=True, help="Say what would be deleted, and delete nothing.")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@click.pass_context
+def prune(ctx: click.Context, older_than: str, dry_run: bool, as_json: bool) -> None:
+    """Delete old runs with their steps, calls and transcripts, and transcript blobs no run uses.
+
+    Runs still marked running are kept; report directories on disk are not touched.
+    """
+    from runner.store.retention import parse_age
+    from runner.store.retention import prune as prune_store
+
+    try:
+        age = parse_age(older_than)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--older-than'") from None
+    store = open_store(ctx.obj["store_path"], ctx.obj["root"])
+    pruned = prune_store(store.database, age, dry_run=dry_run)
+    if as_json:
+        click.echo(json.dumps(pruned.as_dict(), indent=2))
+        return
+    verb = "would delete" if dry_run else "deleted"
+    echo(f"{verb} {pruned.runs} run(s) that ended before {pruned.cutoff} from {store.where}")
+    echo("  " + ", ".join(f"{n} {table.replace('_', ' ')}" for table, n in pruned.rows.items()))
+    echo(f"  {pruned.blobs} transcript blob(s) no remaining run uses ({pruned.blob_chars} characters)")
+    echo(f"  kept {pruned.kept_runs} run(s)" + (f", {pruned.kept_running} older one(s) still marked running" if pruned.kept_running else ""))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from runner.core.usage import Usage
 
@@ -12,6 +12,19 @@ ModelCallStatus = Literal["reserved", "ok", "error", "unsettled"]
 """``reserved``: written before the call is sent, with its worst case; ``ok`` / ``error``: settled
 with what it used; ``unsettled``: still reserved when its attempt ended (a crash), so counted at
 its worst case."""
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """What one model call sent and got back, in OpenAI Chat Completions shapes: the request's
+    ``messages`` and ``tools`` (function schemas), its ``settings`` (model, tool choice, token
+    limit, temperature) and the ``response`` (content, tool calls, finish reason; ``None`` when
+    the attempt failed). The run store keeps it as the call's transcript."""
+
+    messages: tuple[dict[str, Any], ...]
+    tools: tuple[dict[str, Any], ...] = ()
+    settings: dict[str, Any] = field(default_factory=dict)
+    response: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -32,6 +45,7 @@ class ModelCallEntry:
     finish_reason: str | None = None  # as the endpoint reported it (``stop``, ``length``, ``tool_calls``, ...)
     error_kind: str | None = None  # the ModelError kind of a failed attempt (``timeout``, ``rate_limited``, ...)
     cached: bool = False  # answered from the result cache (runner.agent.call_cache): no endpoint call, $0
+    exchange: Exchange | None = field(default=None, compare=False, repr=False)  # the full request and response
 
 
 @dataclass(frozen=True)
@@ -48,3 +62,4 @@ class ToolCallEntry:
     output_excerpt: str
     artifacts: tuple[str, ...] = ()
     cached: bool = False  # answered from the result cache (runner.agent.call_cache): the tool did not run
+    output: str | None = field(default=None, compare=False, repr=False)  # the whole output, for the transcript

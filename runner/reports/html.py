@@ -8,7 +8,7 @@ the final output's Markdown goes through :mod:`runner.reports.narrative`, which 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -17,13 +17,19 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 import runner
 from runner.reports import costs, narrative
 from runner.reports.record import SCHEMA_VERSION, fill_usage_rollups
+from runner.reports.transcript import message_text, turns
 from runner.reports.view import Chart, ReportView, build_view
 
 TEMPLATE = "report.html.j2"
+TRANSCRIPT_PART_CHARS = 20_000
+"""Characters of one message or tool output the page shows."""
 
 
-def render_html(record: Mapping[str, Any], images: Mapping[str, bytes]) -> str:
-    """The HTML report of ``record``.
+def render_html(
+    record: Mapping[str, Any], images: Mapping[str, bytes], transcript: Sequence[Mapping[str, Any]] = ()
+) -> str:
+    """The HTML report of ``record``, with ``transcript`` (stored entries, see
+    :mod:`runner.reports.transcript`) as a collapsed section when there is one.
 
     ``images`` maps an image artifact's record path to its bytes; charts without an entry
     are shown as "not copied". The cost-by-step chart is drawn here unless ``images`` has
@@ -43,7 +49,8 @@ def render_html(record: Mapping[str, Any], images: Mapping[str, bytes]) -> str:
             v=view,
             narrative_html=narrative.to_html(view.narrative.text) if view.narrative.text else None,
             images=_data_uris(view, images),
-            toc=_toc(view),
+            toc=_toc(view, bool(transcript)),
+            transcript=turns(transcript),
             version=runner.__version__,
             schema_version=SCHEMA_VERSION,
         )
@@ -52,7 +59,17 @@ def render_html(record: Mapping[str, Any], images: Mapping[str, bytes]) -> str:
 
 @cache
 def _environment() -> Environment:
-    return Environment(loader=PackageLoader("runner.reports", "templates"), autoescape=True, undefined=StrictUndefined)
+    env = Environment(loader=PackageLoader("runner.reports", "templates"), autoescape=True, undefined=StrictUndefined)
+    env.filters["message_text"] = message_text
+    env.filters["truncate_chars"] = _truncate_chars
+    return env
+
+
+def _truncate_chars(text: str) -> str:
+    """Keep the page a reasonable size: very long parts are cut (the store keeps them whole)."""
+    if len(text) <= TRANSCRIPT_PART_CHARS:
+        return text
+    return f"{text[:TRANSCRIPT_PART_CHARS]}\n[cut at {TRANSCRIPT_PART_CHARS} of {len(text)} characters: runner runs show ID --transcript has it all]"
 
 
 def _data_uris(view: ReportView, images: Mapping[str, bytes]) -> dict[str, str]:
@@ -64,7 +81,7 @@ def _data_uris(view: ReportView, images: Mapping[str, bytes]) -> dict[str, str]:
     }
 
 
-def _toc(view: ReportView) -> list[tuple[str, str]]:
+def _toc(view: ReportView, with_transcript: bool) -> list[tuple[str, str]]:
     sections = [
         ("summary", "Summary", True),
         ("sources", "Sources", view.sources is not None),
@@ -78,5 +95,6 @@ def _toc(view: ReportView) -> list[tuple[str, str]]:
         ("inputs", "Inputs", True),
         ("timings", "Timings", True),
         ("details", "Step details", True),
+        ("transcript", "Transcript", with_transcript),
     ]
     return [(anchor, heading) for anchor, heading, shown in sections if shown]

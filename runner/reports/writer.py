@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.files import write_atomic, write_text_atomic
+from runner.redact import redact_secrets
 from runner.reports import costs
 from runner.reports.artifacts import CopiedArtifact, copy_artifacts, media_type_of
 from runner.reports.html import render_html
@@ -49,6 +50,7 @@ def write_report(
     formats: Iterable[str] = FORMATS,
     *,
     secrets: Sequence[str] = (),
+    transcript: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Path]:
     """Write the report of ``record`` into ``out_dir`` and return ``{format: path}``.
 
@@ -57,6 +59,8 @@ def write_report(
     ``artifact_problems``, and never stop the report; so are artifact paths a report cannot
     name. ``secrets`` are redacted from text artifacts, and binary artifacts holding one
     are withheld (see :mod:`runner.reports.screen`). NaN and infinities become null.
+    ``transcript`` (the run's stored transcript entries) goes in report.html only, collapsed,
+    redacted with ``secrets`` again; report.json keeps its size.
     Raises :class:`ValueError` when the record is invalid or a format is unknown.
     """
     formats = list(dict.fromkeys(formats))
@@ -79,7 +83,7 @@ def write_report(
     if "markdown" in formats:
         written["markdown"] = write_text_atomic(out_dir / FILE_NAMES["markdown"], render_markdown(shown, artifacts_rel))
     if "html" in formats:
-        written["html"] = write_text_atomic(out_dir / FILE_NAMES["html"], render_html(shown, images))
+        written["html"] = write_text_atomic(out_dir / FILE_NAMES["html"], render_html(shown, images, redact_secrets(list(transcript), secrets)))
     if "json" in formats:
         written["json"] = write_text_atomic(out_dir / FILE_NAMES["json"], report_json(record, copied, problems))
     return written

@@ -286,11 +286,15 @@ def _write_report(ctx: RunContext, record: dict[str, Any]) -> Location | None:
     base = ctx.options.reports_dir or ctx.project.root / "reports"
     out_dir = base / ctx.task.name / ctx.run_id
     workspace = ctx.workspace if ctx.workspace.is_dir() else None
+    transcript = ctx.recorder.store.transcripts.read(ctx.run_id) if "html" in ctx.task.report.formats else []
+    write = functools.partial(
+        write_report, formats=ctx.task.report.formats, secrets=ctx.recorder.secrets, transcript=transcript
+    )
     if isinstance(out_dir, Path):
-        write_report(record, out_dir, workspace, formats=ctx.task.report.formats, secrets=ctx.recorder.secrets)
+        write(record, out_dir, workspace)
         return out_dir
     with tempfile.TemporaryDirectory(prefix="runner-report-") as staging:  # a URL: written here, then uploaded
-        write_report(record, Path(staging), workspace, formats=ctx.task.report.formats, secrets=ctx.recorder.secrets)
+        write(record, Path(staging), workspace)
         upload_tree(Path(staging), out_dir)
     return out_dir
 

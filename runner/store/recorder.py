@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from runner.core.calls import ModelCallEntry, ToolCallEntry
+from runner.core.calls import Exchange, ModelCallEntry, ToolCallEntry
 from runner.core.ports import EventSink
 from runner.core.steps import ToolCallSummary
 from runner.redact import redact_secrets
@@ -37,9 +37,17 @@ class RunRecorder:
     def model_call(self, call: ModelCallEntry, ledger_id: int | None = None) -> None:
         call = replace(call, error=redact_secrets(call.error, self.secrets), content=redact_secrets(call.content, self.secrets))
         if ledger_id is None:
-            self.store.add_model_call(self.run_id, self.attempt, call)
+            ledger_id = self.store.add_model_call(self.run_id, self.attempt, call)
         else:
             self.store.settle_model_call(ledger_id, call)
+        if call.exchange is not None:
+            exchange = Exchange(
+                tuple(redact_secrets(list(call.exchange.messages), self.secrets)),
+                tuple(redact_secrets(list(call.exchange.tools), self.secrets)),
+                redact_secrets(call.exchange.settings, self.secrets),
+                redact_secrets(call.exchange.response, self.secrets),
+            )
+            self.store.transcripts.add_model_call(self.run_id, self.attempt, ledger_id, call, exchange)
         self.emit(
             "model_call", step_id=call.step_id, agent=call.agent, model=call.model, seq=call.seq,
             input_tokens=call.usage.input_tokens, output_tokens=call.usage.output_tokens,
@@ -54,6 +62,8 @@ class RunRecorder:
             output_excerpt=redact_secrets(call.output_excerpt, self.secrets),
         )
         self.store.add_tool_call(self.run_id, self.attempt, call)
+        output = call.output if call.output is not None else call.output_excerpt
+        self.store.transcripts.add_tool_call(self.run_id, self.attempt, call, redact_secrets(output, self.secrets))
         summary = ToolCallSummary.parsed(call.name, call.status, call.arguments, call.duration_seconds, call.output_excerpt)
         self.tool_calls_by_step[call.step_id].append(summary)
         self.emit(

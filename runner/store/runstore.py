@@ -20,6 +20,7 @@ from runner.core.usage import Usage
 from runner.errors import UsageError
 from runner.store.database import Database, SqliteDatabase, open_database
 from runner.store.result_cache import ResultStore
+from runner.store.transcripts import TranscriptStore
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -235,6 +236,7 @@ class RunStore:
             self._db.script(POSTGRES_SCHEMA)
             for table, column, definition in MIGRATIONS:
                 self._db.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {definition}")
+        self.transcripts = TranscriptStore(self._db, now=now_iso)  # full requests, responses and tool outputs
 
     @property
     def database(self) -> Database:

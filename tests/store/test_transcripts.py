@@ -1,0 +1,116 @@
+"""The transcript tables on both backends: what the recorder writes (redacted), the size limit on
+tool outputs, content addressing, reading back, and retention's edges."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from runner.core.calls import Exchange, ModelCallEntry, ToolCallEntry
+from runner.core.usage import Usage
+from runner.reports.transcript import as_text
+from runner.store.recorder import RunRecorder
+from runner.store.retention import parse_age, prune
+from runner.store.runstore import RunStore
+from runner.store.transcripts import TOOL_OUTPUT_LIMIT, clip_output
+
+SECRET = "tok-4f9c1d2e8b7a"
+SYSTEM = {"role": "system", "content": "Shared system prompt."}
+TOOLS = ({"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}},)
+
+
+@pytest.fixture
+def store(store_target: str | Path) -> Iterator[RunStore]:
+    opened = RunStore(store_target)
+    yield opened
+    opened.close()
+
+
+def model_call(recorder: RunRecorder, seq: int, user: str, reply: str) -> None:
+    exchange = Exchange((SYSTEM, {"role": "user", "content": user}), TOOLS, {"model": "m"}, {"role": "assistant", "content": reply})
+    entry = ModelCallEntry("main", "a", "m", seq, Usage(10, 2, 4, 0.001), 0.1, "ok", content=reply, exchange=exchange)
+    recorder.model_call(entry, recorder.call_reserved(entry))
+
+
+def tool_call(recorder: RunRecorder, seq: int, output: str, arguments: str = "{}") -> None:
+    recorder.tool_call(ToolCallEntry("main", "a", seq, "read_file", arguments, "ok", 0.01, output[:500], output=output))
+
+
+def recorder_for(store: RunStore, run_id: str) -> RunRecorder:
+    store.start_run(run_id, "t", {"run": run_id}, "h", {})
+    return RunRecorder(store, run_id, 1, None, [SECRET])
+
+
+def test_the_recorder_redacts_every_part(store: RunStore) -> None:
+    recorder = recorder_for(store, "r")
+    model_call(recorder, 1, f"use {SECRET}", f"I saw {SECRET}")
+    tool_call(recorder, 1, f"file says {SECRET}", arguments=f'{{"key": "{SECRET}"}}')
+    entries = store.transcripts.read("r")
+    text = repr(entries) + repr(store.database.rows("SELECT * FROM transcript_blobs"))
+    assert SECRET not in text and "use [REDACTED]" in text and "file says [REDACTED]" in text
+    assert entries[0]["response"]["content"] == "I saw [REDACTED]" and entries[1]["arguments"] == '{"key": "[REDACTED]"}'
+    assert entries[0]["usage"]["cached_input_tokens"] == 4 and entries[0]["call_id"] is not None
+
+
+def test_a_long_tool_output_is_cut_with_a_note(store: RunStore) -> None:
+    recorder = recorder_for(store, "r")
+    tool_call(recorder, 1, "x" * (TOOL_OUTPUT_LIMIT + 10))
+    tool_call(recorder, 2, "y" * TOOL_OUTPUT_LIMIT)
+    long, exact = store.transcripts.read("r")
+    assert long["truncated"] is True and long["output_chars"] == TOOL_OUTPUT_LIMIT + 10
+    assert long["output"].endswith(f"[transcript: output cut at {TOOL_OUTPUT_LIMIT} of {TOOL_OUTPUT_LIMIT + 10} characters]")
+    assert exact["truncated"] is False and exact["output"] == "y" * TOOL_OUTPUT_LIMIT
+    assert clip_output("short") == ("short", False)
+
+
+def test_content_is_stored_once_across_runs(store: RunStore) -> None:
+    for run_id in ("one", "two"):
+        recorder = recorder_for(store, run_id)
+        model_call(recorder, 1, "same question", "same answer")
+        model_call(recorder, 2, f"question of {run_id}", "answer")
+    blobs = store.database.rows("SELECT body FROM transcript_blobs")
+    assert len(blobs) == 5  # the system prompt, the tools list, "same question", and each run's own question
+    assert sum("Shared system prompt." in b["body"] for b in blobs) == 1
+    refs = store.database.rows("SELECT run_id, digest FROM transcript_refs ORDER BY run_id")
+    assert len(refs) == 8  # each run refers to its four blobs once
+
+
+def test_a_blob_that_is_gone_reads_as_missing(store: RunStore) -> None:
+    recorder = recorder_for(store, "r")
+    model_call(recorder, 1, "hello", "hi")
+    store.database.execute("DELETE FROM transcript_blobs WHERE body LIKE ?", ("%hello%",))
+    entries = store.transcripts.read("r")
+    assert entries[0]["messages"][1] is None
+    assert "[missing]" in as_text(entries)
+
+
+def test_prune_keeps_runs_still_running_and_counts_before_it_deletes(store: RunStore) -> None:
+    model_call(recorder_for(store, "done"), 1, "q", "a")
+    model_call(recorder_for(store, "stuck-running"), 1, "q2", "a2")
+    store.database.execute("UPDATE runs SET status = 'completed', finished_at = ? WHERE run_id = 'done'", ("2020-01-01T00:00:00.000+00:00",))
+    store.database.execute("UPDATE runs SET started_at = ? WHERE run_id = 'stuck-running'", ("2020-01-01T00:00:00.000+00:00",))
+    dry = prune(store.database, timedelta(days=30), dry_run=True)
+    assert (dry.runs, dry.kept_runs, dry.kept_running, dry.blobs) == (1, 1, 1, 1)  # only the question "q" was the done run's alone
+    assert store.run("done") is not None
+    before = store.transcripts.blob_count()
+    real = prune(store.database, timedelta(days=30), dry_run=False)
+    assert (real.runs, real.rows, real.blobs) == (dry.runs, dry.rows, dry.blobs)
+    assert store.transcripts.blob_count() == before - real.blobs
+    assert store.run("done") is None and store.run("stuck-running") is not None
+    assert store.transcripts.read("stuck-running")[0]["messages"][0] == SYSTEM
+    later = prune(store.database, timedelta(days=1), dry_run=False, now=datetime.now(UTC) + timedelta(days=3650))
+    assert later.runs == 0 and later.kept_running == 1
+
+
+@pytest.mark.parametrize(("text", "days"), [("30d", 30), ("2w", 14), ("12h", 0.5), (" 90m ", 90 / 1440), ("45s", 45 / 86400)])
+def test_ages(text: str, days: float) -> None:
+    assert parse_age(text) == timedelta(days=days)
+
+
+@pytest.mark.parametrize("text", ["", "30", "d", "0d", "-1d", "1.5d", "30y", "10000000000w"])
+def test_bad_ages(text: str) -> None:
+    with pytest.raises(ValueError, match="age"):
+        parse_age(text)
