@@ -60,6 +60,9 @@ def check_references(project: Project) -> list[Problem]:
             problems += _check_price(project, doc, agent, "/caps/max_cost_usd")
     for task in project.tasks.values():
         problems += TaskChecker(project, task, tools).check()
+    from runner.config.data_checks import source_document_problems
+
+    problems += source_document_problems(project)
     return problems
 
 
@@ -144,8 +147,21 @@ class TaskChecker:
         if task.report.narrative_step and task.report.narrative_step not in step_ids:
             name = task.report.narrative_step
             self._add("/report/narrative_step", f"unknown step '{name}'{did_you_mean(name, step_ids)}")
+        self._check_data(step_ids)
         del data
         return self.problems
+
+    def _check_data(self, step_ids: set[str]) -> None:
+        """Sources, SQL steps and deliveries (see :mod:`runner.config.data_checks`); delivery
+        templates see every step."""
+        from runner.config.data_checks import task_data_problems
+
+        self.problems += task_data_problems(self.project, self.task, self.doc)
+        for i, target in enumerate(self.task.report.deliver):
+            for key in ("subject", "link", "to"):
+                value = target.settings.get(key)
+                if isinstance(value, str):
+                    self._template(f"/report/deliver/{i}/{target.kind}/{key}", value, steps_visible=step_ids)
 
     def _add(self, pointer: str, message: str, *, key: bool = False) -> None:
         self.problems.append(self.doc.problem(pointer, message, key=key))

@@ -16,8 +16,9 @@ from runner.config.schema import validate_document
 from runner.config.specs import AgentSpec, Price, TaskSpec, ToolSpec
 from runner.config.yamlload import Document, YamlError, load_documents
 from runner.errors import ConfigError, Problem, did_you_mean
+from runner.tools.sql.source import SqlSource
 
-CONFIG_DIRS = ("agents.d", "tasks.d", "tools.d")
+CONFIG_DIRS = ("agents.d", "tasks.d", "tools.d", "sources.d")
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
@@ -29,6 +30,7 @@ class Project:
     agents: dict[str, AgentSpec] = field(default_factory=dict)
     tasks: dict[str, TaskSpec] = field(default_factory=dict)
     tools: dict[str, ToolSpec] = field(default_factory=dict)
+    sources: dict[str, SqlSource] = field(default_factory=dict)  # kind: Source documents
     prices: dict[str, Price] = field(default_factory=default_prices)
     documents: dict[tuple[str, str], Document] = field(default_factory=dict)
     task_files: dict[Path, str] = field(default_factory=dict)
@@ -36,6 +38,10 @@ class Project:
 
     def document(self, kind: str, name: str) -> Document:
         return self.documents[(kind, name)]
+
+    def sources_for(self, task: TaskSpec) -> dict[str, SqlSource]:
+        """The SQL sources a task's tools may read: the project's, and the task's own."""
+        return {**self.sources, **task.sources}
 
     def task_for(self, ref: str) -> TaskSpec:
         """A task by name or by YAML path."""
@@ -144,6 +150,10 @@ def _build(project: Project, documents: list[Document]) -> list[Problem]:
         elif kind == "Task":
             project.tasks[name] = specs.build_task(doc, project.root)
             project.task_files[doc.path.resolve()] = name
+        elif kind == "Source":
+            from runner.config.sources import source_document
+
+            project.sources[name] = source_document(doc, project.root)
         else:
             project.tools[name] = specs.build_tool(doc)
         project.documents[(kind, name)] = doc

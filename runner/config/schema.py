@@ -21,8 +21,8 @@ from referencing import Registry, Resource
 from runner.config.yamlload import Document, escape_pointer_token
 from runner.errors import Problem, did_you_mean
 
-KINDS = {"Agent": "agent", "Task": "task", "Tool": "tool", "Prices": "prices"}
-SCHEMA_NAMES = ("common", "agent", "task", "tool", "prices", "plan")
+KINDS = {"Agent": "agent", "Task": "task", "Tool": "tool", "Prices": "prices", "Source": "source"}
+SCHEMA_NAMES = ("common", "agent", "task", "tool", "prices", "plan", "source")
 BASE_URI = "https://runner.dev/schemas/v1/"
 
 

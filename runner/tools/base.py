@@ -21,6 +21,7 @@ from runner.tools.arguments import ArgumentSchema, PydanticArguments
 from runner.tools.net import NetworkPolicy
 from runner.tools.sandbox import SandboxPolicy
 from runner.tools.settings import NO_SETTINGS
+from runner.tools.sql.source import SqlSources
 
 ToolKind = Literal["builtin", "python", "shell", "http", "mcp"]
 
@@ -46,6 +47,7 @@ class ToolContext:
     ``workspace`` is resolved once here and never derived from model output.
     ``settings`` maps a tool name to that tool's settings from the agent YAML.
     ``secrets`` are exact values redacted from every tool output and failure message.
+    ``sql`` holds the SQL sources ``load_table`` and ``sql_query`` may read.
     """
 
     workspace: Path
@@ -54,6 +56,7 @@ class ToolContext:
     settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     secrets: Sequence[str] = ()
     deadline: float | None = None  # time.monotonic() by which sandboxed work must end (a wall-clock cap)
+    sql: SqlSources = field(default_factory=SqlSources)
 
     def __post_init__(self) -> None:
         root = Path(self.workspace)

@@ -15,6 +15,7 @@ def builtin_tools() -> list[Tool]:
         files,
         python,
         shell,
+        sql_query,
         table_query,
         tables,
         terminate,
@@ -34,4 +35,5 @@ def builtin_tools() -> list[Tool]:
         tables.describe_table,
         table_query.query_table,
         chart.chart,
+        sql_query.sql_query,
     ]
