@@ -60,8 +60,11 @@ def source_problems(doc: Document, pointer: str, data: Mapping[str, Any]) -> lis
 
 
 def _url_problems(doc: Document, pointer: str, url: str, data: Mapping[str, Any]) -> list[Problem]:
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    try:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+    except ModuleNotFoundError:
+        return [doc.problem(pointer, "SQL sources need SQLAlchemy and the database drivers: pip install 'runner[sql]'")]
 
     try:
         parsed = make_url(url)

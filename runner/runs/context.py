@@ -18,6 +18,7 @@ from runner.runs.options import RunOptions
 from runner.store.recorder import RunRecorder
 from runner.store.runstore import RunStore
 from runner.tools.registry import ToolRegistry
+from runner.tools.sql.source import SqlSources
 
 
 @dataclass
@@ -57,6 +58,11 @@ class RunContext:
             "today": self.today.isoformat(),
             "run_id": self.run_id,
         }
+
+    @property
+    def sql(self) -> SqlSources:
+        """The SQL sources this run's tools may read, with URLs the caller resolved."""
+        return SqlSources(self.project.sources_for(self.task), self.options.source_urls)
 
     def endpoint(self, agent: AgentSpec) -> Endpoint:
         options = self.options

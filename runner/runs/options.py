@@ -31,3 +31,4 @@ class RunOptions:
     rate_gate: RateGate | None = None
     events: EventSink | None = None
     resume: bool = True  # a run id seen before resumes: completed steps are not re-run
+    source_urls: dict[str, str] = field(default_factory=dict, repr=False)  # SQL source -> URL with secrets (Airflow connections)

@@ -101,7 +101,7 @@ async def run_agent_step(
     endpoint = ctx.endpoint(agent)
     env = AgentEnv(
         model=ctx.pool.get(endpoint, agent.model),
-        tools=ToolBox(ctx.registry, agent, tool_context(ctx.workspace, agent, ctx.recorder.secrets) if agent.tools else None),
+        tools=ToolBox(ctx.registry, agent, tool_context(ctx.workspace, agent, ctx.recorder.secrets, ctx.sql) if agent.tools else None),
         budget=ctx.budget.child(agent.caps.tighten(caps or Caps()), scope=f"step '{step_id}'"),
         pricer=ctx.pricer(endpoint),
         recorder=ctx.recorder,
@@ -130,7 +130,7 @@ async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dic
         ctx.budget.check_can_start()
         ctx.budget.take_tool_call()
         deadline = ctx.budget.deadline()
-        context = replace(tool_context(ctx.workspace, None, ctx.recorder.secrets), deadline=deadline.at if deadline else None)
+        context = replace(tool_context(ctx.workspace, None, ctx.recorder.secrets, ctx.sql), deadline=deadline.at if deadline else None)
         async with within_deadline(ctx.budget):
             result = await ctx.registry.invoke(tool_name, rendered, context)
     except TemplateError as exc:

@@ -99,7 +99,7 @@ class Database:
 
     def restrict(self, entries: Sequence[str]) -> None:
         """Narrow what may be read to ``entries`` as well (an agent's own allow list)."""
-        extra = allow_list(entries, self.default_schema)
+        extra = allow_list(entries, self.default_schema, self.dialect)
         if extra is not None:
             self.allow = (*self.allow, extra)
 
@@ -141,7 +141,7 @@ def open_database(source: SqlSource, url: str, workspace: Path) -> Database:
     opener = {"duckdb": DuckDatabase, "sqlite": SqliteDatabase}.get(backend, SqlAlchemyDatabase)  # type: ignore[assignment]
     try:
         database = opener(source, parsed, workspace)
-    except SqlError:
+    except (SqlError, ModuleNotFoundError):
         raise
     except Exception as error:  # drivers raise their own types for an unreachable or missing database
         raise SqlConnectionError(f"source '{source.name}' ({parsed.render_as_string(hide_password=True)}): {_first_line(error)}") from None
@@ -370,12 +370,9 @@ class DuckDatabase(Database):
         return bind(sql, params, DefaultDialect(paramstyle="qmark"))
 
     def _run(self, sql: str, params: Any, max_rows: int, timeout: float) -> QueryResult:
-        cursor = self.connection.cursor()
-        try:
-            cursor.execute(sql, params)
-            return _fetch(cursor, max_rows)
-        finally:
-            cursor.close()
+        # on the connection itself (a cursor is a connection of its own, which interrupt() would miss)
+        self.connection.execute(sql, params)
+        return _fetch(self.connection, max_rows)
 
     def _interrupt(self) -> None:
         self.connection.interrupt()

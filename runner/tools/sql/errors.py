@@ -53,3 +53,8 @@ def naming(error: SqlError, source: str, sql: str) -> SqlError:
         "sql_connection": "could not run",
     }.get(error.kind, "failed")
     return type(error)(f"query on source '{source}' {label}: {error}\n  query: {query}")
+
+
+def missing_driver(error: ModuleNotFoundError, what: str = "SQL sources") -> SqlConnectionError:
+    """A clear failure for a driver that is not installed (``runner[sql]`` brings them)."""
+    return SqlConnectionError(f"{what} need the Python package '{error.name}': pip install 'runner[sql]'")

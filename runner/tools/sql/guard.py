@@ -38,21 +38,41 @@ class TableName:
         return f"{self.schema}.{self.name}" if self.schema else self.name
 
 
+_CASE_INSENSITIVE = frozenset({None, "sqlite", "duckdb", "mysql", "tsql"})
+
+
 @dataclass(frozen=True)
 class AllowList:
-    """Allowed tables: ``schema.table``, ``schema.*`` or ``table`` (in the default schema)."""
+    """Allowed tables: ``schema.table``, ``schema.*`` or ``table`` (in the default schema).
+
+    Entries are read as unquoted SQL names of ``dialect`` (PostgreSQL folds them to lower
+    case, so ``Sales`` allows ``sales`` but not ``"Sales"``); on databases whose names ignore
+    case, so does the comparison.
+    """
 
     entries: tuple[str, ...]
     default_schema: str
+    dialect: str | None = None
 
     def permits(self, table: TableName) -> bool:
-        schema = (table.schema or self.default_schema).lower()
-        name = table.name.lower()
+        fold = self.dialect in _CASE_INSENSITIVE
+        schema = _fold(table.schema or self.default_schema, fold)
+        name = _fold(table.name, fold)
         for entry in self.entries:
-            want_schema, _, want_name = entry.lower().rpartition(".")
-            if (want_schema or self.default_schema.lower()) == schema and want_name in ("*", name):
+            want_schema, _, want_name = entry.rpartition(".")
+            want_schema = _fold(_unquoted(want_schema or self.default_schema, self.dialect), fold)
+            if want_schema == schema and (want_name == "*" or _fold(_unquoted(want_name, self.dialect), fold) == name):
                 return True
         return False
+
+
+def _unquoted(name: str, dialect: str | None) -> str:
+    """``name`` as the database stores an unquoted identifier (PostgreSQL: lower case)."""
+    return name.lower() if dialect in ("postgres", "redshift") else name.upper() if dialect in ("snowflake", "oracle") else name
+
+
+def _fold(name: str, fold: bool) -> str:
+    return name.lower() if fold else name
 
 
 def check_read_query(sql: str, dialect: str | None, allow: Sequence[AllowList] = ()) -> None:
@@ -122,7 +142,7 @@ def _first_line(error: Exception) -> str:
     return str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
 
 
-def allow_list(entries: Iterable[str], default_schema: str) -> AllowList | None:
+def allow_list(entries: Iterable[str], default_schema: str, dialect: str | None = None) -> AllowList | None:
     """An :class:`AllowList`, or ``None`` when ``entries`` is empty (everything allowed)."""
     entries = tuple(entries)
-    return AllowList(entries, default_schema) if entries else None
+    return AllowList(entries, default_schema, dialect) if entries else None

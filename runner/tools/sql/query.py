@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.errors import ToolFailure
 from runner.tools.sql.database import QueryResult, TableInfo, open_database
-from runner.tools.sql.errors import SqlError, naming
+from runner.tools.sql.errors import SqlError, missing_driver, naming
 from runner.tools.sql.source import SqlSource, SqlSources
 
 if TYPE_CHECKING:
@@ -42,6 +42,8 @@ def run_query(
             return database.query(sql, dict(params or {}), rows, timeout)
     except SqlError as error:
         raise naming(error, source.name, sql) from None
+    except ModuleNotFoundError as error:
+        raise naming(missing_driver(error), source.name, sql) from None
 
 
 def describe(sources: SqlSources, workspace: Path, source: SqlSource, allow: Sequence[str] = ()) -> list[TableInfo]:
@@ -50,6 +52,8 @@ def describe(sources: SqlSources, workspace: Path, source: SqlSource, allow: Seq
         with open_database(source, _url(sources, source), workspace) as database:
             database.restrict(allow)
             return database.tables()
+    except ModuleNotFoundError as error:
+        raise missing_driver(error) from None
     except SqlError as error:
         raise type(error)(f"cannot list the tables of source '{source.name}': {error}") from None
 
