@@ -128,7 +128,7 @@ def build_view(record: Mapping[str, Any], *, with_cost_chart: bool) -> ReportVie
         finished=formatting.timestamp(record["finished_at"]),
         facts=_facts(record),
         narrative=_narrative(record.get("final_output")),
-        tables=[_key_table(step_id, data, goals) for step_id, data in (record.get("tables") or {}).items()],
+        tables=[_key_table(step_id, data, goals, record.get("columns") or {}) for step_id, data in (record.get("tables") or {}).items()],
         charts=_charts(record, goals),
         files=[a["path"] for a in record.get("artifacts") or [] if not a["media_type"].startswith("image/")],
         artifact_problems=[f"{p['path']}: {p['reason']}" for p in record.get("artifact_problems") or []],
@@ -183,12 +183,12 @@ def _describe(step_id: str | None, goals: Mapping[str, str]) -> str:
     return f"{step_id}: {goal}" if goal else formatting.humanize(step_id)
 
 
-def _key_table(step_id: str, data: Mapping[str, Any], goals: Mapping[str, str]) -> Table:
+def _key_table(step_id: str, data: Mapping[str, Any], goals: Mapping[str, str], styles: Mapping[str, Any]) -> Table:
     title = data.get("title") or formatting.humanize(step_id)
     caption = data.get("caption") or (
         f"From step {step_id}: {goals[step_id]}" if step_id in goals else f"From step {step_id}"
     )
-    return data_table(data, title=str(title), caption=str(caption))
+    return data_table(data, title=str(title), caption=str(caption), styles=styles)
 
 
 def _charts(record: Mapping[str, Any], goals: Mapping[str, str]) -> list[Chart]:
