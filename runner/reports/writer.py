@@ -31,6 +31,7 @@ from runner.reports.record import fill_usage_rollups, finite_json, validate_reco
 from runner.tools.paths import WorkspacePathError, reportable_path
 
 FORMATS = ("markdown", "html", "json", "pdf", "xlsx")
+DEFAULT_FORMATS = ("markdown", "html", "json")
 FILE_NAMES = {"markdown": "report.md", "html": "report.html", "json": "report.json", "pdf": "report.pdf", "xlsx": "report.xlsx"}
 PRINT_FILE = ".report-print.html"  # report.html for the PDF when html itself is not a format
 COST_CHART_FILE = "cost_by_step.png"
@@ -49,7 +50,7 @@ def write_report(
     record: Mapping[str, Any],
     out_dir: Path,
     workspace: Path | None,
-    formats: Iterable[str] = FORMATS,
+    formats: Iterable[str] = DEFAULT_FORMATS,
     *,
     secrets: Sequence[str] = (),
 ) -> dict[str, Path]:
