@@ -160,10 +160,14 @@ async def _attempt(ctx: RunContext) -> RunResult:
         ),
         recorder.secrets,
     )
+    report_dir = _write_report(ctx, record)
+    deliveries = await _deliver(ctx, record, report_dir)
+    if deliveries:
+        record = {**record, "deliveries": list(deliveries)}
     result = RunResult(
         run_id=ctx.run_id, task=task.name, status=outcome.status, output=output, error=error,
         error_kind=outcome.error_kind, error_scope=outcome.error_scope, usage=budget.spent,
-        duration_seconds=duration, report_dir=_write_report(ctx, record), warnings=tuple(record["warnings"]),
+        duration_seconds=duration, report_dir=report_dir, warnings=tuple(record["warnings"]), deliveries=deliveries,
     )
     ctx.store.finish_run(result, record)
     recorder.emit("run_finished", **result.manifest())
@@ -264,6 +268,46 @@ def _write_report(ctx: RunContext, record: dict[str, Any]) -> Path | None:
     workspace = ctx.workspace if ctx.workspace.is_dir() else None
     write_report(record, out_dir, workspace, formats=ctx.task.report.formats, secrets=ctx.recorder.secrets)
     return out_dir
+
+
+async def _deliver(ctx: RunContext, record: dict[str, Any], report_dir: Path | None) -> tuple[dict[str, Any], ...]:
+    """Send the written report where ``report.deliver`` says (see :mod:`runner.reports.delivery`).
+    A resumed run sends only what an earlier attempt did not deliver."""
+    if not ctx.task.report.deliver or report_dir is None:
+        return ()
+    import asyncio
+    import os
+
+    from runner.reports.delivery.deliver import deliver_all, earlier_outcomes, record_deliveries
+    from runner.reports.delivery.outcome import Package
+
+    stored = ctx.store.run(ctx.run_id) if ctx.attempt > 1 else None
+    written = {fmt: report_dir / name for fmt, name in _REPORT_FILES.items() if (report_dir / name).is_file()}
+    package = Package(
+        report_dir=report_dir, files=written, charts=sorted((report_dir / "artifacts").rglob("*.png")),
+        title=str(record.get("title") or ctx.task.name), status=str(record["status"]),
+        summary=redact_secrets(_summary_text(record.get("final_output")), ctx.recorder.secrets),
+        run_id=ctx.run_id, task=ctx.task.name, exit_code=int(record["exit_code"]), environ=dict(os.environ),
+    )
+    context = ctx.template_context()
+    outcomes = await asyncio.to_thread(
+        deliver_all, ctx.task.report.deliver, package, lambda template: render(template, context),
+        earlier=earlier_outcomes(stored["record_json"] if stored else None), secrets=ctx.recorder.secrets,
+        root=ctx.project.root, now=now_iso,
+    )  # fmt: skip
+    record_deliveries(report_dir, outcomes)
+    for outcome in outcomes:
+        ctx.recorder.emit("delivery", **{k: v for k, v in outcome.as_dict().items() if k != "files"})
+    return tuple(o.as_dict() for o in outcomes)
+
+
+_REPORT_FILES = {"markdown": "report.md", "html": "report.html", "json": "report.json", "pdf": "report.pdf", "xlsx": "report.xlsx"}
+
+
+def _summary_text(output: Any) -> str:
+    if isinstance(output, str):
+        return output.strip()
+    return "" if output is None else json.dumps(output, ensure_ascii=False, default=str)[:2000]
 
 
 def _notice(options: RunOptions) -> Any:
