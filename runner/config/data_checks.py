@@ -41,7 +41,9 @@ def task_data_problems(project: Project, task: TaskSpec, doc: Document) -> list[
                 problems += _sql_step_problems(doc, f"/pipeline/steps/{i}/args", step.tool, doc.data["pipeline"]["steps"][i].get("args") or {}, known)
     for name in task.agents_used():
         agent = project.agents.get(name)
-        for ref in agent.tools if agent else ():
+        if agent is None:
+            continue  # an unknown agent is reported by the task checks
+        for ref in agent.tools:
             for j, source in enumerate(ref.settings.get("sources", ()) if ref.name == "sql_query" else ()):
                 if source not in known:
                     problems.append(doc.problem("", f"agent '{name}' gives sql_query the source '{source}', which this task does not have"

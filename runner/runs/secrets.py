@@ -39,5 +39,6 @@ def delivery_secret_names(project: Project) -> set[str]:
     for task in project.tasks.values():
         for target in task.report.deliver:
             smtp = target.settings.get("smtp") or {}
-            names |= {smtp.get("password_env"), target.settings.get("url_env"), target.settings.get("options_env")} - {None}
+            candidates = (smtp.get("password_env"), target.settings.get("url_env"), target.settings.get("options_env"))
+            names |= {str(name) for name in candidates if name}
     return names

@@ -57,7 +57,7 @@ class Inbox:
         self.messages: list[Message] = []
         self.raw: list[bytes] = []
 
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 (aiosmtpd's hook name)
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         self.raw.append(envelope.content)
         self.messages.append(email.message_from_bytes(envelope.content))
         return "250 OK"
@@ -101,7 +101,7 @@ def hooks() -> Iterator[tuple[Hooks, str]]:
     state = Hooks()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's hook name)
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             state.bodies.append(json.loads(body))
             state.paths.append(self.path)
@@ -196,8 +196,9 @@ def test_email_webhook_and_copy_arrive(tmp_path: Path, smtp: tuple[Inbox, int], 
     attachments = {p.get_filename(): p.get_payload(decode=True) for p in message.walk() if p.get_filename()}
     assert {"report.pdf", "report.xlsx", "trend.png", "regions.png"} <= set(attachments)
     assert attachments["report.pdf"][:5] == b"%PDF-"
-    from openpyxl import load_workbook
     import io
+
+    from openpyxl import load_workbook
 
     book = load_workbook(io.BytesIO(attachments["report.xlsx"]))
     assert "Totals for the day" in book.sheetnames

@@ -13,7 +13,7 @@ import pytest
 from runner.model.server import ScriptedServer
 
 from .conftest import report_json, run_cli, write
-from .test_sql_cli import DAY, figures, run_report, tool_call
+from .test_sql_cli import figures, run_report, tool_call
 
 URL = os.environ.get("RUNNER_TEST_SALES_DB_URL", "")
 PASSWORD = os.environ.get("RUNNER_TEST_SALES_DB_PASSWORD", "")

@@ -10,8 +10,6 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from runner.model.server import ScriptedServer
 
 from .conftest import CANARY, report_json, run_cli, write

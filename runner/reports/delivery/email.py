@@ -82,7 +82,7 @@ def build_message(settings: Mapping[str, Any], package: Package, subject: str) -
     if html is not None:
         body, images = _inline_images(html.read_text("utf-8"))
         message.add_alternative(body, subtype="html")
-        html_part = message.get_payload()[-1]  # type: ignore[index]
+        html_part: Any = message.get_payload()[-1]  # type: ignore[index]
         for cid, media_type, data in images:
             maintype, subtype = media_type.split("/", 1)
             html_part.add_related(data, maintype=maintype, subtype=subtype, cid=f"<{cid}>", disposition="inline")

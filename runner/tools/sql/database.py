@@ -168,7 +168,7 @@ class SqlAlchemyDatabase(Database):
             self.default_schema = "public"
         self.engine = create_engine(url, poolclass=NullPool, connect_args=connect_args)
         self.raw = self.engine.raw_connection()
-        self.connection = self.raw.driver_connection
+        self.connection: Any = self.raw.driver_connection
         if self.backend != "postgresql":
             self.default_schema = self.engine.dialect.default_schema_name or self.default_schema
 
