@@ -140,6 +140,7 @@ def run_task_for_airflow(
     model_base_url: str | None = None,
     api_key: str | None = None,
     run_id: str | None = None,
+    source_urls: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) one runner task for one Airflow task instance; return the small manifest.
 
@@ -164,8 +165,9 @@ def run_task_for_airflow(
         reports_dir=_optional_path(reports_dir),
         model_base_url=model_base_url or None,
         api_key=api_key or None,
+        source_urls=dict(source_urls or {}),
     )
-    return task_manifest(manifest, [api_key])
+    return task_manifest(manifest, [api_key, *(source_urls or {}).values()])
 
 
 def run_batch_for_airflow(task: str, *, root: str | Path, request: BatchRequest) -> dict[str, Any]:

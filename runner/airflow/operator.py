@@ -38,6 +38,7 @@ from runner.airflow._compat import AirflowException, AirflowFailException, Airfl
 from runner.airflow.execution import run_task_for_airflow
 from runner.airflow.failures import run_failure
 from runner.airflow.provider import DEFAULT_CONN_ID
+from runner.core.status import EXIT_UNDELIVERED
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -95,6 +96,9 @@ def fail_without_retry(what: str) -> Iterator[None]:
 def check_status(manifest: Mapping[str, Any], no_retry_statuses: Collection[str]) -> None:
     """Fail the task unless the run completed; the message states status, error kind and error."""
     if manifest.get("status") == "completed":
+        if manifest.get("exit_code") == EXIT_UNDELIVERED:  # the report is written; a retry re-delivers what failed
+            raise AirflowException(f"runner run {manifest.get('run_id')} completed, but a report delivery failed: "
+                                   f"{manifest.get('error') or 'see the run record'}; a retry re-delivers only what failed")
         return
     message = run_failure(manifest)
     if manifest.get("status") in no_retry_statuses:
@@ -142,10 +146,13 @@ class RunnerTaskOperator(BaseOperator):
             inputs = _inputs(self.inputs)
             root = resolve_root(self.root)
             base_url, api_key = model_credentials(self.conn_id)
+            from runner.airflow.sources import source_urls
+
+            urls = source_urls(root, task)  # SQL sources given as Airflow connections
             manifest = run_task_for_airflow(
                 task, root=root, inputs=inputs, caps=caps or None, dag_id=dag_id, dag_run_id=dag_run_id,
                 task_id=task_id, map_index=map_index, store_path=self.store_path, reports_dir=self.reports_dir,
-                model_base_url=base_url, api_key=api_key,
+                model_base_url=base_url, api_key=api_key, source_urls=urls,
             )  # fmt: skip
         self.log.info(
             "runner run %s: %s (exit %s, %.6f USD), report %s",

@@ -74,6 +74,7 @@ def _toc(view: ReportView) -> list[tuple[str, str]]:
         ("steps", "Steps", True),
         ("cost", "Cost", True),
         ("caps", "Caps", True),
+        ("delivery", "Delivery", view.deliveries is not None),
         ("inputs", "Inputs", True),
         ("timings", "Timings", True),
         ("details", "Step details", True),

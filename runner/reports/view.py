@@ -107,6 +107,7 @@ class ReportView:
     timings: Table
     timeline: list[TimelineBar]
     step_details: list[StepDetail]
+    deliveries: Table | None = None  # report.deliver outcomes, once delivered
 
 
 def build_view(record: Mapping[str, Any], *, with_cost_chart: bool) -> ReportView:
@@ -146,6 +147,7 @@ def build_view(record: Mapping[str, Any], *, with_cost_chart: bool) -> ReportVie
         timings=_timings(record),
         timeline=_timeline(record),
         step_details=[_step_detail(step, record.get("final_output")) for step in record["steps"]],
+        deliveries=_deliveries(record.get("deliveries") or []),
     )
 
 
@@ -203,6 +205,21 @@ def _charts(record: Mapping[str, Any], goals: Mapping[str, str]) -> list[Chart]:
         for artifact in record.get("artifacts") or []
         if artifact["media_type"].startswith("image/")
     ]
+
+
+def _deliveries(entries: list[Mapping[str, Any]]) -> Table | None:
+    """Where the report went: one row per delivery, failures with their reason."""
+    if not entries:
+        return None
+    rows = [
+        [
+            e["name"], e["kind"], e.get("target") or "", "completed" if e["status"] == "delivered" else "failed",
+            formatting.count(e.get("attempts") or 0),
+            "delivered by an earlier attempt" if e.get("earlier_attempt") else (e.get("error") or ", ".join(e.get("files") or [])),
+        ]
+        for e in entries
+    ]  # fmt: skip
+    return Table(["Delivery", "Kind", "To", "Status", "Attempts", "Detail"], rows, [False, False, False, False, True, False], status_column=3)
 
 
 def _plans(record: Mapping[str, Any]) -> list[PlanView]:

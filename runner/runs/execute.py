@@ -296,9 +296,21 @@ async def _deliver(ctx: RunContext, record: dict[str, Any], report_dir: Path | N
         root=ctx.project.root, now=now_iso,
     )  # fmt: skip
     record_deliveries(report_dir, outcomes)
+    _show_deliveries(ctx, record, outcomes, report_dir)
     for outcome in outcomes:
         ctx.recorder.emit("delivery", **{k: v for k, v in outcome.as_dict().items() if k != "files"})
     return tuple(o.as_dict() for o in outcomes)
+
+
+def _show_deliveries(ctx: RunContext, record: dict[str, Any], outcomes: list[Any], report_dir: Path) -> None:
+    """report.md and report.html on disk say where the report went (what was sent is unchanged)."""
+    from runner.reports.writer import write_report
+
+    shown = [fmt for fmt in ("markdown", "html") if fmt in ctx.task.report.formats]
+    if shown:
+        final = {**record, "deliveries": [o.as_dict() for o in outcomes]}
+        workspace = ctx.workspace if ctx.workspace.is_dir() else None
+        write_report(final, report_dir, workspace, formats=shown, secrets=ctx.recorder.secrets)
 
 
 _REPORT_FILES = {"markdown": "report.md", "html": "report.html", "json": "report.json", "pdf": "report.pdf", "xlsx": "report.xlsx"}

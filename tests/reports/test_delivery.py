@@ -233,6 +233,9 @@ def test_failed_delivery_keeps_the_result_and_a_resume_sends_only_what_failed(
     record = json.loads((report_dir(root) / "report.json").read_text())
     assert {d["name"]: d["status"] for d in record["deliveries"]} == {"email": "delivered", "webhook": "failed", "copy": "delivered"}
     assert record["deliveries"][1]["attempts"] == 3 and record["status"] == "completed"
+    shown = (report_dir(root) / "report.html").read_text()  # the report on disk says where it went
+    assert 'id="delivery"' in shown and "answered HTTP 500" in shown and HOOK_SECRET not in shown
+    assert "| webhook | webhook |" in (report_dir(root) / "report.md").read_text()
     with sqlite3.connect(root / ".runner" / "runs.sqlite3") as store:
         status, stored = store.execute("SELECT status, record_json FROM runs WHERE run_id = 'daily-1'").fetchone()
     assert status == "completed" and json.loads(stored)["deliveries"][1]["status"] == "failed"
