@@ -288,3 +288,14 @@ def test_guard_classifies_by_statement_type() -> None:
         check_read_query("SELECT query_to_xml('select * from secrets', true, true, '')", "postgres", allow)
     with pytest.raises(SqlRefused, match="names a database"):
         check_read_query("SELECT * FROM other.public.sales", "postgres", allow)
+
+
+@pytest.mark.parametrize("path", ["../outside.csv", "/etc/passwd", "link.csv", "missing.csv"])
+def test_duckdb_files_stay_inside_the_workspace(workspace: Path, databases: Path, path: str) -> None:
+    (workspace.parent / "outside.csv").write_text("secret\nhunter2-hunter2\n")
+    (workspace / "link.csv").symlink_to(workspace.parent / "outside.csv")
+    spec = SqlSource("shop", url="duckdb:///:memory:", files={"t": path}, root=databases, where="t")
+    ctx = ToolContext(workspace=workspace, sql=SqlSources({"shop": spec}))
+    with pytest.raises(ToolFailure) as refused:
+        call(ctx, "sql_query", sql="SELECT * FROM t")
+    assert "hunter2" not in str(refused.value) and "could not run" in str(refused.value)
