@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # CI: the Airflow provider under a real scheduler. Starts PostgreSQL (the package is installed by
-# .ci/run), gives Airflow a database on it, and runs tests/airflow/deploy: LocalExecutor, separate
-# scheduler, dag-processor and api-server processes, both example DAGs triggered with
-# `airflow dags trigger`. Prints how long it took. Usage: .ci/airflow_e2e.sh [PYTHON]
+# .ci/run), gives Airflow a database on it and the runner another (its shared store: run store,
+# shard journals, cap ledger), and runs tests/airflow/deploy: LocalExecutor, separate scheduler,
+# dag-processor and api-server processes, both example DAGs triggered with `airflow dags trigger`,
+# retries on a wiped local disk, a fan-out cost cap across shards. Prints how long it took.
+# Usage: .ci/airflow_e2e.sh [PYTHON]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${1:-.venv/bin/python}
@@ -23,15 +25,21 @@ stop_postgres() { if [ -n "$started_here" ]; then pg_ctlcluster "$version" "$clu
 trap stop_postgres EXIT
 port=$(pg_lsclusters --no-header | awk 'NR == 1 {print $3}')
 
-# A throw-away role and database for this run (dropped first: every run starts from nothing).
+# A throw-away role and two databases for this run (dropped first: every run starts from nothing):
+# Airflow's metadata, and the runner's shared store (reached through an Airflow connection).
+# RUNNER_E2E_DB renames them, so two checkouts on one machine do not drop each other's.
+name=${RUNNER_E2E_DB:-runner_airflow_e2e}
 password=$("$python" -c 'import secrets; print(secrets.token_hex(16))')
 runuser -u postgres -- psql -q -v ON_ERROR_STOP=1 -p "$port" <<SQL
-DROP DATABASE IF EXISTS runner_airflow_e2e;
-DROP ROLE IF EXISTS runner_airflow_e2e;
-CREATE ROLE runner_airflow_e2e LOGIN PASSWORD '$password';
-CREATE DATABASE runner_airflow_e2e OWNER runner_airflow_e2e;
+DROP DATABASE IF EXISTS ${name} WITH (FORCE);
+DROP DATABASE IF EXISTS ${name}_store WITH (FORCE);
+DROP ROLE IF EXISTS ${name};
+CREATE ROLE ${name} LOGIN PASSWORD '$password';
+CREATE DATABASE ${name} OWNER ${name};
+CREATE DATABASE ${name}_store OWNER ${name};
 SQL
-export RUNNER_AIRFLOW_DEPLOY_DB="postgresql+psycopg://runner_airflow_e2e:$password@127.0.0.1:$port/runner_airflow_e2e"
+export RUNNER_AIRFLOW_DEPLOY_DB="postgresql+psycopg://${name}:$password@127.0.0.1:$port/${name}"
+export RUNNER_AIRFLOW_DEPLOY_STORE="postgresql://${name}:$password@127.0.0.1:$port/${name}_store"
 
 "$python" -m pytest tests/airflow/deploy -m airflow_deploy -p no:cacheprovider -q -ra -s
 echo "ci: airflow e2e (PostgreSQL + scheduler + dag-processor + api-server) in $(( $(date +%s) - start ))s"

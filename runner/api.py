@@ -12,6 +12,7 @@ from typing import Any
 from runner.config.capvalues import coerce_caps
 from runner.config.project import load_project_or_raise
 from runner.core.ports import EventSink
+from runner.locations import Location, location
 from runner.runs.options import RunOptions
 
 
@@ -23,11 +24,12 @@ def run_task(
     run_id: str | None = None,
     caps: dict[str, Any] | None = None,
     store_path: Path | None = None,
-    reports_dir: Path | None = None,
+    reports_dir: str | Path | Location | None = None,
     model: str | None = None,
     model_base_url: str | None = None,
     api_key: str | None = None,
     events: EventSink | None = None,
+    store_url: str | None = None,
     source_urls: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run ``task`` (a name or a YAML path) once; an existing ``run_id`` resumes that run.
@@ -40,6 +42,8 @@ def run_task(
     :class:`~runner.errors.UsageError` before anything is spent when the configuration, the
     inputs or the caps are invalid. ``caps`` values may be numbers or numeric strings
     (rendered Airflow templates); see :func:`runner.config.capvalues.coerce_caps`.
+    ``store_url`` (``postgresql://...``, default ``$RUNNER_STORE_URL``) puts the run store in a
+    database every worker shares; ``reports_dir`` may be a URL (``s3://bucket/reports``).
     """
     from runner.model.factory import check_endpoints
     from runner.runs.execute import execute_task
@@ -50,7 +54,8 @@ def run_task(
         run_id=run_id,
         caps=coerce_caps(caps, source="caps"),
         store_path=store_path,
-        reports_dir=reports_dir,
+        store_url=store_url,
+        reports_dir=location(reports_dir) if reports_dir is not None else None,
         model_override=model,
         base_url_override=model_base_url,
         api_key=api_key,
@@ -69,7 +74,7 @@ def run_batch(
     *,
     root: Path,
     input_path: Path,
-    output_path: Path,
+    output_path: str | Path | Location,
     concurrency: int = 8,
     resume: bool = True,
     journal_path: Path | None = None,
@@ -77,11 +82,12 @@ def run_batch(
     row_caps: dict[str, Any] | None = None,
     id_column: str | None = None,
     store_path: Path | None = None,
-    report_dir: Path | None = None,
+    report_dir: str | Path | Location | None = None,
     model: str | None = None,
     model_base_url: str | None = None,
     api_key: str | None = None,
     progress: str = "none",
+    store_url: str | None = None,
 ) -> dict[str, Any]:
     """Run ``task`` over every row of ``input_path``; rerunning resumes from the journal.
 
@@ -94,10 +100,10 @@ def run_batch(
     project = load_project_or_raise(Path(root))
     spec = project.task_for(task)
     request = BatchRequest(
-        input_path=Path(input_path), output_path=Path(output_path), id_column=id_column, journal_path=journal_path,
-        report_dir=report_dir, restart=not resume, concurrency=concurrency, batch_caps=coerce_caps(caps, source="caps"),
+        input_path=Path(input_path), output_path=location(output_path), id_column=id_column, journal_path=journal_path,
+        report_dir=location(report_dir) if report_dir is not None else None, restart=not resume, concurrency=concurrency, batch_caps=coerce_caps(caps, source="caps"),
         run_caps=coerce_caps(row_caps, source="row_caps"), model_override=model, base_url_override=model_base_url, api_key=api_key,
-        store_path=store_path, progress=progress,
+        store_path=store_path, store_url=store_url, progress=progress,
     )
     summary = asyncio.run(run_batch_file(project, spec, request))
     counts = summary["counts"]

@@ -62,6 +62,12 @@ class InputError(RunnerError):
     exit_code = EXIT_CONFIG
 
 
+class StoreUnavailable(RunnerError):
+    """The shared database (``RUNNER_STORE_URL``) cannot be reached; a later try may succeed."""
+
+    exit_code = EXIT_FAILED
+
+
 class CapReached(RunnerError):
     """A cap would be exceeded by the next model call; the run stops before making it."""
 
@@ -126,9 +132,11 @@ class Problem:
     severity: str = "error"
 
     def render(self) -> str:
-        where = f"{self.file}:{self.line}:{self.column}: " if self.file else ""
-        pointer = f"{self.pointer or '/'}: " if self.file else ""
-        return f"{where}{self.severity}: {pointer}{self.message}"
+        """``FILE:LINE:COL: error: /pointer: message``; just the message when no file is known
+        (the CLI prefixes ``error:`` itself)."""
+        if not self.file:
+            return self.message
+        return f"{self.file}:{self.line}:{self.column}: {self.severity}: {self.pointer or '/'}: {self.message}"
 
     def as_dict(self) -> dict[str, object]:
         return {

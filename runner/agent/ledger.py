@@ -53,11 +53,16 @@ class CallLedger:
         self.failed(kind, message)
         self.open()
 
-    def answered(self, usage: Usage, latency: float, *, tool_calls: int, content: str | None) -> None:
+    def answered(
+        self, usage: Usage, latency: float, *, tool_calls: int, content: str | None, finish_reason: str | None = None
+    ) -> None:
         """The attempt succeeded with ``usage`` (priced)."""
         assert self._held is not None
         self._held.settle(usage)
-        call = replace(self._entry(usage, "ok"), latency_seconds=latency, tool_calls=tool_calls, content=content)
+        call = replace(
+            self._entry(usage, "ok"), latency_seconds=latency, tool_calls=tool_calls, content=content,
+            finish_reason=finish_reason,
+        )
         self.recorder.model_call(call, self._ledger_id)
         self._held = None
 
@@ -70,7 +75,8 @@ class CallLedger:
             self._held.settle(self.worst)
         else:
             self._held.release()
-        self.recorder.model_call(replace(self._entry(self.worst if billed else Usage(), "error"), error=message), self._ledger_id)
+        failed = replace(self._entry(self.worst if billed else Usage(), "error"), error=message, error_kind=kind)
+        self.recorder.model_call(failed, self._ledger_id)
         self._held = None
 
     def abandoned(self, reason: str) -> None:

@@ -174,7 +174,10 @@ class _AgentRun:
             self.model_seq += ledger.attempts
         usage = _trusted_usage(response, estimate)
         usage = replace(usage, cost_usd=env.pricer.cost(usage))
-        ledger.answered(usage, time.monotonic() - started, tool_calls=len(response.tool_calls), content=response.content)
+        ledger.answered(
+            usage, time.monotonic() - started, tool_calls=len(response.tool_calls), content=response.content,
+            finish_reason=response.finish_reason,
+        )
         self._flag_excess(usage, estimate)
         return replace(response, usage=usage)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import hashlib
 import json
 import re
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from runner.airflow.failures import RowsLeft, rows_left, short
+from runner.tracing import flushed, joined
 
 if TYPE_CHECKING:
     from runner.batch.file_batch import BatchRequest
@@ -84,7 +86,8 @@ def call_blocking(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     except RuntimeError:
         return fn(*args, **kwargs)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-airflow") as pool:
-        return pool.submit(fn, *args, **kwargs).result()
+        context = contextvars.copy_context()  # the caller's trace context goes along
+        return pool.submit(context.run, fn, *args, **kwargs).result()
 
 
 def _optional_path(value: str | Path | None) -> Path | None:
@@ -140,11 +143,15 @@ def run_task_for_airflow(
     model_base_url: str | None = None,
     api_key: str | None = None,
     run_id: str | None = None,
+    store_url: str | None = None,
+    trace_carrier: Mapping[str, str] | None = None,
     source_urls: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) one runner task for one Airflow task instance; return the small manifest.
 
-    ``run_id`` defaults to :func:`derive_run_id`. Raises what :func:`runner.api.run_task` raises
+    ``run_id`` defaults to :func:`derive_run_id`. ``store_url`` (PostgreSQL) is the run store
+    every worker shares, so a retry on another worker resumes the run; ``reports_dir`` may
+    be a URL (``s3://bucket/reports``). Raises what :func:`runner.api.run_task` raises
     for invalid configuration or inputs (nothing is spent then); a run that started returns a
     manifest whatever its status -- the operator decides whether that status fails the task.
     """
@@ -154,23 +161,27 @@ def run_task_for_airflow(
     run_id = run_id or derive_run_id(
         task=task, dag_id=dag_id, dag_run_id=dag_run_id, task_id=task_id, map_index=map_index, inputs=inputs
     )
-    manifest = call_blocking(
-        run_task,
-        task,
-        root=Path(root),
-        inputs=inputs,
-        run_id=run_id,
-        caps=dict(caps) if caps else None,
-        store_path=_optional_path(store_path),
-        reports_dir=_optional_path(reports_dir),
-        model_base_url=model_base_url or None,
-        api_key=api_key or None,
-        source_urls=dict(source_urls or {}),
-    )
+    with joined(trace_carrier), flushed():
+        manifest = call_blocking(
+            run_task,
+            task,
+            root=Path(root),
+            inputs=inputs,
+            run_id=run_id,
+            caps=dict(caps) if caps else None,
+            store_path=_optional_path(store_path),
+            store_url=store_url or None,
+            reports_dir=reports_dir or None,
+            model_base_url=model_base_url or None,
+            api_key=api_key or None,
+            source_urls=dict(source_urls or {}),
+        )
     return task_manifest(manifest, [api_key, *(source_urls or {}).values()])
 
 
-def run_batch_for_airflow(task: str, *, root: str | Path, request: BatchRequest) -> dict[str, Any]:
+def run_batch_for_airflow(
+    task: str, *, root: str | Path, request: BatchRequest, trace_carrier: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Run (always resuming) the batch ``request``; return its manifest (:func:`batch_manifest`).
 
     Raises what the batch raises for invalid configuration, inputs or flags (before any row
@@ -181,7 +192,8 @@ def run_batch_for_airflow(task: str, *, root: str | Path, request: BatchRequest)
 
     project = load_project_or_raise(Path(root))
     spec = project.task_for(task)
-    summary = call_blocking(lambda: asyncio.run(run_batch_file(project, spec, request)))
+    with joined(trace_carrier), flushed():
+        summary = call_blocking(lambda: asyncio.run(run_batch_file(project, spec, request)))
     journal, _ = open_journal(project, spec, request)
     with journal:
         left = rows_left(journal)

@@ -6,7 +6,8 @@
 
     with DAG("classify_tickets", schedule=None, ...):
         batch_fanout(task="triage_ticket", input_path="/shared/in/tickets.csv", num_shards=8,
-                     id_column="id", max_cost_usd=5, work_dir="/shared/runner-airflow", retries=2)
+                     id_column="id", max_cost_usd=5, work_dir="s3://bucket/runner-airflow",
+                     store_conn_id="runner_store", retries=2)
 
 ``batch_fanout`` takes the options of ``runner batch`` by their flag names (see
 :mod:`runner.airflow.options`); every argument may be a template (``"{{ params.x }}"``).
@@ -16,12 +17,18 @@
   input's rows the way ``runner batch`` reads them, and returns one row range per shard
   (:class:`~runner.airflow.plan.ShardSpec`). A bad value fails it without retries.
 * :class:`RunnerShardOperator` is mapped over those ranges. It runs the batch over its rows
-  of the input, resuming its own journal (the same for every try), so a retried shard
-  pays for no finished row again; try *n* gives each row up to ``n * max_attempts``
-  attempts, so rows whose attempts an earlier try used up run again.
+  of the input, resuming its own journal (the same for every try, in the shared store, so
+  on any worker), so a retried shard pays for no finished row again; try *n* gives each row
+  up to ``n * max_attempts`` attempts, so rows whose attempts an earlier try used up run
+  again. Its model calls reserve in the fan-out's shared cap scope (its batch caps, held
+  across every shard: see :mod:`runner.caps.shared`).
 * :class:`RunnerMergeOperator` writes one output record per input row (the input's row
   numbers and ids) and the batch report of :mod:`runner.batch.summary`, from the shard
-  journals; a missing shard result, journal, output or row fails it.
+  journals, with the cap ledger's figures; a missing shard result, journal, output or row
+  fails it.
+
+Where the state lives: see :mod:`runner.airflow.store` (the PostgreSQL store) and
+:mod:`runner.airflow.plan` (the work directory, a shared path or a URL).
 
 Row-failure policy: a shard fails its try (and Airflow retries it) while some of its rows
 failed in a way another try may fix (a retryable error whose attempts are used up, rows not
@@ -47,6 +54,7 @@ from runner.airflow.options import FanoutOptions, check_option_names
 from runner.airflow.plan import FanoutPlan, ShardSpec, run_work_dir
 from runner.airflow.provider import DEFAULT_CONN_ID
 from runner.airflow.typed import optional_int, optional_text, required_text
+from runner.locations import Location
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -57,7 +65,7 @@ MAX_SHARDS = 10_000
 class _FanoutStep(BaseOperator):
     """What the split, shard and merge tasks of one fan-out share: the arguments of its plan."""
 
-    template_fields: Sequence[str] = ("task", "input_path", "options", "root", "work_dir")
+    template_fields: Sequence[str] = ("task", "input_path", "options", "root", "work_dir", "store_conn_id")
 
     def __init__(
         self,
@@ -68,6 +76,7 @@ class _FanoutStep(BaseOperator):
         root: str | None = None,
         work_dir: str | None = None,
         fanout_id: str = "fanout",
+        store_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -78,9 +87,13 @@ class _FanoutStep(BaseOperator):
         self.root = root
         self.work_dir = work_dir
         self.fanout_id = fanout_id
+        self.store_conn_id = store_conn_id
 
     def plan(self, context: Context) -> FanoutPlan:
         """The fan-out's plan from the rendered arguments (a bad value raises a runner UsageError)."""
+        from runner.airflow.plan import run_key
+        from runner.airflow.store import shared_store_url
+
         dag_id, dag_run_id, _, _ = dag_run_identity(context)
         root = Path(resolve_root(self.root))
         return FanoutPlan(
@@ -89,6 +102,8 @@ class _FanoutStep(BaseOperator):
             input_path=root / required_text(self.input_path, "input_path"),
             work=run_work_dir(optional_text(self.work_dir, "work_dir"), dag_id, dag_run_id, self.fanout_id),
             options=FanoutOptions.from_mapping(self.options),
+            key=run_key(dag_id, dag_run_id, self.fanout_id),
+            store_url=shared_store_url(optional_text(self.store_conn_id, "store_conn_id")),
         )
 
 
@@ -125,7 +140,7 @@ class RunnerSplitOperator(_FanoutStep):
             plan.check_merged_output(plan.merged_output_path(optional_text(self.output_path, "output_path")))
             total, sha256 = count_input_rows(project, spec, plan)
             shards = plan_shards(total, sha256, num_shards=num, shard_size=size)
-            plan.options.shard_share(len(shards))  # a cap too small to share fails here, not in every shard
+            _open_shared_caps(plan, shards)  # before any shard: a store that cannot be reached fails here
         self.log.info("%s: %d row(s) in %d shard(s); work directory %s", plan.input_path, total, len(shards), plan.work)
         return [shard.as_xcom() for shard in shards]
 
@@ -163,7 +178,9 @@ class RunnerShardOperator(_FanoutStep):
                 shard, try_number=ti.try_number, model_base_url=base_url, api_key=api_key,
                 store_path=Path(store) if store else None,
             )  # fmt: skip
-            manifest = run_batch_for_airflow(plan.task, root=plan.root, request=request)
+            manifest = run_batch_for_airflow(
+                plan.task, root=plan.root, request=request, trace_carrier=getattr(ti, "context_carrier", None)
+            )
         manifest = {"shard": shard.name, "index": shard.index, "rows": [shard.first_row, shard.last_row],
                     "try_number": ti.try_number, **manifest}  # fmt: skip
         self.log.info(
@@ -261,6 +278,7 @@ def batch_fanout(
     report_dir: str | None = None,
     max_failed_rows: int | str | None = 0,
     store_path: str | None = None,
+    store_conn_id: str | None = None,
     prefix: str = "",
     pool: str | None = None,
     retries: int | None = None,
@@ -271,10 +289,12 @@ def batch_fanout(
 
     ``options`` are ``runner batch``'s options by flag name (:data:`runner.airflow.options.OPTION_NAMES`).
     ``strict_conf`` makes the split refuse dag run conf keys that are not DAG params (a typo).
+    ``store_conn_id`` names the postgres connection of the shared store (default
+    ``$RUNNER_STORE_CONN_ID``, then ``$RUNNER_STORE_URL``; see :mod:`runner.airflow.store`).
     """
     check_option_names(options, "batch_fanout")
     common = {"task": task, "input_path": input_path, "options": options, "root": root, "work_dir": work_dir,
-              "fanout_id": prefix.rstrip("_-.") or "fanout"}  # fmt: skip
+              "fanout_id": prefix.rstrip("_-.") or "fanout", "store_conn_id": store_conn_id}  # fmt: skip
     split = RunnerSplitOperator(
         task_id=f"{prefix}split", num_shards=num_shards, shard_size=shard_size, output_path=output_path,
         strict_conf=strict_conf, **common,
@@ -314,7 +334,17 @@ def _items(value: Any) -> list[Any]:
     return list(value)
 
 
-def _report(report_dir: Path) -> dict[str, Any]:
+def _open_shared_caps(plan: FanoutPlan, shards: Sequence[ShardSpec]) -> None:
+    """Create the fan-out's shared cap scope (its batch caps, held across every shard)."""
+    from runner.batch.file_batch import open_shared_ledger
+
+    if shards:
+        ledger = open_shared_ledger(plan.request(shards[0]))
+        if ledger is not None:
+            ledger.db.close()
+
+
+def _report(report_dir: Location) -> dict[str, Any]:
     """A shard's ``batch_report.json`` (empty if it could not be read: the counts still tell the story)."""
     import json
 

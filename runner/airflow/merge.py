@@ -24,6 +24,7 @@ from runner.batch.journal import STATUSES, BatchJournal, JournalRow
 from runner.batch.summary import BatchSummary
 from runner.core.usage import Usage
 from runner.errors import RunnerError
+from runner.locations import Location
 
 if TYPE_CHECKING:
     from runner.config.project import Project
@@ -89,9 +90,10 @@ def check_shard_results(
     for shard in shards:
         if shard.index not in results:
             problems.append(f"{shard.describe()}: the shard task returned no result")
-        for kind, path in (("journal", plan.journal_path(shard)), ("output", plan.output_path(shard))):
-            if not path.is_file():
-                problems.append(f"{shard.describe()}: its {kind} {path} is missing")
+        if not BatchJournal.exists(plan.journal_path(shard), database_url=plan.store_url):
+            problems.append(f"{shard.describe()}: its journal {plan.journal_path(shard)} is missing")
+        if not plan.output_path(shard).is_file():
+            problems.append(f"{shard.describe()}: its output {plan.output_path(shard)} is missing")
     if problems:
         raise ShardOutputMissing("cannot merge, shard output missing:\n" + "\n".join(problems))
 
@@ -104,25 +106,27 @@ def merge_fanout(
     results: Mapping[int, Mapping[str, Any]],
     *,
     batch_id: str,
-    output_path: Path,
-    report_dir: Path,
+    output_path: Location,
+    report_dir: Location,
 ) -> tuple[dict[str, Any], RowsLeft, dict[str, Any]]:
     """Write the merged output and batch report; return ``(manifest, rows left, report)``."""
     from runner.batch.file_batch import open_journal
-    from runner.batch.output import exclusive_output, write_output
+    from runner.batch.output import write_output
     from runner.batch.summary import batch_report, write_reports
 
     check_shard_results(shards, results, plan)
     plan.check_merged_output(output_path)
-    holder = {"task": task.name, "input": str(plan.input_path), "journal": str(plan.work / "journals")}
     with contextlib.ExitStack() as stack:
-        stack.enter_context(exclusive_output(output_path, holder))
+        stack.enter_context(_output_lock(task, plan, output_path))
         parts = [(s, stack.enter_context(open_journal(project, task, plan.request(s))[0])) for s in shards]
         merged = MergedJournals(batch_id, parts, _meta(task, plan, shards))
         records = write_output(merged, output_path, format=plan.options.output_format)
         left = rows_left(merged)
         report = batch_report(merged, merged_summary(merged, results))
         report["shards"] = [_shard_entry(s, results[s.index], plan) for s in shards]
+        ledger = shared_ledger_figures(plan)
+        if ledger is not None:
+            report["ledger"] = ledger
         markdown, data = write_reports(report, report_dir)
     manifest = {
         "batch_id": batch_id,
@@ -139,6 +143,35 @@ def merge_fanout(
         "report_json": str(data),
     }
     return manifest, left, report
+
+
+def shared_ledger_figures(plan: FanoutPlan) -> dict[str, Any] | None:
+    """The fan-out's shared cap scope as the ledger holds it (caps, spent, held), or ``None``."""
+    from runner.store.cap_ledger import CapLedger
+    from runner.store.database import open_database
+
+    scope = plan.shared_scope()
+    if scope is None:
+        return None
+    target = plan.store_url or scope.sqlite_path
+    assert target is not None
+    ledger = CapLedger(open_database(target))
+    try:
+        return ledger.scope(scope.key).as_dict()
+    except KeyError:  # no shard opened it (every shard's rows were invalid, or none started)
+        return None
+    finally:
+        ledger.db.close()
+
+
+def _output_lock(task: TaskSpec, plan: FanoutPlan, output_path: Location) -> contextlib.AbstractContextManager[Any]:
+    """The merged output's lock (a local file only: a URL is written in one request)."""
+    from runner.batch.output import exclusive_output
+
+    if not isinstance(output_path, Path):
+        return contextlib.nullcontext()
+    holder = {"task": task.name, "input": str(plan.input_path), "journal": plan.run_key}
+    return exclusive_output(output_path, holder)
 
 
 def _meta(task: TaskSpec, plan: FanoutPlan, shards: Sequence[ShardSpec]) -> dict[str, str]:

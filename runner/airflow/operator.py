@@ -16,7 +16,10 @@
 
 Every try of one task instance uses the same runner run id (see
 :func:`runner.airflow.execution.derive_run_id`), so a retry *resumes* the run: steps that
-completed are not paid for again. The return value (pushed to XCom as ``return_value``) is
+completed are not paid for again. With a shared store (``store_conn_id``, or
+``$RUNNER_STORE_CONN_ID`` / ``$RUNNER_STORE_URL``: see :mod:`runner.airflow.store`) that holds
+on any worker, whatever its local disk holds; ``reports_dir`` (default ``$RUNNER_REPORTS_DIR``,
+else ``<root>/reports``) may be a URL such as ``s3://bucket/reports``. The return value (pushed to XCom as ``return_value``) is
 ``{run_id, status, cost_usd, report_path, exit_code}`` -- never the key or the run's output.
 
 Status policy: ``completed`` succeeds; statuses in ``no_retry_statuses`` (default ``capped``
@@ -44,6 +47,8 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 ROOT_ENV = "RUNNER_ROOT"
+REPORTS_ENV = "RUNNER_REPORTS_DIR"
+"""Where run reports go when the operator is given no ``reports_dir``: a path or a URL every worker reaches."""
 DEFAULT_NO_RETRY_STATUSES = ("capped", "stuck")
 
 
@@ -109,7 +114,9 @@ def check_status(manifest: Mapping[str, Any], no_retry_statuses: Collection[str]
 class RunnerTaskOperator(BaseOperator):
     """Run (or resume) the runner task ``task`` with ``inputs``; return a small manifest."""
 
-    template_fields: Sequence[str] = ("task", "inputs", "caps", "root", "store_path", "reports_dir", "conn_id")
+    template_fields: Sequence[str] = (
+        "task", "inputs", "caps", "root", "store_path", "reports_dir", "conn_id", "store_conn_id",
+    )  # fmt: skip
     template_fields_renderers: ClassVar[dict[str, str]] = {"inputs": "json", "caps": "json"}
     ui_color = "#e8f0fe"
 
@@ -123,6 +130,7 @@ class RunnerTaskOperator(BaseOperator):
         conn_id: str | None = DEFAULT_CONN_ID,
         store_path: str | None = None,
         reports_dir: str | None = None,
+        store_conn_id: str | None = None,
         no_retry_statuses: Collection[str] = DEFAULT_NO_RETRY_STATUSES,
         **kwargs: Any,
     ) -> None:
@@ -134,10 +142,12 @@ class RunnerTaskOperator(BaseOperator):
         self.conn_id = conn_id
         self.store_path = store_path
         self.reports_dir = reports_dir
+        self.store_conn_id = store_conn_id
         self.no_retry_statuses = tuple(no_retry_statuses)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from runner.airflow.typed import required_text, typed_caps
+        from runner.airflow.store import shared_store_url
+        from runner.airflow.typed import optional_text, required_text, typed_caps
 
         dag_id, dag_run_id, task_id, map_index = dag_run_identity(context)
         with fail_without_retry(f"runner task {self.task!r}"):  # found before anything was spent
@@ -146,13 +156,16 @@ class RunnerTaskOperator(BaseOperator):
             inputs = _inputs(self.inputs)
             root = resolve_root(self.root)
             base_url, api_key = model_credentials(self.conn_id)
+            store_url = shared_store_url(optional_text(self.store_conn_id, "store_conn_id"))
+            reports_dir = optional_text(self.reports_dir, "reports_dir") or os.environ.get(REPORTS_ENV) or None
             from runner.airflow.sources import source_urls
 
             urls = source_urls(root, task)  # SQL sources given as Airflow connections
             manifest = run_task_for_airflow(
                 task, root=root, inputs=inputs, caps=caps or None, dag_id=dag_id, dag_run_id=dag_run_id,
-                task_id=task_id, map_index=map_index, store_path=self.store_path, reports_dir=self.reports_dir,
-                model_base_url=base_url, api_key=api_key, source_urls=urls,
+                task_id=task_id, map_index=map_index, store_path=self.store_path, reports_dir=reports_dir,
+                model_base_url=base_url, api_key=api_key, store_url=store_url, source_urls=urls,
+                trace_carrier=getattr(context["ti"], "context_carrier", None),  # the task's trace, when Airflow has one
             )  # fmt: skip
         self.log.info(
             "runner run %s: %s (exit %s, %.6f USD), report %s",

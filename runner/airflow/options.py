@@ -6,11 +6,12 @@ for ``--id-column``, ``map`` for ``--map``, ``rpm`` for ``--rpm``, ...); see
 its own journal in the dag run's work directory), ``--restart`` (a new dag run starts
 over; a retry always resumes) and ``--progress`` (progress lines go to the task log).
 
-Limits that add up over a whole batch (``max_cost_usd``, ``max_tokens``, the other summed
-caps, ``rpm`` and ``tpm``) are divided evenly among the shards: each shard enforces its
-share, so the batch's total holds across workers without shared state, at the price of a
-shard not using what another leaves unspent. ``max_wall_seconds`` and
-``stop_after_failures`` apply to each shard as given. ``max_attempts`` is per Airflow try:
+Caps that add up over a whole batch (``max_cost_usd``, ``max_tokens``, the other summed
+caps) hold across every shard on every worker: they are one shared scope in the cap ledger
+(:mod:`runner.caps.shared`), where each model call reserves its worst case before it is
+sent, so a shard may use what another leaves unspent and the total never passes the cap.
+The rate limits ``rpm`` and ``tpm`` are divided evenly among the shards (a rate is per
+process). ``max_wall_seconds`` and ``stop_after_failures`` apply to each shard as given. ``max_attempts`` is per Airflow try:
 try *n* of a shard lets a row reach ``n * max_attempts`` attempts, so a retry re-runs rows
 whose attempts an earlier try used up.
 
@@ -33,7 +34,7 @@ from runner.airflow.typed import (
     typed_cap,
     typed_caps,
 )
-from runner.config.specs import CAP_NAMES, Caps
+from runner.config.specs import Caps
 from runner.errors import UsageError, did_you_mean
 
 FORMATS = ("csv", "jsonl", "parquet")
@@ -44,8 +45,6 @@ OPTION_NAMES = (
 )  # fmt: skip
 """The ``runner batch`` flags a fan-out takes, plus ``caps``/``row_caps`` mappings of any cap names."""
 
-_SHARED_CAPS = tuple(name for name in CAP_NAMES if name != "max_wall_seconds")
-"""Caps that add up over a batch, so a shard gets its share of them."""
 
 
 @dataclass(frozen=True)
@@ -99,29 +98,12 @@ class FanoutOptions:
         )
 
     def shard_share(self, shards: int) -> FanoutOptions:
-        """These options for one of ``shards`` shards: summed caps and rate limits divided evenly.
-
-        Raises :class:`UsageError` when an integer cap leaves a shard less than 1.
-        """
-        from runner.config.capvalues import cap_bounds
-
+        """These options for one of ``shards`` shards: the rate limits divided evenly (the batch
+        caps are not divided: the shards share one scope for them)."""
         if shards <= 1:
             return self
-        shared = {}
-        for name in _SHARED_CAPS:
-            total = getattr(self.batch_caps, name)
-            if total is None:
-                continue
-            integer = cap_bounds(name).integer
-            share = total // shards if integer else total / shards
-            if integer and share < 1:
-                raise UsageError(
-                    f"{name}={total} split over {shards} shards leaves less than 1 per shard; use fewer shards"
-                )
-            shared[name] = share
         return replace(
             self,
-            batch_caps=replace(self.batch_caps, **shared),
             requests_per_minute=_share(self.requests_per_minute, shards),
             tokens_per_minute=_share(self.tokens_per_minute, shards),
         )

@@ -7,14 +7,21 @@ operator arguments, so they agree on every path without passing them around:
   each shard runs the batch over the whole input file restricted to its rows
   (``BatchRequest.rows``), so row numbers, ids and duplicate-id checks are exactly those
   of ``runner batch`` over the whole file;
-* ``<work>/journals/<shard>.sqlite3`` is a shard's journal: the same for every try, so a
-  retry resumes it and pays for no finished row again;
+* a shard's journal is the same for every try, so a retry resumes it and pays for no
+  finished row again: with a PostgreSQL store (``store_url``) it lives there, named
+  ``<run key>/<shard>``, so a retry on any worker finds it; else it is the file
+  ``<work>/journals/<shard>.sqlite3``;
+* the fan-out's batch caps (``max_cost_usd``, ``max_tokens``, every summed cap) are one
+  shared scope, ``fanout:<run key>``, held across every shard in the cap ledger (in the
+  PostgreSQL store, else ``<work>/caps.sqlite3``): see :mod:`runner.caps.shared`;
 * ``<work>/outputs/<shard>.jsonl`` and ``<work>/reports/<shard>/`` are a shard's own output
   and batch report; the merge writes ``<work>/output.<format>`` and ``<work>/batch_report.*``
   unless told otherwise.
 
-``<work>`` is ``<work dir>/<dag_id>/<16 hex of the dag run id>/<fan-out id>`` on a path every
-worker shares. No Airflow imports here.
+``<work>`` is ``<work dir>/<dag_id>/<16 hex of the dag run id>/<fan-out id>`` in a location
+every worker shares: a shared path, or a URL (``s3://bucket/runner``, see
+:mod:`runner.locations`; SQLite journals cannot live at a URL, so that needs the PostgreSQL
+store). The run key is ``<dag_id>/<16 hex>/<fan-out id>``. No Airflow imports here.
 """
 
 from __future__ import annotations
@@ -27,9 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 from runner.airflow.options import FanoutOptions
 from runner.errors import UsageError
+from runner.locations import Location, is_remote, is_url, location
 
 if TYPE_CHECKING:
-    from runner.batch.file_batch import BatchRequest
+    from runner.batch.file_batch import BatchRequest, SharedScope
     from runner.config.project import Project
     from runner.config.specs import TaskSpec
 
@@ -109,10 +117,17 @@ def plan_shards(
     return shards
 
 
-def run_work_dir(work_dir: str | os.PathLike[str] | None, dag_id: str, dag_run_id: str, fanout_id: str) -> Path:
-    """``<work dir>/<dag_id>/<16 hex of the dag run id>/<fanout_id>``; work dir default ``$RUNNER_AIRFLOW_WORK_DIR``."""
-    base = str(work_dir) if work_dir not in (None, "") else os.environ.get(WORK_DIR_ENV, DEFAULT_WORK_DIR)
-    return Path(base) / dag_id / hashlib.sha256(dag_run_id.encode()).hexdigest()[:16] / fanout_id
+def run_work_dir(work_dir: str | os.PathLike[str] | None, dag_id: str, dag_run_id: str, fanout_id: str) -> Location:
+    """``<work dir>/<dag_id>/<16 hex of the dag run id>/<fanout_id>``; work dir default ``$RUNNER_AIRFLOW_WORK_DIR``
+    (a path or a URL)."""
+    base = work_dir if work_dir not in (None, "") else os.environ.get(WORK_DIR_ENV, DEFAULT_WORK_DIR)
+    assert base is not None
+    return location(base) / run_key(dag_id, dag_run_id, fanout_id)
+
+
+def run_key(dag_id: str, dag_run_id: str, fanout_id: str) -> str:
+    """``<dag_id>/<16 hex of the dag run id>/<fanout_id>``: one fan-out of one dag run, on every worker."""
+    return f"{dag_id}/{hashlib.sha256(dag_run_id.encode()).hexdigest()[:16]}/{fanout_id}"
 
 
 @dataclass(frozen=True)
@@ -120,14 +135,22 @@ class FanoutPlan:
     """A fan-out's task, input, options and work directory; the paths and batch request of each shard.
 
     Relative paths given by the user (input, output, report directory) are taken relative to
-    the project root (``$RUNNER_ROOT``), the one directory every worker agrees on.
+    the project root (``$RUNNER_ROOT``), the one directory every worker agrees on; URLs are
+    taken as they are. ``store_url`` is the PostgreSQL store (``None``: SQLite files in the
+    work directory); ``key`` names this fan-out in it (default: the work directory).
     """
 
     task: str
     root: Path
     input_path: Path
-    work: Path
+    work: Location
     options: FanoutOptions
+    key: str = ""
+    store_url: str | None = None
+
+    @property
+    def run_key(self) -> str:
+        return self.key or str(self.work)
 
     def load(self) -> tuple[Project, TaskSpec]:
         """The runner project and the task (a :class:`~runner.errors.ConfigError` when invalid)."""
@@ -137,29 +160,55 @@ class FanoutPlan:
         return project, project.task_for(self.task)
 
     def journal_path(self, shard: ShardSpec) -> Path:
-        return self.work / "journals" / f"{shard.name}.sqlite3"
+        """The shard's journal: its name in the PostgreSQL store, or its file in the work directory."""
+        if self.store_url:
+            return Path(self.run_key) / shard.name
+        return self._local("journals") / f"{shard.name}.sqlite3"
 
-    def output_path(self, shard: ShardSpec) -> Path:
+    def output_path(self, shard: ShardSpec) -> Location:
         return self.work / "outputs" / f"{shard.name}.jsonl"
 
-    def report_dir(self, shard: ShardSpec) -> Path:
+    def report_dir(self, shard: ShardSpec) -> Location:
         return self.work / "reports" / shard.name
 
-    def merged_output_path(self, explicit: str | None) -> Path:
-        """``explicit`` (relative to the project root), or ``<work>/output.<output_format or jsonl>``."""
-        return self.root / explicit if explicit else self.work / f"output.{self.options.output_format or 'jsonl'}"
+    def shared_scope(self) -> SharedScope | None:
+        """The fan-out's batch caps as one scope every shard reserves in (``None`` without summed caps)."""
+        from runner.batch.file_batch import SharedScope
+        from runner.caps.shared import shared_caps
 
-    def check_merged_output(self, path: Path) -> None:
+        if not shared_caps(self.options.batch_caps).as_dict():
+            return None
+        ledger = None if self.store_url else self._local("caps.sqlite3")
+        return SharedScope(f"fanout:{self.run_key}", self.options.batch_caps, ledger)
+
+    def merged_output_path(self, explicit: str | None) -> Location:
+        """``explicit`` (a URL, or a path relative to the project root), or ``<work>/output.<output_format or jsonl>``."""
+        return self._user(explicit) if explicit else self.work / f"output.{self.options.output_format or 'jsonl'}"
+
+    def check_merged_output(self, path: Location) -> None:
         """Refuse a merged output that is the input, a journal (any SQLite file) or not a regular file."""
         from runner.batch.output import check_output_target, output_format
 
         output_format(path, self.options.output_format)
-        check_output_target(path, input_path=self.input_path, journal_path=self.work / "journals")
+        if isinstance(path, Path):
+            check_output_target(path, input_path=self.input_path, journal_path=_as_path(self.work) / "journals")
 
-    def merged_report_dir(self, explicit: str | None) -> Path:
-        """``explicit`` (relative to the project root), or ``<work>``."""
-        return self.root / explicit if explicit else self.work
+    def merged_report_dir(self, explicit: str | None) -> Location:
+        """``explicit`` (a URL, or a path relative to the project root), or ``<work>``."""
+        return self._user(explicit) if explicit else self.work
 
+    def _user(self, given: str) -> Location:
+        return location(given) if is_url(given) else self.root / given
+
+    def _local(self, name: str) -> Path:
+        """``<work>/<name>`` for an SQLite file, which must be on a disk (not at a URL)."""
+        if is_remote(self.work):
+            raise UsageError(
+                f"the work directory {self.work} is not a local or shared path, so the shard journals and the cap "
+                "ledger cannot be SQLite files there: give the runner a PostgreSQL store (RUNNER_STORE_URL, or "
+                "RUNNER_STORE_CONN_ID / store_conn_id naming a postgres connection)"
+            )
+        return _as_path(self.work) / name
     def request(
         self,
         shard: ShardSpec | None = None,
@@ -175,20 +224,28 @@ class FanoutPlan:
         row whose attempts are used up ``max_attempts`` more.
         """
         from runner.batch.file_batch import BatchRequest
+        from runner.caps.shared import local_caps
 
         options = self.options.shard_share(shard.count) if shard else self.options
+        shared = self.shared_scope() if shard else None
         where = shard or ShardSpec(0, 1, 1, 1, "")
         return BatchRequest(
             input_path=self.input_path, output_path=self.output_path(where), format=options.input_format,
             output_format="jsonl", mapping=options.mapping, id_column=options.id_column,
             journal_path=self.journal_path(where), report_dir=self.report_dir(where), durable=options.durable,
             concurrency=options.concurrency, max_attempts=options.max_attempts * max(1, try_number),
-            stop_after_failures=options.stop_after_failures, batch_caps=options.batch_caps, run_caps=options.row_caps,
+            stop_after_failures=options.stop_after_failures,
+            batch_caps=local_caps(options.batch_caps) if shared else options.batch_caps, run_caps=options.row_caps,
             requests_per_minute=options.requests_per_minute, tokens_per_minute=options.tokens_per_minute,
             model_override=options.model, base_url_override=model_base_url, api_key=api_key, store_path=store_path,
-            progress="log", log_interval=PROGRESS_LOG_SECONDS,
-            rows=(shard.first_row, shard.last_row) if shard else None,
+            store_url=self.store_url, progress="log", log_interval=PROGRESS_LOG_SECONDS,
+            rows=(shard.first_row, shard.last_row) if shard else None, shared_scope=shared,
         )  # fmt: skip
+
+
+def _as_path(work: Location) -> Path:
+    assert isinstance(work, Path)
+    return work
 
 
 def count_input_rows(project: Project, task: TaskSpec, plan: FanoutPlan) -> tuple[int, str]:

@@ -240,22 +240,25 @@ class _Batch:
 
     def _outcome(self, result: RunResult) -> RowOutcome:
         if result.status == "completed":
-            return RowOutcome("done", output=result.output, usage=result.usage)
+            return RowOutcome("done", output=result.output, usage=result.usage, warnings=result.warnings)
         error = redact(result.error or result.status, [self.base_options.api_key])
         kind = result.error_kind or result.status
         if result.status == "capped" and self._batch_cap_reached(result):
             self._stop(error, kind)
-            return RowOutcome("not_run", error=error, error_kind=kind, usage=result.usage)
+            return RowOutcome("not_run", error=error, error_kind=kind, usage=result.usage, warnings=result.warnings)
         final = result.status in ("capped", "stuck") or kind in FINAL_ERROR_KINDS
-        return RowOutcome("failed", error=error, error_kind=kind, retryable=not final, usage=result.usage)
+        return RowOutcome(
+            "failed", error=error, error_kind=kind, retryable=not final, usage=result.usage, warnings=result.warnings
+        )
 
     def _batch_cap_reached(self, result: RunResult) -> bool:
-        """Whether a capped run was stopped by the batch's cap rather than its own."""
+        """Whether a capped run was stopped by the batch's cap (or a scope around it, such as a
+        fan-out's shared scope) rather than its own."""
         try:
             self.budget.check_can_start()
         except CapReached:
             return True
-        return result.error_scope == self.budget.scope
+        return result.error_scope in {scope.scope for scope in self.budget.chain()}
 
     def _after(self, attempt: int, outcome: RowOutcome) -> None:
         retry = outcome.status == "failed" and outcome.retryable and attempt < self.max_attempts

@@ -45,14 +45,14 @@ class TaskExecutor:
     """
 
     def __init__(
-        self, project: Project, task: TaskSpec, *, rate_gate: RateGate | None = None, store_path: Path | None = None
+        self, project: Project, task: TaskSpec, *, rate_gate: RateGate | None = None, store_path: Path | None = None,
+        store_url: str | None = None,
     ) -> None:
         from runner.model.factory import ModelPool
-        from runner.runs.execute import default_store_path
-        from runner.store.runstore import RunStore
+        from runner.runs.execute import open_run_store
 
         self.project, self.task, self.rate_gate = project, task, rate_gate
-        self.store = RunStore(store_path or default_store_path(project.root))
+        self.store = open_run_store(project.root, path=store_path, url=store_url)
         self.pool = ModelPool(on_retry=self._on_retry)
 
     def spent(self, run_id: str) -> Usage:

@@ -5,6 +5,7 @@ Used by ``runner batch`` and by the Airflow fan-out (one call per shard).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,10 +20,36 @@ from runner.batch.output import check_output_target, exclusive_output, write_out
 from runner.batch.progress import NoProgress, make_progress
 from runner.batch.ratelimit import SharedRateLimiter
 from runner.batch.summary import batch_report, write_reports
+from runner.caps.budget import Budget
+from runner.caps.shared import SharedBudget, shared_caps
 from runner.config.project import Project
 from runner.config.specs import Caps, TaskSpec
+from runner.errors import UsageError
+from runner.locations import Location
 from runner.model.factory import check_endpoints
 from runner.runs.options import RunOptions
+from runner.store.cap_ledger import CapLedger
+from runner.store.database import open_database, resolve_store
+from runner.store.runstore import now_iso
+from runner.tracing import current_span
+
+SHARED_SCOPE = "fan-out"
+"""The scope name a shared batch cap reports (``fan-out cap max_cost_usd=5 reached ...``)."""
+
+
+@dataclass(frozen=True)
+class SharedScope:
+    """Caps held across every process of one batch (a fan-out's shards), in a shared ledger.
+
+    ``key`` names the scope; ``caps`` are the whole batch's (its summed caps are shared;
+    see :mod:`runner.caps.shared`). The ledger lives in the request's PostgreSQL store
+    (``store_url``) when it has one, else in the SQLite file ``sqlite_path`` (which the
+    processes must all reach).
+    """
+
+    key: str
+    caps: Caps
+    sqlite_path: Path | None = None
 
 
 @dataclass
@@ -30,13 +57,13 @@ class BatchRequest:
     """Everything ``runner batch`` takes, as data."""
 
     input_path: Path
-    output_path: Path
+    output_path: Location  # a local path or a URL (runner.locations)
     format: str | None = None  # input format (default: from the suffix)
     output_format: str | None = None  # jsonl | csv | parquet (default: from the suffix)
     mapping: tuple[str, ...] = ()
     id_column: str | None = None
     journal_path: Path | None = None
-    report_dir: Path | None = None
+    report_dir: Location | None = None
     restart: bool = False
     durable: bool = False
     concurrency: int = 8
@@ -50,9 +77,11 @@ class BatchRequest:
     base_url_override: str | None = None
     api_key: str | None = None
     store_path: Path | None = None
+    store_url: str | None = None  # postgresql://...: the run store and the journal (named journal_path) live there
     progress: str = "auto"  # auto | bar | log | none
     log_interval: float = 30.0
     rows: tuple[int, int] | None = None  # only input rows FIRST..LAST (1-based, inclusive): one shard of a fan-out
+    shared_scope: SharedScope | None = None  # caps held with other processes (a fan-out's batch caps)
 
 
 def _progress(kind: str, stream: IO[str], interval: float) -> Any:
@@ -93,8 +122,15 @@ def _open_journal(task: TaskSpec, request: BatchRequest, source: InputSource, jo
     options = {**source.options(), **({"rows": list(request.rows)} if request.rows else {})}
     return BatchJournal.open(
         journal_path, task=task.name, input_path=source.path, input_sha256=file_sha256(source.path),
-        options=options, restart=request.restart, durable=request.durable,
+        options=options, restart=request.restart, durable=request.durable, database_url=journal_database(request),
     )
+
+
+def journal_database(request: BatchRequest) -> str | None:
+    """The PostgreSQL URL the journal lives in, or ``None`` for an SQLite file: the request's
+    ``store_url``, else (when no ``--journal`` path was given) ``$RUNNER_STORE_URL``."""
+    target = resolve_store(url=request.store_url, path=request.journal_path, default=Path())
+    return target if isinstance(target, str) else None
 
 
 def _rows_between(rows: Iterator[Row], span: tuple[int, int] | None) -> Iterator[Row]:
@@ -117,9 +153,11 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
     )
     source = _source(task, request)
     journal_path = _journal_path(project, task, request, source)
-    check_output_target(request.output_path, input_path=source.path, journal_path=journal_path)
+    output = request.output_path
+    if isinstance(output, Path):  # a URL is written in one request: no local file to check or lock
+        check_output_target(output, input_path=source.path, journal_path=journal_path)
     holder = {"task": task.name, "input": str(source.path.resolve()), "journal": str(journal_path.resolve())}
-    with exclusive_output(request.output_path, holder):
+    with exclusive_output(output, holder) if isinstance(output, Path) else contextlib.nullcontext():
         summary, records, markdown = await _run_locked(project, task, request, source, journal_path)
     return {
         "batch_id": summary.batch_id,
@@ -143,26 +181,65 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
 
 async def _run_locked(
     project: Project, task: TaskSpec, request: BatchRequest, source: InputSource, journal_path: Path
-) -> tuple[BatchSummary, int, Path]:
+) -> tuple[BatchSummary, int, Location]:
     """The batch proper, while this process holds the output file: rows, output, report."""
     journal = _open_journal(task, request, source, journal_path)
     gate = SharedRateLimiter(requests_per_minute=request.requests_per_minute, tokens_per_minute=request.tokens_per_minute)
     base = RunOptions(
         write_report=False, caps=request.run_caps, model_override=request.model_override,
         base_url_override=request.base_url_override, api_key=request.api_key, store_path=request.store_path,
+        store_url=request.store_url,
     )
+    ledger = open_shared_ledger(request)
+    span = {"runner.batch.id": journal.batch_id, "runner.task": task.name, "runner.batch.input": source.path.name}
     try:
-        async with TaskExecutor(project, task, rate_gate=gate, store_path=request.store_path) as executor:
-            summary = await run_batch(
-                _rows_between(read_rows(source, task.inputs), request.rows), executor, journal=journal,
-                budget=batch_budget(request.batch_caps), concurrency=request.concurrency,
-                max_attempts=request.max_attempts, failure_policy=FailurePolicy(stop_after=request.stop_after_failures),
-                rate_gate=gate, progress=_progress(request.progress, sys.stderr, request.log_interval), base_options=base,
-                ledger=executor,
-            )
+        with current_span(project.telemetry, f"batch {task.name}", span) as note:  # the rows' runs are its children
+            async with TaskExecutor(
+                project, task, rate_gate=gate, store_path=request.store_path, store_url=request.store_url
+            ) as executor:
+                summary = await run_batch(
+                    _rows_between(read_rows(source, task.inputs), request.rows), executor, journal=journal,
+                    budget=_budget(request, ledger), concurrency=request.concurrency,
+                    max_attempts=request.max_attempts, failure_policy=FailurePolicy(stop_after=request.stop_after_failures),
+                    rate_gate=gate, progress=_progress(request.progress, sys.stderr, request.log_interval), base_options=base,
+                    ledger=executor,
+                )
+            note(**{f"runner.batch.rows.{status}": n for status, n in summary.counts.items()})
         records = write_output(journal, request.output_path, format=request.output_format)
         report_dir = request.report_dir or project.root / "reports" / task.name / f"batch-{summary.batch_id}"
-        markdown, _ = write_reports(batch_report(journal, summary), report_dir)
+        report = batch_report(journal, summary)
+        if ledger is not None and request.shared_scope is not None:
+            report["ledger"] = ledger.scope(request.shared_scope.key).as_dict()
+        markdown, _ = write_reports(report, report_dir)
     finally:
         journal.close()
+        if ledger is not None:
+            ledger.db.close()
     return summary, records, markdown
+
+
+def open_shared_ledger(request: BatchRequest) -> CapLedger | None:
+    """The ledger of ``request.shared_scope`` with the scope opened (``None`` without one): in the
+    request's PostgreSQL store (``store_url``), else in the scope's SQLite file."""
+    shared = request.shared_scope
+    if shared is None:
+        return None
+    target = request.store_url or shared.sqlite_path
+    if target is None:
+        raise UsageError(f"the shared cap scope {shared.key!r} needs a PostgreSQL store or an SQLite file to live in")
+    ledger = CapLedger(open_database(target))
+    try:
+        ledger.open(shared.key, shared.caps, now_iso())
+    except BaseException:
+        ledger.db.close()
+        raise
+    return ledger
+
+
+def _budget(request: BatchRequest, ledger: CapLedger | None) -> Budget:
+    """The batch's budget: its own caps, inside the shared scope when there is one."""
+    budget = batch_budget(request.batch_caps)
+    if ledger is not None and request.shared_scope is not None:
+        shared = request.shared_scope
+        budget.parent = SharedBudget(shared_caps(shared.caps), scope=SHARED_SCOPE, ledger=ledger, key=shared.key)
+    return budget

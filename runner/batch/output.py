@@ -1,16 +1,21 @@
 """The batch output file: one record per input row, in input order, read from the journal.
 
 Columns: ``id``, ``row``, ``status``, ``output``, ``cost_usd``, ``tokens``, ``error``,
-``error_kind``, ``attempts``, ``run_id``. In JSONL ``output`` is the run's JSON value; in
-CSV and Parquet it is that value as JSON text. ``cost_usd`` and ``tokens`` add up every
-attempt of the row.
+``error_kind``, ``attempts``, ``run_id``, ``warnings``. In JSONL ``output`` and ``warnings``
+are JSON values; in CSV and Parquet they are JSON text. ``cost_usd`` and ``tokens`` add up
+every attempt of the row; ``warnings`` says when that spend is partly an estimate (calls a
+crash left in flight, counted at their worst case) or when the endpoint reported more than
+was reserved.
 
 CSV cells are escaped against formula injection: a text cell starting with ``=``, ``+``,
 ``-``, ``@``, a tab or a carriage return gets a leading ``'`` so a spreadsheet shows it as
 text instead of evaluating it (model output is untrusted). The file is written next to its
 destination and renamed over it, so readers never see half a file.
 
-One batch at a time per output file: :func:`exclusive_output` holds an exclusive ``flock``
+The output may be a URL (``s3://...``, see :mod:`runner.locations`): the file is written
+locally, then uploaded in one request.
+
+One batch at a time per local output file: :func:`exclusive_output` holds an exclusive ``flock``
 on ``.<name>.lock`` next to it for the whole batch, so a second batch writing the same file
 is refused (naming the first) instead of silently replacing its records; the kernel drops the
 lock when the process dies. :func:`check_output_target` refuses an output that is the batch's
@@ -24,6 +29,7 @@ import csv
 import fcntl
 import json
 import os
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,13 +38,14 @@ from runner.batch.journal import JournalRow
 from runner.batch.records import BatchRecords
 from runner.errors import UsageError
 from runner.files import replacing
+from runner.locations import Location, location, upload_file
 
-COLUMNS = ("id", "row", "status", "output", "cost_usd", "tokens", "error", "error_kind", "attempts", "run_id")
+COLUMNS = ("id", "row", "status", "output", "cost_usd", "tokens", "error", "error_kind", "attempts", "run_id", "warnings")
 OUTPUT_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-def output_format(path: Path, explicit: str | None = None) -> str:
+def output_format(path: Location, explicit: str | None = None) -> str:
     """``jsonl``, ``csv`` or ``parquet``, from ``explicit`` or the suffix of ``path``."""
     fmt = explicit or OUTPUT_FORMATS.get(path.suffix.lower())
     if fmt not in ("jsonl", "csv", "parquet"):
@@ -116,12 +123,19 @@ def check_output_target(path: Path, *, input_path: Path, journal_path: Path) -> 
                 )
 
 
-def write_output(journal: BatchRecords, path: str | Path, *, format: str | None = None) -> int:
-    """Write every row's record to ``path`` atomically; returns the number of records."""
-    path = Path(path)
-    writer = {"jsonl": _write_jsonl, "csv": _write_csv, "parquet": _write_parquet}[output_format(path, format)]
-    with replacing(path) as temp:
-        return writer(journal.records(), temp)
+def write_output(journal: BatchRecords, path: str | Location, *, format: str | None = None) -> int:
+    """Write every row's record to ``path`` (a local path, written atomically, or a URL, uploaded
+    whole); returns the number of records."""
+    target = location(path)
+    writer = {"jsonl": _write_jsonl, "csv": _write_csv, "parquet": _write_parquet}[output_format(target, format)]
+    if isinstance(target, Path):
+        with replacing(target) as temp:
+            return writer(journal.records(), temp)
+    with tempfile.TemporaryDirectory(prefix="runner-output-") as staging:
+        local = Path(staging) / target.name
+        count = writer(journal.records(), local)
+        upload_file(local, target)
+    return count
 
 
 def output_record(record: JournalRow) -> dict[str, Any]:
@@ -137,6 +151,7 @@ def output_record(record: JournalRow) -> dict[str, Any]:
         "error_kind": record.error_kind,
         "attempts": record.attempts,
         "run_id": record.run_id,
+        "warnings": list(record.warnings),
     }
 
 
@@ -184,6 +199,7 @@ def _write_parquet(records: Iterator[JournalRow], path: Path, batch_rows: int = 
             ("error_kind", pa.string()),
             ("attempts", pa.int64()),
             ("run_id", pa.string()),
+            ("warnings", pa.string()),
         ]
     )
     count, batch = 0, []
@@ -200,5 +216,9 @@ def _write_parquet(records: Iterator[JournalRow], path: Path, batch_rows: int = 
 
 
 def _flat(record: dict[str, Any]) -> dict[str, Any]:
-    output = record["output"]
-    return {**record, "output": None if output is None else json.dumps(output, ensure_ascii=False, default=str)}
+    output, warnings = record["output"], record["warnings"]
+    return {
+        **record,
+        "output": None if output is None else json.dumps(output, ensure_ascii=False, default=str),
+        "warnings": json.dumps(warnings, ensure_ascii=False) if warnings else None,
+    }

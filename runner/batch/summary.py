@@ -12,7 +12,6 @@ import json
 import math
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from runner.batch.journal import STATUSES
@@ -20,7 +19,7 @@ from runner.batch.records import BatchRecords
 from runner.config.specs import CAP_NAMES
 from runner.core.usage import Usage
 from runner.errors import EXIT_CAPPED, EXIT_FAILED, EXIT_OK
-from runner.files import write_text_atomic
+from runner.locations import Location, write_text
 
 _EXAMPLE_IDS = 5
 
@@ -125,15 +124,37 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report["not_run"]:
         rows = [[reason, g["count"], ", ".join(map(str, g["example_ids"]))] for reason, g in report["not_run"].items()]
         lines += section("Rows not run", ["reason", "rows", "example ids"], rows, [False, True, False])
+    if report.get("ledger"):
+        ledger = report["ledger"]
+        rows = [[cap, _figure(cap, limit), _figure(cap, _used(cap, ledger["spent"])), _figure(cap, _used(cap, ledger["reserved"]))]
+                for cap, limit in ledger["caps"].items()]  # fmt: skip
+        lines += section(
+            f"Batch caps, shared by every shard (ledger `{ledger['scope']}`)", ["cap", "limit", "spent", "held"], rows,
+            [False, True, True, True],
+        )
+        lines += ["Held: calls in flight when the figures were read, or left by a worker that died (counted at their "
+                  "worst case).", ""]  # fmt: skip
     return "\n".join(lines)
 
 
-def write_reports(report: dict[str, Any], directory: Path) -> tuple[Path, Path]:
-    """Write ``batch_report.md`` and ``batch_report.json`` into ``directory`` (atomically)."""
-    directory.mkdir(parents=True, exist_ok=True)
+_LEDGER_FIGURE = {"max_steps": "model_calls", "max_tool_calls": "tool_calls", "max_input_tokens": "input_tokens",
+                  "max_output_tokens": "output_tokens", "max_tokens": "total_tokens", "max_cost_usd": "cost_usd"}  # fmt: skip
+
+
+def _used(cap: str, usage: dict[str, Any]) -> float:
+    return float(usage.get(_LEDGER_FIGURE.get(cap, ""), 0) or 0)
+
+
+def _figure(cap: str, value: float) -> str:
+    return f"${value:.6f}" if cap == "max_cost_usd" else f"{int(value):,}"
+
+
+def write_reports(report: dict[str, Any], directory: Location) -> tuple[Location, Location]:
+    """Write ``batch_report.md`` and ``batch_report.json`` into ``directory`` (a local directory,
+    atomically, or a URL: see :mod:`runner.locations`)."""
     markdown, data = directory / "batch_report.md", directory / "batch_report.json"
-    write_text_atomic(markdown, render_markdown(report))
-    write_text_atomic(data, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    write_text(markdown, render_markdown(report))
+    write_text(data, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return markdown, data
 
 

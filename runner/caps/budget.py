@@ -14,8 +14,9 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from runner.config.specs import Caps
 from runner.core.usage import Usage
@@ -42,6 +43,8 @@ class Budget:
     started: float = field(default_factory=time.monotonic)
     _reserved: Usage = field(default_factory=Usage)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    outlives_process: ClassVar[bool] = False
+    """Whether this scope's figures are kept outside the process (a shared scope's ledger)."""
 
     def child(self, caps: Caps, scope: str) -> Budget:
         """A nested scope whose spending also counts here."""
@@ -77,17 +80,18 @@ class Budget:
     def reserve(self, estimate: Estimate, *, count_step: bool = True) -> Reservation:
         """Reserve one model call's worst case in every scope, or raise ``CapReached``."""
         chain = self.chain()
-        for budget in chain:
-            budget._lock.acquire()
-        try:
+        with _locked(chain):
             for budget in chain:
                 budget._check(estimate, count_step)
-            held = _held(estimate, count_step)
-            for budget in chain:
-                budget._reserved += held
-        finally:
-            for budget in reversed(chain):
-                budget._lock.release()
+            held: list[Budget] = []
+            try:  # outermost first: a shared scope (one database round trip) refuses before anything is held here
+                for budget in reversed(chain):
+                    budget._hold(estimate, count_step)
+                    held.append(budget)
+            except CapReached:
+                for budget in held:
+                    budget._give_back(estimate, count_step, None)
+                raise
         return Reservation(self, estimate, count_step)
 
     def take_tool_call(self) -> None:
@@ -95,18 +99,38 @@ class Budget:
         it would exceed a tool-call cap. Check and count are one step, so concurrent steps
         sharing a budget cannot both take the last call."""
         chain = self.chain()
-        for budget in chain:
-            budget._lock.acquire()
-        try:
+        with _locked(chain):
             for budget in chain:
-                limit = budget.caps.max_tool_calls
-                if limit is not None and budget.spent.tool_calls + 1 > limit:
-                    raise CapReached("max_tool_calls", limit, budget.spent.tool_calls, budget.scope)
-            for budget in chain:
-                budget.spent += Usage(tool_calls=1)
-        finally:
-            for budget in reversed(chain):
-                budget._lock.release()
+                budget._check_tool_call()
+            counted: list[Budget] = []
+            try:
+                for budget in reversed(chain):
+                    budget._count_tool_call(1)
+                    counted.append(budget)
+            except CapReached:
+                for budget in counted:
+                    budget._count_tool_call(-1)
+                raise
+
+    # --- one scope's part (a subclass keeps its figures elsewhere; see runner.caps.shared) ---
+
+    def _hold(self, estimate: Estimate, count_step: bool) -> None:
+        """Hold ``estimate`` here (the caller holds this scope's lock and has checked it)."""
+        self._reserved += held_usage(estimate, count_step)
+
+    def _give_back(self, estimate: Estimate, count_step: bool, actual: Usage | None) -> None:
+        """Release what :meth:`_hold` held and count ``actual`` (caller holds the lock)."""
+        self._reserved -= held_usage(estimate, count_step)
+        if actual is not None:
+            self.spent += actual
+
+    def _check_tool_call(self) -> None:
+        limit = self.caps.max_tool_calls
+        if limit is not None and self.spent.tool_calls + 1 > limit:
+            raise CapReached("max_tool_calls", limit, self.spent.tool_calls, self.scope)
+
+    def _count_tool_call(self, count: int) -> None:
+        self.spent += Usage(tool_calls=count)
 
     def _check(self, estimate: Estimate, count_step: bool) -> None:
         caps, spent, held = self.caps, self.spent, self._reserved
@@ -129,21 +153,20 @@ class Budget:
             raise CapReached("max_wall_seconds", caps.max_wall_seconds, round(self.elapsed(), 3), self.scope)
 
     def _settle(self, estimate: Estimate, count_step: bool, actual: Usage | None) -> None:
-        held = _held(estimate, count_step)
         for budget in self.chain():
             with budget._lock:
-                budget._reserved -= held
-                if actual is not None:
-                    budget.spent += actual
+                budget._give_back(estimate, count_step, actual)
 
     def add_spend(self, actual: Usage, *, local: bool = False) -> None:
         """Count spend that happened elsewhere: in every enclosing scope, or with ``local``
-        only here (a resumed run's earlier attempts, already counted by its parents)."""
-        if not local:
-            self._settle(Estimate(0, 0, 0.0), False, actual)
-            return
-        with self._lock:
-            self.spent += actual
+        only here (a resumed run's earlier attempts, already counted by its parents). A
+        scope whose figures outlive the process (``outlives_process``) saw that spend when it
+        happened and is left alone."""
+        for budget in [self] if local else self.chain():
+            if budget.outlives_process:
+                continue
+            with budget._lock:
+                budget.spent += actual
 
 
 @dataclass(frozen=True)
@@ -177,7 +200,19 @@ async def within_deadline(budget: Budget) -> AsyncIterator[None]:
         raise
 
 
-def _held(estimate: Estimate, count_step: bool) -> Usage:
+@contextlib.contextmanager
+def _locked(chain: list[Budget]) -> Iterator[None]:
+    """Every scope's lock, always taken innermost first (so two chains never deadlock)."""
+    for budget in chain:
+        budget._lock.acquire()
+    try:
+        yield
+    finally:
+        for budget in reversed(chain):
+            budget._lock.release()
+
+
+def held_usage(estimate: Estimate, count_step: bool) -> Usage:
     """What a reservation holds in each scope until it is settled."""
     return Usage(estimate.input_tokens, estimate.output_tokens, 0, estimate.cost_usd, int(count_step))
 

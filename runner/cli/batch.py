@@ -9,10 +9,11 @@ from typing import Any
 
 import click
 
-from runner.cli.options import CapValue, FiniteFloatRange, caps_from_flags
+from runner.cli.options import CapValue, EndpointURL, FiniteFloatRange, LocationType, ModelId, caps_from_flags
 from runner.cli.terminal import echo_line as echo
 from runner.config.project import find_root, load_project_or_raise
 from runner.errors import EXIT_INTERRUPTED
+from runner.locations import Location
 
 FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 
@@ -20,7 +21,7 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.command()
 @click.argument("task")
 @click.option("--input", "input_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="CSV, JSONL or Parquet file: one task run per row.")
-@click.option("--output", "output_path", required=True, type=click.Path(dir_okay=False, path_type=Path), help="One record per input row: .jsonl, .csv or .parquet.")
+@click.option("--output", "output_path", required=True, type=LocationType(), help="One record per input row: .jsonl, .csv or .parquet (a path, or a URL such as s3://bucket/out.jsonl).")
 @click.option("--input-format", type=FORMATS, help="Input format (default: from the suffix).")
 @click.option("--output-format", type=FORMATS, help="Output format (default: from the suffix).")
 @click.option("--map", "mapping", multiple=True, metavar="INPUT=COLUMN", help="Take a task input from a differently named column (repeatable).")
@@ -35,20 +36,20 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.option("--max-wall-seconds", type=CapValue("max_wall_seconds"), help="Batch cap: wall-clock seconds for this invocation (more than 0).")
 @click.option("--row-max-cost-usd", type=CapValue("max_cost_usd"), help="Per-row cap: US dollars (tightens the YAML).")
 @click.option("--row-max-steps", type=CapValue("max_steps"), help="Per-row cap: model calls (tightens the YAML).")
-@click.option("--journal", "journal_path", type=click.Path(dir_okay=False, path_type=Path), help="Resume journal (default: .runner/batches/<task>-<input>.sqlite3).")
+@click.option("--journal", "journal_path", type=click.Path(dir_okay=False, path_type=Path), help="Resume journal, an SQLite file (default: .runner/batches/<task>-<input>.sqlite3, or in $RUNNER_STORE_URL when set).")
 @click.option("--restart", is_flag=True, help="Discard the journal and start over (default: resume).")
 @click.option("--durable", is_flag=True, help="fsync every recorded row (survives power loss, slower).")
-@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path), help="Where the batch report goes.")
+@click.option("--report-dir", type=LocationType(), help="Where the batch report goes (a directory or a URL).")
 @click.option("--progress", type=click.Choice(["auto", "bar", "log", "none"]), default="auto", show_default=True)
-@click.option("--model", help="Use this model id for every agent.")
-@click.option("--base-url", help="Send model calls to this OpenAI-compatible endpoint.")
+@click.option("--model", type=ModelId(), help="Use this model id for every agent.")
+@click.option("--base-url", type=EndpointURL(), help="Send model calls to this OpenAI-compatible endpoint.")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), help="Project root.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def batch(task: str, input_path: Path, output_path: Path, input_format: str | None, output_format: str | None,
+def batch(task: str, input_path: Path, output_path: Location, input_format: str | None, output_format: str | None,
           mapping: tuple[str, ...], id_column: str | None, concurrency: int, rpm: float | None, tpm: float | None,
           max_attempts: int, stop_after_failures: int | None, max_cost_usd: float | None, max_tokens: int | None,
           max_wall_seconds: float | None, row_max_cost_usd: float | None, row_max_steps: int | None,
-          journal_path: Path | None, restart: bool, durable: bool, report_dir: Path | None, progress: str,
+          journal_path: Path | None, restart: bool, durable: bool, report_dir: Location | None, progress: str,
           model: str | None, base_url: str | None, root: Path | None, as_json: bool) -> None:
     """Run TASK once per row of --input; write one record per row to --output.
 

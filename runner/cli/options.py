@@ -40,6 +40,20 @@ class CapValue(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+class LocationType(click.ParamType):
+    """A local path, or a URL of a filesystem fsspec knows (``s3://bucket/out.jsonl``): see :mod:`runner.locations`."""
+
+    name = "path|url"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from runner.locations import location
+
+        try:
+            return location(value)
+        except UsageError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 class FiniteFloatRange(click.FloatRange):
     """A float range that also refuses NaN and infinities (``FloatRange`` lets them through)."""
 
@@ -48,6 +62,38 @@ class FiniteFloatRange(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number
+
+
+class EndpointURL(click.ParamType):
+    """An ``http(s)://host[:port]/path`` endpoint (``--base-url``); anything else is refused
+    before a call is made, not discovered as a connection error after paying for retries."""
+
+    name = "url"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from urllib.parse import urlsplit
+
+        text = str(value).strip()
+        try:
+            parts = urlsplit(text)
+            parts.port  # noqa: B018  (raises ValueError for a bad port)
+        except ValueError as exc:
+            self.fail(f"{value!r} is not a URL ({exc}); give e.g. http://localhost:11434/v1", param, ctx)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            self.fail(f"{value!r}: give an http:// or https:// URL with a host, e.g. http://localhost:11434/v1", param, ctx)
+        return text
+
+
+class ModelId(click.ParamType):
+    """A model id (``--model``): not empty, no whitespace or control characters."""
+
+    name = "model"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = str(value)
+        if not text or any(ch.isspace() or not ch.isprintable() for ch in text) or len(text) > 200:
+            self.fail(f"{value!r} is not a model id; give one such as gpt-4o-mini (no spaces)", param, ctx)
+        return text
 
 
 def caps_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,9 +9,10 @@ from typing import Any
 
 import click
 
-from runner.cli.options import caps_from_flags, caps_options, parse_inputs
+from runner.cli.options import EndpointURL, LocationType, ModelId, caps_from_flags, caps_options, parse_inputs
 from runner.cli.terminal import safe_line, safe_text
 from runner.config.project import find_root, load_project_or_raise
+from runner.locations import Location
 from runner.runs.options import RunOptions
 
 
@@ -20,16 +21,16 @@ from runner.runs.options import RunOptions
 @click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=VALUE", help="A task input (repeatable).")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), help="Project root (default: found from TASK or the current directory).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON Lines event stream on stdout instead of a readable log.")
-@click.option("--model", help="Use this model id for every agent in this run.")
-@click.option("--base-url", help="Send model calls to this OpenAI-compatible endpoint.")
+@click.option("--model", type=ModelId(), help="Use this model id for every agent in this run.")
+@click.option("--base-url", type=EndpointURL(), help="Send model calls to this OpenAI-compatible endpoint.")
 @click.option("--run-id", help="Run id; an existing id resumes that run without redoing completed steps.")
-@click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), help="Run store (SQLite) path.")
-@click.option("--reports-dir", type=click.Path(file_okay=False, path_type=Path), help="Where reports go (default: <root>/reports).")
+@click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), help="Run store, an SQLite file (default: $RUNNER_STORE_URL when set, else .runner/runs.sqlite3).")
+@click.option("--reports-dir", type=LocationType(), help="Where reports go: a directory or a URL such as s3://bucket/reports (default: <root>/reports).")
 @click.option("--no-report", is_flag=True, help="Do not write a report.")
 @caps_options
 def run(
     task: str, inputs: tuple[str, ...], root: Path | None, as_json: bool, model: str | None, base_url: str | None,
-    run_id: str | None, store_path: Path | None, reports_dir: Path | None, no_report: bool, **caps: Any,
+    run_id: str | None, store_path: Path | None, reports_dir: Location | None, no_report: bool, **caps: Any,
 ) -> None:
     """Run TASK (a name, or a path like tasks.d/daily_report.yaml) once, headless.
 
@@ -57,5 +58,6 @@ def run(
             if files:
                 click.echo(safe_line(f"report: {result.report_dir / files[0]}{also}"), err=True)
         output = result.output  # for a person: control characters shown as escapes (--json is exact)
-        click.echo(safe_text(output if isinstance(output, str) else json.dumps(output, indent=2, default=str)))
+        if output is not None:
+            click.echo(safe_text(output if isinstance(output, str) else json.dumps(output, indent=2, default=str)))
     raise click.exceptions.Exit(result.exit_code)

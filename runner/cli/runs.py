@@ -14,12 +14,14 @@ from runner.store.runstore import RunStore
 
 
 def open_store(store_path: Path | None, root: Path) -> RunStore:
-    from runner.runs.execute import default_store_path
+    """``--store PATH``, else ``$RUNNER_STORE_URL`` (PostgreSQL), else ``<root>/.runner/runs.sqlite3``."""
+    from runner.runs.execute import default_store_path, open_run_store
+    from runner.store.database import resolve_store
 
-    path = store_path or default_store_path(root.resolve())
-    if not path.exists():
-        raise UsageError(f"no run store at {path}; run a task first, or pass --store PATH")
-    return RunStore(path)
+    target = resolve_store(path=store_path, default=default_store_path(root.resolve()))
+    if isinstance(target, Path) and not target.exists():
+        raise UsageError(f"no run store at {target}; run a task first, or pass --store PATH (or set RUNNER_STORE_URL)")
+    return open_run_store(root.resolve(), path=store_path)
 
 
 def resolve_run_id(store: RunStore, run_id: str) -> str:
@@ -29,11 +31,11 @@ def resolve_run_id(store: RunStore, run_id: str) -> str:
     if len(matches) == 1:
         return matches[0]
     hint = f"; did you mean one of {', '.join(matches)}?" if matches else "; `runner runs` lists them"
-    raise UsageError(f"no run '{run_id}' in {store.path}{hint}")
+    raise UsageError(f"no run '{run_id}' in {store.where}{hint}")
 
 
 @click.group(invoke_without_command=True)
-@click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), help="Run store (SQLite) path.")
+@click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), help="Run store, an SQLite file (default: $RUNNER_STORE_URL when set, else .runner/runs.sqlite3).")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=".", help="Project root.")
 @click.option("--task", help="Only runs of this task.")
 @click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True)

@@ -18,7 +18,7 @@ from runner.errors import EXIT_CONFIG, EXIT_OK
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_context
 def validate(ctx: click.Context, paths: tuple[Path, ...], root: Path | None, fmt: str) -> None:
-    """Validate PATHS (files or directories; default: the project's agents.d, tasks.d, tools.d).
+    """Validate PATHS (files or directories; default: the project's agents.d, tasks.d, tools.d, evals.d).
 
     Files are checked in the context of the whole project, so references to agents and
     tools defined elsewhere resolve. Exit 0 when valid, 2 when not.
@@ -33,7 +33,7 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], root: Path | None, fmt
     else:
         for problem in problems:
             click.echo(safe_line(problem.render()))
-        count = len(project.agents) + len(project.tasks) + len(project.tools)
+        count = len(project.agents) + len(project.tasks) + len(project.tools) + len(project.evals)
         summary = f"{len(problems)} problem(s)" if problems else f"ok: {count} document(s) valid"
         click.echo(summary, err=True)
     ctx.exit(EXIT_CONFIG if problems else EXIT_OK)

@@ -11,14 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.config import specs
+from runner.config.evals import EvalSpec, build_eval
 from runner.config.prices import default_prices
 from runner.config.schema import validate_document
-from runner.config.specs import AgentSpec, Price, TaskSpec, ToolSpec
+from runner.config.specs import AgentSpec, Price, TaskSpec, TelemetrySpec, ToolSpec
 from runner.config.yamlload import Document, YamlError, load_documents
 from runner.errors import ConfigError, Problem, did_you_mean
 from runner.tools.sql.source import SqlSource
 
-CONFIG_DIRS = ("agents.d", "tasks.d", "tools.d", "sources.d")
+CONFIG_DIRS = ("agents.d", "tasks.d", "tools.d", "evals.d", "sources.d")
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
@@ -35,6 +36,8 @@ class Project:
     documents: dict[tuple[str, str], Document] = field(default_factory=dict)
     task_files: dict[Path, str] = field(default_factory=dict)
     hashes: dict[str, str] = field(default_factory=dict)  # task name -> resolved config hash
+    telemetry: TelemetrySpec | None = None  # a kind: Telemetry document (one per project)
+    evals: dict[str, EvalSpec] = field(default_factory=dict)
 
     def document(self, kind: str, name: str) -> Document:
         return self.documents[(kind, name)]
@@ -108,8 +111,10 @@ def load_project(root: Path, extra: list[Path] | None = None) -> tuple[Project, 
                 valid.append(doc)
     problems.extend(_build(project, valid))
     from runner.config.crossref import check_references
+    from runner.config.eval_checks import check_evals
 
     problems.extend(check_references(project))
+    problems.extend(check_evals(project))
     return project, problems
 
 
@@ -131,12 +136,25 @@ def display_path(path: Path, root: Path) -> str:
     return str(resolved)
 
 
+def _set_telemetry(project: Project, doc: Document) -> list[Problem]:
+    first = project.documents.get(("Telemetry", ""))
+    if first is not None:
+        where = f"{first.source.file}:{first.source.locate('/kind').line}"
+        return [doc.problem("/kind", f"a second Telemetry document (the first is at {where}); keep one per project")]
+    project.telemetry = specs.build_telemetry(doc)
+    project.documents[("Telemetry", "")] = doc
+    return []
+
+
 def _build(project: Project, documents: list[Document]) -> list[Problem]:
     problems: list[Problem] = []
     for doc in documents:
         kind, name = doc.data["kind"], doc.data.get("name", "")
         if kind == "Prices":
             project.prices.update(specs.build_prices(doc))
+            continue
+        if kind == "Telemetry":
+            problems.extend(_set_telemetry(project, doc))
             continue
         if (kind, name) in project.documents:
             first = project.documents[(kind, name)]
@@ -154,6 +172,9 @@ def _build(project: Project, documents: list[Document]) -> list[Problem]:
             from runner.config.sources import source_document
 
             project.sources[name] = source_document(doc, project.root)
+        elif kind == "Eval":
+            project.evals[name], refused = build_eval(doc, project.root)
+            problems.extend(refused)
         else:
             project.tools[name] = specs.build_tool(doc)
         project.documents[(kind, name)] = doc

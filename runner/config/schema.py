@@ -21,8 +21,11 @@ from referencing import Registry, Resource
 from runner.config.yamlload import Document, escape_pointer_token
 from runner.errors import Problem, did_you_mean
 
-KINDS = {"Agent": "agent", "Task": "task", "Tool": "tool", "Prices": "prices", "Source": "source"}
-SCHEMA_NAMES = ("common", "agent", "task", "tool", "prices", "plan", "source")
+KINDS = {
+    "Agent": "agent", "Task": "task", "Tool": "tool", "Prices": "prices", "Telemetry": "telemetry", "Eval": "eval",
+    "Source": "source",
+}  # fmt: skip
+SCHEMA_NAMES = ("common", "agent", "task", "tool", "prices", "plan", "telemetry", "eval", "source")
 BASE_URI = "https://runner.dev/schemas/v1/"
 
 
@@ -122,6 +125,9 @@ def _to_problems(doc: Document, error: ValidationError, prefix: str = "") -> lis
         # never echo the value: a literal key pasted here must not reach logs
         return [doc.problem(pointer, "not an environment variable name (value hidden in case it is a key); "
                             "give the NAME of the variable that holds the key, e.g. OPENAI_API_KEY")]
+    if error.validator == "pattern" and pointer == "/traces/endpoint":  # may hold user:password: never echoed
+        return [doc.problem(pointer, "not an http(s) URL with a host and no user info (value hidden in case it holds a "
+                            "credential); give credentials in OTEL_EXPORTER_OTLP_HEADERS")]
     if error.validator == "pattern" and error.schema.get("description"):
         return [doc.problem(pointer, f"{error.instance!r} is not valid here: {error.schema['description']}")]
     return [doc.problem(pointer, error.message)]

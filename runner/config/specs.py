@@ -29,6 +29,8 @@ CAP_NAMES = (
     "max_cost_usd",
     "max_wall_seconds",
 )
+SUMMED_CAPS = tuple(name for name in CAP_NAMES if name != "max_wall_seconds")
+"""Caps on amounts that add up over a batch (what a scope shared by many workers holds)."""
 
 
 @dataclass(frozen=True)
@@ -248,6 +250,15 @@ class Price:
     cached_input_per_mtok: float | None = None
 
 
+@dataclass(frozen=True)
+class TelemetrySpec:
+    """Where traces go (``kind: Telemetry``); the OTEL_* variables take precedence."""
+
+    endpoint: str | None = None
+    service_name: str | None = None
+    enabled: bool = True
+
+
 # --- builders ---------------------------------------------------------------------
 
 
@@ -431,3 +442,8 @@ def build_tool(doc: Document) -> ToolSpec:
 
 def build_prices(doc: Document) -> dict[str, Price]:
     return {model: Price(**p) for model, p in doc.data["models"].items()}
+
+
+def build_telemetry(doc: Document) -> TelemetrySpec:
+    traces = doc.data["traces"]
+    return TelemetrySpec(traces.get("endpoint"), traces.get("service_name"), bool(traces.get("enabled", True)))

@@ -29,6 +29,8 @@ class ModelCallEntry:
     error: str | None = None
     tool_calls: int = 0
     content: str | None = None
+    finish_reason: str | None = None  # as the endpoint reported it (``stop``, ``length``, ``tool_calls``, ...)
+    error_kind: str | None = None  # the ModelError kind of a failed attempt (``timeout``, ``rate_limited``, ...)
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from runner.core.status import EXIT_UNDELIVERED, Status, exit_code
 from runner.core.usage import Usage
+from runner.locations import Location
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class RunResult:
     error_scope: str | None = None  # the budget scope whose cap stopped the run
     usage: Usage = field(default_factory=Usage)
     duration_seconds: float = 0.0
-    report_dir: Path | None = None
+    report_dir: Location | None = None  # a local directory, or a URL's (runner.locations)
     warnings: tuple[str, ...] = ()  # spend that is an estimate, usage above the reservation, ...
     deliveries: tuple[dict[str, Any], ...] = ()  # report.deliver outcomes (name, kind, status, target, error)
 

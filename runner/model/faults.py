@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from runner.errors import ModelError
 
 # kind -> retried by default
-RETRYABLE_KINDS = frozenset({"rate_limited", "server_error", "timeout", "connection", "invalid_response"})
+RETRYABLE_KINDS = frozenset({"rate_limited", "server_error", "timeout", "connection", "unreachable", "invalid_response"})
+# ``unreachable``: no connection was made (refused, no route, bad scheme), so nothing was sent
+# or billed; ``connection``: the connection dropped after the request may have been sent.
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,9 @@ def classify(exc: Exception, secrets: Iterable[str | None]) -> Fault:
         return Fault("timeout", "the request timed out")
     if isinstance(exc, openai.APIConnectionError):
         cause = type(exc.__cause__).__name__ if exc.__cause__ else "no detail"
-        return Fault("connection", f"could not connect or the connection dropped ({cause})")
+        if isinstance(exc.__cause__, _NOT_SENT):
+            return Fault("unreachable", f"could not connect to the endpoint ({cause})")
+        return Fault("connection", f"the connection dropped ({cause})")
     if isinstance(exc, openai.APIStatusError):
         return _status_fault(exc, secrets)
     if isinstance(exc, openai.APIResponseValidationError):
@@ -49,6 +51,22 @@ def classify(exc: Exception, secrets: Iterable[str | None]) -> Fault:
     if isinstance(exc, openai.OpenAIError):
         return Fault("bad_request", f"the SDK refused the request ({type(exc).__name__})")
     raise exc
+
+
+def _transport_errors(*names: str) -> tuple[type[BaseException], ...]:
+    """The SDK's transport exception classes of these names (its httpx, or httpx2 fork)."""
+    found: list[type[BaseException]] = []
+    for module_name in ("httpx2", "httpx"):
+        try:
+            module = __import__(module_name)
+        except ImportError:
+            continue
+        found += [getattr(module, name) for name in names if hasattr(module, name)]
+    return tuple(found)
+
+
+_NOT_SENT = _transport_errors("ConnectError", "UnsupportedProtocol", "InvalidURL")
+"""Transport failures before any byte of the request left: nothing was processed or billed."""
 
 
 def _status_fault(exc: openai.APIStatusError, secrets: tuple[str | None, ...]) -> Fault:

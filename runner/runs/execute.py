@@ -14,6 +14,7 @@ import json
 import re
 import secrets
 import sqlite3
+import tempfile
 import time
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -26,6 +27,7 @@ from runner.config.specs import TaskSpec
 from runner.config.templates import TemplateError, render
 from runner.core.results import RunResult
 from runner.errors import UsageError
+from runner.locations import Location, upload_tree
 from runner.model.factory import ModelPool
 from runner.pipelines.declared import PipelineOutcome, run_pipeline
 from runner.redact import redact_secrets
@@ -34,8 +36,10 @@ from runner.runs.options import RunOptions
 from runner.runs.record import build_record
 from runner.runs.secrets import known_secrets
 from runner.runs.steps import StepRunner, preflight_prices, run_agent_step
-from runner.runs.workspace import RUN_DIR, run_workspace
+from runner.runs.tracing import traced_run
+from runner.runs.workspace import RUN_DIR, reusable_steps, run_workspace
 from runner.runs.workspace import default_workspace as default_workspace  # re-exported for callers
+from runner.store.database import resolve_store
 from runner.store.recorder import RunRecorder
 from runner.store.runstore import RunStore, now_iso
 from runner.tools.registry import ToolRegistry
@@ -82,12 +86,13 @@ async def execute_task(
     if not RUN_ID.fullmatch(run_id):
         raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' only (at most 128)")
     own_store = store is None
-    store = store or _open_store(options.store_path or default_store_path(project.root))
+    store = store or open_run_store(project.root, path=options.store_path, url=options.store_url)
     own_pool = pool is None
     pool = pool or ModelPool(notice=_notice(options))
     try:
         async with contextlib.AsyncExitStack() as stack:
             registry = await _registry(project, task, stack)
+            options = stack.enter_context(traced_run(project, options, pool))  # unchanged when tracing is off
             return await _execute(project, task, inputs, run_id, options, store, pool, today, registry)
     finally:
         if own_pool:
@@ -107,7 +112,9 @@ async def _execute(
     try:
         budget = options.parent_budget.child(caps, "task") if options.parent_budget else Budget(caps, scope="task")
         warnings = _carry_over(store, run_id, budget) if attempt > 1 else []
-        resumed = store.completed_steps(run_id) if options.resume and attempt > 1 else {}
+        completed = store.completed_steps(run_id) if options.resume and attempt > 1 else {}
+        resumed, moved = reusable_steps(project, task, run_id, options, completed)
+        warnings += [moved] if moved else []
         ctx = RunContext(
             project, task, inputs, run_id, attempt, options, store, recorder, budget, pool, registry,
             workspace=run_workspace(project, task, run_id, options, fresh=attempt > 1 and not resumed),
@@ -160,8 +167,7 @@ async def _attempt(ctx: RunContext) -> RunResult:
         ),
         recorder.secrets,
     )
-    report_dir = _write_report(ctx, record)
-    deliveries = await _deliver(ctx, record, report_dir)
+    report_dir, deliveries = await _write_report(ctx, record)
     if deliveries:
         record = {**record, "deliveries": list(deliveries)}
     result = RunResult(
@@ -226,11 +232,14 @@ def _tools_used(project: Project, task: TaskSpec) -> dict[str, str]:
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-def _open_store(path: Path) -> RunStore:
+def open_run_store(root: Path, *, path: Path | None = None, url: str | None = None) -> RunStore:
+    """The run store: ``url`` (PostgreSQL), else the SQLite file ``path``, else ``$RUNNER_STORE_URL``,
+    else ``<root>/.runner/runs.sqlite3`` (see :func:`runner.store.database.resolve_store`)."""
+    target = resolve_store(url=url, path=path, default=default_store_path(root))
     try:
-        return RunStore(path)
+        return RunStore(target)
     except (OSError, sqlite3.Error) as exc:
-        raise UsageError(f"cannot open the run store {path}: {exc}; pass --store PATH") from None
+        raise UsageError(f"cannot open the run store {target}: {exc}; pass --store PATH") from None
 
 
 def _previous(store: RunStore, task: TaskSpec, run_id: str, inputs: dict[str, Any]) -> dict[str, Any] | None:
@@ -258,22 +267,30 @@ def _title(ctx: RunContext) -> str:
     return ctx.task.description.split("\n")[0] if ctx.task.description else ctx.task.name
 
 
-def _write_report(ctx: RunContext, record: dict[str, Any]) -> Path | None:
+async def _write_report(ctx: RunContext, record: dict[str, Any]) -> tuple[Location | None, tuple[dict[str, Any], ...]]:
+    """Write the report, then deliver it (``report.deliver``); where it is, and the deliveries."""
     if not ctx.options.write_report:
-        return None
+        return None, ()
     from runner.reports.writer import write_report
 
     base = ctx.options.reports_dir or ctx.project.root / "reports"
     out_dir = base / ctx.task.name / ctx.run_id
     workspace = ctx.workspace if ctx.workspace.is_dir() else None
-    write_report(record, out_dir, workspace, formats=ctx.task.report.formats, secrets=ctx.recorder.secrets)
-    return out_dir
+    if isinstance(out_dir, Path):
+        write_report(record, out_dir, workspace, formats=ctx.task.report.formats, secrets=ctx.recorder.secrets)
+        return out_dir, await _deliver(ctx, record, out_dir)
+    with tempfile.TemporaryDirectory(prefix="runner-report-") as staging:  # a URL: written here, then uploaded
+        write_report(record, Path(staging), workspace, formats=ctx.task.report.formats, secrets=ctx.recorder.secrets)
+        deliveries = await _deliver(ctx, record, Path(staging))
+        upload_tree(Path(staging), out_dir)
+    return out_dir, deliveries
 
 
-async def _deliver(ctx: RunContext, record: dict[str, Any], report_dir: Path | None) -> tuple[dict[str, Any], ...]:
-    """Send the written report where ``report.deliver`` says (see :mod:`runner.reports.delivery`).
-    A resumed run sends only what an earlier attempt did not deliver."""
-    if not ctx.task.report.deliver or report_dir is None:
+async def _deliver(ctx: RunContext, record: dict[str, Any], report_dir: Path) -> tuple[dict[str, Any], ...]:
+    """Send the written report (in the local directory ``report_dir``) where ``report.deliver``
+    says (see :mod:`runner.reports.delivery`). A resumed run sends only what an earlier attempt
+    did not deliver."""
+    if not ctx.task.report.deliver:
         return ()
     import asyncio
     import os

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from runner.config.specs import Caps
 from runner.core.ports import EventSink, RateGate
+from runner.locations import Location
 
 if TYPE_CHECKING:
     from runner.caps.budget import Budget
@@ -21,8 +22,9 @@ class RunOptions:
     run_id: str | None = None
     caps: Caps = field(default_factory=Caps)  # tightens the task's caps for this run
     parent_budget: Budget | None = None  # e.g. the batch's budget
-    store_path: Path | None = None  # SQLite run store; default <root>/.runner/runs.sqlite3
-    reports_dir: Path | None = None  # default <root>/reports; None with write_report=False
+    store_path: Path | None = None  # SQLite run store; default $RUNNER_STORE_URL, else <root>/.runner/runs.sqlite3
+    store_url: str | None = None  # a shared run store (postgresql://...); wins over store_path and the environment
+    reports_dir: Location | None = None  # a directory or a URL (runner.locations); default <root>/reports
     write_report: bool = True
     workspace_dir: Path | None = None  # default <root>/.runner/workspaces/<run_id>
     model_override: str | None = None  # --model

@@ -179,7 +179,7 @@ def _finish(
     ctx.store.save_step(ctx.run_id, record)
     ctx.done[record.id] = record
     ctx.recorder.emit(
-        "step_finished", step=record.id, status=status, error=record.error,
+        "step_finished", step=record.id, status=status, error=record.error, error_kind=kind,
         cost_usd=record.usage.cost_usd, duration_seconds=round(record.duration_seconds, 3),
     )
     return record

@@ -18,11 +18,12 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from runner.config.project import Project
 from runner.config.specs import TaskSpec
+from runner.core.steps import StepRecord
 from runner.errors import ConfigError, WorkspaceTampered
 from runner.redact import redact
 from runner.runs.options import RunOptions
@@ -62,6 +63,33 @@ def run_workspace(project: Project, task: TaskSpec, run_id: str, options: RunOpt
 
             raise WorkspaceTampered(redact(str(tampered), known_secrets(project, options))) from None
     return workspace
+
+
+def reusable_steps(
+    project: Project, task: TaskSpec, run_id: str, options: RunOptions, completed: Mapping[str, StepRecord]
+) -> tuple[dict[str, StepRecord], str | None]:
+    """Which of an earlier attempt's ``completed`` steps a resumed run reuses, and a warning.
+
+    On the machine that ran the earlier attempt, all of them. Where its workspace is gone (a
+    retry on another worker, or a wiped disk) the tool steps run again: they cost nothing
+    and rebuild the files later steps read (tables, charts). Agent steps are still reused
+    from the run store (they were paid for); files their tool calls wrote are not restored,
+    and the warning names them.
+    """
+    workspace = options.workspace_dir or default_workspace(project.root, run_id)
+    if not completed or not _uses_workspace(project, task) or os.path.lexists(workspace):
+        return dict(completed), None
+    kept = {step_id: record for step_id, record in completed.items() if record.kind != "tool"}
+    rerun = sorted(set(completed) - set(kept))
+    if not rerun:
+        return kept, None
+    lost = sorted({path for record in kept.values() for path in record.artifacts})
+    files = f"; files the reused agent steps wrote are not here: {', '.join(lost[:10])}" if lost else ""
+    return kept, (
+        f"the workspace of an earlier attempt is not on this machine (another worker, or a wiped disk): "
+        f"its tool step(s) {', '.join(rerun)} ran again (they cost nothing); agent step(s) "
+        f"{', '.join(sorted(kept)) or 'none'} were reused from the run store{files}"
+    )
 
 
 def wipe_workspace(workspace: Path) -> None:

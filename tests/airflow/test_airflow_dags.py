@@ -323,7 +323,6 @@ def test_batch_fanout_refuses_bad_params_at_trigger_time(airflow_db: float, conf
         ({"input_path": "/tmp/tickets"}, "cannot tell the format"),
         ({"output_path": "/tmp/out.xlsx"}, "cannot tell the output format"),
         ({"map": ["subject=title"]}, "the task has no input 'subject'"),
-        ({"max_tokens": 2, "num_shards": 3}, "max_tokens=2 split over 3 shards"),
         ({"task": "no_such_task"}, "no_such_task"),
     ],
 )
@@ -341,6 +340,31 @@ def test_batch_fanout_split_refuses_what_no_retry_can_fix(
     assert _state(dag_run, "split") == ("failed", 1), "refused without retries"
     assert requests == []
     assert message in "".join(capfd.readouterr())
+
+
+@pytest.mark.parametrize(
+    ("connection", "message"),
+    [(None, "store connection 'runner_store' is not defined"),
+     ({"conn_type": "mysql", "host": "db", "login": "u", "password": "store-pw-1234"}, "must be a postgres connection"),
+     ({"conn_type": "postgres", "login": "u", "password": "store-pw-1234"}, "has no host")],
+)  # fmt: skip
+def test_a_store_connection_that_cannot_be_the_store_is_refused_without_retries(
+    airflow_db: float, project: Path, tmp_path: Path, scripted_server: Any, model_connection: Any,
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], connection: dict[str, Any] | None, message: str,
+) -> None:  # fmt: skip
+    from runner.airflow.example_dags.batch_fanout import dag
+
+    monkeypatch.setenv("RUNNER_STORE_CONN_ID", "runner_store")
+    if connection is not None:
+        monkeypatch.setenv("AIRFLOW_CONN_RUNNER_STORE", json.dumps(connection))
+    source = _tickets(tmp_path / "tickets.csv", 4)
+    with scripted_server({"fallback": "label: ok"}) as server:
+        model_connection(server.base_url)
+        dag_run = dag.test(logical_date=None, run_conf={"task": "classify", "input_path": str(source)})
+        requests = server.requests
+    assert _state(dag_run, "split") == ("failed", 1) and requests == []
+    logged = "".join(capfd.readouterr())
+    assert message in logged and "store-pw-1234" not in logged
 
 
 def test_retried_shard_resumes_its_journal(

@@ -42,8 +42,10 @@ TICKETS = (
 SCRIPT = {"rules": [{"when": {"last_message": "beta"}, "reply": "label: B"}], "fallback": "label: other"}
 
 
-def _fanout(project: Path, source: Path, server: Any, *, shards: int, options: dict[str, Any], try_number: int = 1) -> tuple[FanoutPlan, list[ShardSpec], dict[int, dict[str, Any]]]:
-    plan = FanoutPlan("classify", project, source, project / "work", FanoutOptions.from_mapping(options))
+def _fanout(project: Path, source: Path, server: Any, *, shards: int, options: dict[str, Any], try_number: int = 1,
+            store_url: str | None = None) -> tuple[FanoutPlan, list[ShardSpec], dict[int, dict[str, Any]]]:
+    plan = FanoutPlan("classify", project, source, project / "work", FanoutOptions.from_mapping(options),
+                      key="dag/run/fanout", store_url=store_url)  # fmt: skip
     proj, spec = plan.load()
     total, sha = count_input_rows(proj, spec, plan)
     specs = plan_shards(total, sha, num_shards=shards, shard_size=None)
@@ -161,3 +163,36 @@ def test_merged_journals_refuse_rows_out_of_their_range(project: Path, scripted_
         with pytest.raises(ShardOutputMissing, match="its journal has row 3 where row 1 belongs"):
             list(MergedJournals("b", [(ShardSpec(0, 1, 1, 2, ""), journal)], {}).records())
         assert rows_left(MergedJournals("b", [(shards[1], journal)], {})).done == 2
+
+
+CALL = {"content": "label: ok", "usage": {"prompt_tokens": 20, "completion_tokens": 500}}  # 0.000303 USD at gpt-4o-mini
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_fanout_cost_cap_holds_across_shards_in_one_shared_scope(
+    project: Path, scripted_server: Any, backend: str, request: pytest.FixtureRequest
+) -> None:
+    store_url = str(request.getfixturevalue("postgres_url")) if backend == "postgresql" else None
+    source = project / "tickets.jsonl"
+    source.write_text("".join(json.dumps({"id": f"T{i:02d}", "text": f"ticket {i}"}) + "\n" for i in range(12)))
+    cap = 0.0025
+    options = {"id_column": "id", "concurrency": 1, "max_cost_usd": cap}
+    with scripted_server({"fallback": CALL}) as server:
+        plan, shards, results = _fanout(project, source, server, shards=2, options=options, store_url=store_url)
+        calls = len(server.requests)
+    first, second = results[0], results[1]
+    assert first["done"] == 6 and first["cost_usd"] > cap / 2  # more than an even split would have let it spend
+    assert second["skipped"] > 0 and second["stop_kind"] == "max_cost_usd"
+    spent = first["cost_usd"] + second["cost_usd"]
+    assert spent <= cap and calls == first["done"] + second["done"]
+    manifest, left, report = _merge(plan, shards, results)
+    ledger = report["ledger"]
+    assert ledger["scope"] == "fanout:dag/run/fanout" and ledger["caps"] == {"max_cost_usd": cap}
+    assert ledger["spent"]["cost_usd"] == pytest.approx(spent) and ledger["spent"]["model_calls"] == calls
+    assert ledger["reserved"]["cost_usd"] == pytest.approx(0, abs=1e-12) and ledger["reserved"]["model_calls"] == 0
+    markdown = Path(manifest["report_path"]).read_text()
+    assert "Batch caps, shared by every shard (ledger `fanout:dag/run/fanout`)" in markdown
+    assert f"| max_cost_usd | ${cap:.6f} | ${spent:.6f} | $0.000000 |" in markdown.replace("  ", " ")
+    assert left.not_run == second["skipped"] and [r["status"] for r in _lines(plan.work / "merged.jsonl")].count("done") == calls
+    if store_url:
+        assert not (plan.work / "journals").exists() and not (plan.work / "caps.sqlite3").exists()  # all in PostgreSQL

@@ -12,6 +12,7 @@ from runner.airflow.options import OPTION_NAMES, FanoutOptions, check_option_nam
 from runner.airflow.plan import FanoutPlan, ShardSpec, plan_shards, run_work_dir
 from runner.config.specs import Caps
 from runner.errors import UsageError
+from runner.locations import location
 
 # What "{{ params.x }}" renders natively (render_template_as_native_obj) for the example DAG's defaults.
 RENDERED_DEFAULTS = {
@@ -75,16 +76,40 @@ def test_option_names_follow_the_cli_flags() -> None:
     check_option_names(dict.fromkeys(OPTION_NAMES))
 
 
-def test_a_shards_share_of_summed_caps_and_rates() -> None:
+def test_a_shard_shares_the_rates_and_reserves_the_summed_caps_in_one_shared_scope(tmp_path: Path) -> None:
     options = FanoutOptions(
-        batch_caps=Caps(max_cost_usd=1.0, max_tokens=1001, max_wall_seconds=60.0), requests_per_minute=120.0
+        batch_caps=Caps(max_cost_usd=1.0, max_tokens=3, max_wall_seconds=60.0), requests_per_minute=120.0
     )
     share = options.shard_share(4)
-    assert share.batch_caps == Caps(max_cost_usd=0.25, max_tokens=250, max_wall_seconds=60.0)
-    assert share.requests_per_minute == 30.0 and share.tokens_per_minute is None
+    assert share.batch_caps == options.batch_caps  # not divided: the shards share one scope
+    assert share.requests_per_minute == 30.0 and share.tokens_per_minute is None  # a rate is per process
     assert options.shard_share(1) == options
-    with pytest.raises(UsageError, match="max_tokens=3 split over 4 shards leaves less than 1 per shard"):
-        FanoutOptions(batch_caps=Caps(max_tokens=3)).shard_share(4)
+    work = run_work_dir(tmp_path, "dag", "manual__1", "fanout")
+    plan = FanoutPlan("t", tmp_path, tmp_path / "in.csv", work, options, key="dag/abc/fanout")
+    shards = plan_shards(8, "x", num_shards=4, shard_size=None)
+    requests = [plan.request(shard) for shard in shards]
+    assert {r.shared_scope for r in requests} == {plan.shared_scope()}  # one scope for every shard
+    scope = requests[0].shared_scope
+    assert scope is not None and scope.key == "fanout:dag/abc/fanout" and scope.caps == options.batch_caps
+    assert scope.sqlite_path == work / "caps.sqlite3"  # without a PostgreSQL store: next to the journals
+    assert all(r.batch_caps == Caps(max_wall_seconds=60.0) for r in requests)  # each shard keeps its wall clock
+    assert FanoutPlan("t", tmp_path, tmp_path / "in.csv", work, FanoutOptions()).shared_scope() is None
+    assert plan.request().shared_scope is None  # the whole-input request (counting rows) spends nothing
+
+
+def test_with_a_postgresql_store_journals_and_the_ledger_are_named_by_the_dag_run(tmp_path: Path) -> None:
+    options = FanoutOptions(batch_caps=Caps(max_cost_usd=1.0))
+    plan = FanoutPlan("t", tmp_path, tmp_path / "in.csv", location("memory://bucket/work"), options,
+                      key="dag/abc/fanout", store_url="postgresql://runner@db/runner")  # fmt: skip
+    shard = plan_shards(8, "x", num_shards=2, shard_size=None)[1]
+    request = plan.request(shard)
+    assert str(request.output_path) == "memory://bucket/work/outputs/shard-00001-of-00002.jsonl"
+    assert request.journal_path == Path("dag/abc/fanout/shard-00001-of-00002")
+    assert request.store_url == "postgresql://runner@db/runner"
+    assert request.shared_scope is not None and request.shared_scope.sqlite_path is None
+    without = FanoutPlan("t", tmp_path, tmp_path / "in.csv", run_work_dir("memory://bucket/work", "d", "r", "f"), options)
+    with pytest.raises(UsageError, match="PostgreSQL store"):
+        without.request(shard)
 
 
 @pytest.mark.parametrize(

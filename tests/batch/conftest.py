@@ -14,8 +14,15 @@ from tests.batch.batch_fakes import write_csv
 
 
 @pytest.fixture
-def make_batch(tmp_path: Path) -> Iterator[Callable[..., tuple[InputSource, BatchJournal]]]:
-    """``make_batch(rows, restart=False)`` -> (source, journal) over a CSV of ``rows`` in tmp_path."""
+def journal_url() -> str | None:
+    """Where journals live: ``None`` is an SQLite file; test modules override it with a PostgreSQL URL."""
+    return None
+
+
+@pytest.fixture
+def make_batch(tmp_path: Path, journal_url: str | None) -> Iterator[Callable[..., tuple[InputSource, BatchJournal]]]:
+    """``make_batch(rows, restart=False)`` -> (source, journal) over a CSV of ``rows`` in tmp_path,
+    the journal in SQLite or (``journal_url``) in PostgreSQL."""
     opened: list[BatchJournal] = []
 
     def make(rows: list[dict[str, Any]] | None = None, *, restart: bool = False, name: str = "in.csv"):
@@ -30,6 +37,7 @@ def make_batch(tmp_path: Path) -> Iterator[Callable[..., tuple[InputSource, Batc
             input_sha256=file_sha256(path),
             options=source.options(),
             restart=restart,
+            database_url=journal_url,
         )
         opened.append(journal)
         return source, journal

@@ -1,4 +1,6 @@
-"""A batch run in its own process, for the kill -9 test: ``python crash_batch_script.py IN JOURNAL LOG OUT``.
+"""A batch run in its own process, for the kill -9 test: ``python crash_batch_script.py IN JOURNAL LOG OUT [DB_URL]``.
+
+With ``DB_URL`` (``postgresql://...``) the journal lives in PostgreSQL under the name JOURNAL.
 
 The executor appends each row id to LOG before working (so the test can count executions),
 sleeps a little, and returns the subject upper-cased. At the end the output is written.
@@ -23,7 +25,7 @@ from runner.runs.options import RunOptions
 SPECS = (InputSpec("subject", "string"),)
 
 
-def main(input_path: Path, journal_path: Path, log_path: Path, output_path: Path) -> int:
+def main(input_path: Path, journal_path: Path, log_path: Path, output_path: Path, database_url: str | None = None) -> int:
     source = InputSource.open(input_path, id_column="id")
     log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
@@ -33,7 +35,8 @@ def main(input_path: Path, journal_path: Path, log_path: Path, output_path: Path
         return RunResult(str(options.run_id), "crash", "completed", output={"upper": inputs["subject"].upper()})
 
     journal = BatchJournal.open(
-        journal_path, task="crash", input_path=input_path, input_sha256=file_sha256(input_path), options={}
+        journal_path, task="crash", input_path=input_path, input_sha256=file_sha256(input_path), options={},
+        database_url=database_url,
     )
     with journal:
         rows = read_rows(source, SPECS)
@@ -44,4 +47,4 @@ def main(input_path: Path, journal_path: Path, log_path: Path, output_path: Path
 
 
 if __name__ == "__main__":
-    sys.exit(main(*(Path(arg) for arg in sys.argv[1:5])))
+    sys.exit(main(*(Path(arg) for arg in sys.argv[1:5]), *sys.argv[5:6]))

@@ -22,8 +22,19 @@ SCRIPT = Path(__file__).with_name("crash_batch_script.py")
 ROWS = 400
 
 
-def done_run_ids(journal: Path) -> set[str]:
+def done_run_ids(journal: Path, url: str | None = None) -> set[str]:
     """Run ids of rows the journal holds as done (read-only, from another process)."""
+    if url:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as db:
+            try:
+                found = db.execute(
+                    "SELECT run_id FROM journal_rows WHERE journal = %s AND status = 'done'", (str(journal),)
+                ).fetchall()
+            except psycopg.errors.UndefinedTable:  # not created yet
+                return set()
+        return {run_id for (run_id,) in found}
     try:
         db = sqlite3.connect(f"file:{journal}?mode=ro", uri=True)
     except sqlite3.OperationalError:
@@ -36,28 +47,33 @@ def done_run_ids(journal: Path) -> set[str]:
         db.close()
 
 
-def start(tmp_path: Path) -> subprocess.Popen[bytes]:
+def start(tmp_path: Path, url: str | None) -> subprocess.Popen[bytes]:
     args = [sys.executable, str(SCRIPT), *(str(tmp_path / n) for n in ("in.csv", "j.sqlite3", "exec.log", "out.jsonl"))]
-    return subprocess.Popen(args, cwd=tmp_path, stderr=subprocess.PIPE)
+    return subprocess.Popen([*args, *([url] if url else [])], cwd=tmp_path, stderr=subprocess.PIPE)
 
 
-def test_kill_9_mid_run_then_resume_records_every_row_exactly_once(tmp_path: Path) -> None:
+@pytest.fixture
+def journal_url(backend: str, request: pytest.FixtureRequest) -> str | None:
+    return None if backend == "sqlite" else str(request.getfixturevalue("postgres_url"))
+
+
+def test_kill_9_mid_run_then_resume_records_every_row_exactly_once(tmp_path: Path, journal_url: str | None) -> None:
     write_csv(tmp_path / "in.csv", [{"id": f"R{i:04d}", "subject": f"row {i}"} for i in range(1, ROWS + 1)])
     journal = tmp_path / "j.sqlite3"
 
-    first = start(tmp_path)
-    while len(done_run_ids(journal)) < 40:
+    first = start(tmp_path, journal_url)
+    while len(done_run_ids(journal, journal_url)) < 40:
         assert first.poll() is None, f"the batch ended before it could be killed: {first.stderr.read()!r}"  # type: ignore[union-attr]
         time.sleep(0.02)
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     first.stderr.close()  # type: ignore[union-attr]
     assert first.returncode == -signal.SIGKILL
-    done_at_kill = done_run_ids(journal)
+    done_at_kill = done_run_ids(journal, journal_url)
     assert 40 <= len(done_at_kill) < ROWS
     assert not (tmp_path / "out.jsonl").exists()
 
-    second = start(tmp_path)
+    second = start(tmp_path, journal_url)
     _, stderr = second.communicate(timeout=100)
     assert second.returncode == 0, stderr.decode()
 

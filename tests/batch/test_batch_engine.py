@@ -1,4 +1,5 @@
-"""The batch engine with an in-process executor: concurrency, caps, failures, retries, resume, cancel."""
+"""The batch engine with an in-process executor: concurrency, caps, failures, retries, resume,
+cancel; every test on both journal backends (SQLite, PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ from runner.runs.options import RunOptions
 from tests.batch.batch_fakes import FakeExecutor, rows_of, tickets
 
 pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def journal_url(backend: str, request: pytest.FixtureRequest) -> str | None:
+    return None if backend == "sqlite" else str(request.getfixturevalue("postgres_url"))
 
 
 async def run(source, journal, executor, **kw: Any):
@@ -219,3 +225,38 @@ async def test_rate_limiter_pause_holds_every_worker(make_batch) -> None:
     await run(source, journal, Recording(on_start=pause_on_first_row), concurrency=4, rate_gate=gate)
     assert len(acquired) == 8 and min(acquired) >= pause_ends[0] - 0.01
     assert gate.pauses == 1
+
+
+async def test_two_shards_share_one_batch_cap_and_it_holds(tmp_path, store_target) -> None:
+    """Two batches (a fan-out's shards) run at once, each with its own journal, inside one
+    shared scope: together they never pass the cap, and each may spend more than half of it."""
+    from runner.batch.inputs import InputSource, file_sha256
+    from runner.batch.journal import BatchJournal
+    from runner.caps.shared import SharedBudget
+    from runner.store.cap_ledger import CapLedger
+    from runner.store.database import open_database
+    from tests.batch.batch_fakes import write_csv
+
+    ledger = CapLedger(open_database(store_target))
+    ledger.open("fanout:test", Caps(max_cost_usd=0.1), "2026-01-01T00:00:00+00:00")
+    shards = []
+    for name, rows in (("a", 30), ("b", 2)):  # shard b has almost nothing to do: a may use what b leaves
+        path = write_csv(tmp_path / f"{name}.csv", tickets(rows))
+        journal = BatchJournal.open(tmp_path / f"{name}.sqlite3", task="triage", input_path=path,
+                                    input_sha256=file_sha256(path))  # fmt: skip
+        budget = batch_budget(Caps())
+        budget.parent = SharedBudget(Caps(max_cost_usd=0.1), scope="fan-out", ledger=ledger, key="fanout:test")
+        shards.append((InputSource.open(path, id_column="id"), journal, budget))
+    executor = FakeExecutor(cost_per_call=0.01, delay=0.002)
+    summaries = await asyncio.gather(*(run(source, journal, executor, budget=budget, concurrency=3)
+                                       for source, journal, budget in shards))  # fmt: skip
+    spent, reserved = ledger.figures("fanout:test")
+    assert spent.cost_usd == pytest.approx(0.1) and reserved.cost_usd == pytest.approx(0, abs=1e-12)
+    assert sum(s.counts["done"] for s in summaries) == 10  # the cap's worth of rows, over both shards
+    assert summaries[0].counts["done"] >= 8 and summaries[0].stop_kind == "max_cost_usd"
+    assert summaries[0].exit_code == EXIT_CAPPED
+    not_run = [r for r in shards[0][1].records() if r.status == "not_run"]
+    assert not_run and all("fan-out cap max_cost_usd=0.1 reached" in (r.error or "") for r in not_run)
+    for _, journal, _ in shards:
+        journal.close()
+    ledger.db.close()

@@ -1,8 +1,13 @@
-"""The batch journal: ingest, metadata checks, exactly-once recording, resume."""
+"""The batch journal on both backends (an SQLite file, PostgreSQL): ingest, metadata checks,
+exactly-once recording, resume, one process at a time."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +17,12 @@ from runner.batch.journal import BatchJournal, RowOutcome
 from runner.core.usage import Usage
 from runner.errors import UsageError
 from tests.batch.batch_fakes import rows_of, tickets, write_csv
+
+
+@pytest.fixture
+def journal_url(backend: str, request: pytest.FixtureRequest) -> str | None:
+    """Every test here runs on both backends (``backend`` is parametrized by tests/postgres.py)."""
+    return None if backend == "sqlite" else str(request.getfixturevalue("postgres_url"))
 
 
 def test_ingest_records_every_row_once_and_is_idempotent(make_batch) -> None:
@@ -26,7 +37,9 @@ def test_ingest_records_every_row_once_and_is_idempotent(make_batch) -> None:
     assert journal.ingested
 
 
-def test_wal_mode(make_batch) -> None:
+def test_wal_mode(make_batch, backend: str) -> None:
+    if backend != "sqlite":
+        pytest.skip("WAL is the SQLite file's mode")
     _, journal = make_batch(tickets(1))
     with sqlite3.connect(journal.path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -66,7 +79,7 @@ def test_resume_turns_running_into_failed_and_requeues_not_run(make_batch, tmp_p
     assert again.spent().cost_usd == pytest.approx(0.75)
 
 
-def test_a_different_task_or_input_is_refused_until_restart(make_batch, tmp_path: Path) -> None:
+def test_a_different_task_or_input_is_refused_until_restart(make_batch, tmp_path: Path, journal_url: str | None) -> None:
     source, journal = make_batch(tickets(2))
     batch_id = journal.batch_id
     journal.close()
@@ -82,12 +95,13 @@ def test_a_different_task_or_input_is_refused_until_restart(make_batch, tmp_path
             input_path=source.path,
             input_sha256=file_sha256(source.path),
             options=source.options(),
+            database_url=journal_url,
         ).close()
     _, fresh = make_batch(restart=True)
     assert fresh.batch_id != batch_id and not fresh.ingested
 
 
-def test_a_second_process_on_the_same_journal_is_refused(make_batch) -> None:
+def test_a_second_process_on_the_same_journal_is_refused(make_batch, journal_url: str | None) -> None:
     source, journal = make_batch(tickets(1))
     with pytest.raises(UsageError, match="another batch process is using this journal"):
         BatchJournal.open(
@@ -96,7 +110,14 @@ def test_a_second_process_on_the_same_journal_is_refused(make_batch) -> None:
             input_path=source.path,
             input_sha256=file_sha256(source.path),
             options=source.options(),
+            database_url=journal_url,
         )
+    journal.close()  # the lock goes with it
+    reopened = BatchJournal.open(
+        journal.path, task="triage", input_path=source.path, input_sha256=file_sha256(source.path),
+        options=source.options(), database_url=journal_url,
+    )  # fmt: skip
+    reopened.close()
 
 
 def test_todo_pages_through_large_journals(make_batch) -> None:
@@ -104,3 +125,73 @@ def test_todo_pages_through_large_journals(make_batch) -> None:
     journal.ingest(rows_of(source), chunk_rows=64)
     numbers = [r.number for r in journal.todo(max_attempts=1, page_rows=7)]
     assert numbers == list(range(1, 1001))
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from runner.batch.journal import BatchJournal
+journal = BatchJournal.open(Path(sys.argv[1]), task="triage", input_path=Path(sys.argv[2]), input_sha256=sys.argv[3],
+                            options={"id_column": "id"}, database_url=sys.argv[4] if len(sys.argv) > 4 else None)
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_journal_held_by_a_killed_process_is_free_again(tmp_path: Path, journal_url: str | None) -> None:
+    data = write_csv(tmp_path / "in.csv", tickets(2))
+    path = tmp_path / "journal.sqlite3"
+    argv = [sys.executable, "-c", HOLDER, str(path), str(data), file_sha256(data), *([journal_url] if journal_url else [])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    holder = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"locked"
+
+        def reopen() -> BatchJournal:
+            return BatchJournal.open(path, task="triage", input_path=data, input_sha256=file_sha256(data),
+                                     options={"id_column": "id"}, database_url=journal_url)  # fmt: skip
+
+        with pytest.raises(UsageError, match="another batch process is using this journal") as refused:
+            reopen()
+        if journal_url:
+            assert f"pid {holder.pid}" in str(refused.value)  # names the session that holds it
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+        holder.stdout.close()  # type: ignore[union-attr]
+    reopen().close()  # the kernel dropped the flock / PostgreSQL ended the session and its advisory lock
+
+
+def test_hostile_text_is_kept(make_batch) -> None:
+    source, journal = make_batch([{"id": "T\u00e9", "subject": "x", "priority": "low"}])
+    journal.ingest(rows_of(source))
+    journal.mark_running(1, "r")
+    assert journal.record(1, RowOutcome("failed", error="nul\x00 and \udcff", error_kind="server_error"))
+    row = journal.row(1)
+    assert row is not None and row.id == "T\u00e9"
+    assert row.error is not None and row.error.startswith("nul") and row.error.endswith("and \\udcff")
+
+
+def test_journals_in_one_database_are_apart(tmp_path: Path, journal_url: str | None) -> None:
+    data = write_csv(tmp_path / "in.csv", tickets(3))
+    first = BatchJournal.open(tmp_path / "a.sqlite3", task="triage", input_path=data, input_sha256=file_sha256(data),
+                              database_url=journal_url)  # fmt: skip
+    second = BatchJournal.open(tmp_path / "b.sqlite3", task="triage", input_path=data, input_sha256=file_sha256(data),
+                               database_url=journal_url)  # fmt: skip
+    with first, second:
+        from runner.batch.inputs import InputSource
+
+        first.ingest(rows_of(InputSource.open(data, id_column="id")))
+        first.mark_running(1, "r")
+        first.record(1, RowOutcome("done", output=1, usage=Usage(cost_usd=0.5)))
+        assert second.counts()["done"] == 0 and not second.ingested and second.spent() == Usage()
+        assert first.batch_id != second.batch_id and first.spent().cost_usd == 0.5
+
+
+def test_a_journal_exists_once_it_was_opened(tmp_path: Path, journal_url: str | None) -> None:
+    data = write_csv(tmp_path / "in.csv", tickets(1))
+    path = tmp_path / "never.sqlite3"
+    assert not BatchJournal.exists(path, database_url=journal_url)
+    BatchJournal.open(path, task="triage", input_path=data, input_sha256=file_sha256(data), database_url=journal_url).close()
+    assert BatchJournal.exists(path, database_url=journal_url)
+    assert not BatchJournal.exists(tmp_path / "other.sqlite3", database_url=journal_url)

@@ -197,6 +197,8 @@ def test_kill_9_mid_batch_then_resume_keeps_the_spend_of_the_calls_in_flight(tmp
     assert len(rows) == 8 and all(r["status"] == "done" for r in rows)
     (ledger,) = db.execute("SELECT SUM(cost_usd) FROM model_calls").fetchone()
     assert sum(r["cost_usd"] for r in rows) == pytest.approx(ledger)  # the output records under-report nothing
+    estimated = [r for r in rows if any("estimate" in w for w in r["warnings"])]
+    assert len(estimated) == 4  # the rows whose calls were in flight say their spend is partly an estimate
 
 
 def test_a_resumed_batch_counts_wall_time_from_its_first_attempt(tmp_path: Path) -> None:
@@ -211,3 +213,21 @@ def test_a_resumed_batch_counts_wall_time_from_its_first_attempt(tmp_path: Path)
         again = runner(project, server, *args, "--max-wall-seconds", "2")
     assert again.returncode == 3, again.stderr
     assert "max_wall_seconds" in again.stdout + again.stderr
+
+
+def test_an_unreachable_endpoint_is_retried_but_never_counted_as_spend(tmp_path: Path) -> None:
+    import socket
+
+    project = make_project(tmp_path / "p", timeout=5, retries=2)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
+    env.update(OPENAI_BASE_URL=f"http://127.0.0.1:{port}/v1", OPENAI_API_KEY="sk-test-caps-000001")
+    result = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "ask", "-i", "question=hello", "--json"], cwd=project, env=env,
+        capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 1, result.stderr
+    end = finished(result.stdout)
+    assert end["error_kind"] == "unreachable" and end["cost_usd"] == 0 and end["input_tokens"] == 0

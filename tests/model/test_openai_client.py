@@ -206,7 +206,7 @@ async def test_connection_refused_is_classified(make_request, fake_sleep, canary
             await model.complete(make_request())
     finally:
         await model.aclose()
-    assert caught.value.kind == "connection"
+    assert caught.value.kind == "unreachable"  # nothing was sent: retried, but never billed
     assert len(fake_sleep.waits) == 3
 
 

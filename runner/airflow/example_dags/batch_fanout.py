@@ -7,9 +7,12 @@ Trigger with the options of ``runner batch`` as conf, for example::
 
 ``input_path`` is required; a missing or ill-typed param is refused when the run is
 triggered, an unknown conf key (a typo) when the split task starts. Needs on the workers:
-``RUNNER_ROOT``, a work directory every worker shares (``RUNNER_AIRFLOW_WORK_DIR``, default
-``/tmp/runner-airflow``: fine for one machine only) and the model connection as in
-``daily_report``. Each shard resumes from its journal when retried. The merged output
+``RUNNER_ROOT``, a work directory every worker shares (``RUNNER_AIRFLOW_WORK_DIR``: a path or
+a URL such as ``s3://bucket/runner-airflow``; default ``/tmp/runner-airflow``, fine for one
+machine only), the runner's shared store (``RUNNER_STORE_CONN_ID`` naming a postgres
+connection, or ``RUNNER_STORE_URL``) and the model connection as in ``daily_report``. Each
+shard resumes from its journal when retried, on any worker; ``max_cost_usd`` and
+``max_tokens`` hold across all shards. The merged output
 (one record per input row, with its row number and id) and ``batch_report.json``/``.md``
 are written under ``<work dir>/runner_batch_fanout/<hash of the dag run id>/fanout/``
 unless ``output_path`` / ``report_dir`` say otherwise. The run fails when more than

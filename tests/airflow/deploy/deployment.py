@@ -1,10 +1,14 @@
 """A real Airflow deployment for tests: PostgreSQL metadata DB, LocalExecutor, and separate
 ``airflow api-server``, ``airflow scheduler`` and ``airflow dag-processor`` processes.
 
-The database is made by ``.ci/airflow_e2e.sh`` (it starts PostgreSQL and passes the URL in
-``RUNNER_AIRFLOW_DEPLOY_DB``). Everything else lives in a temporary directory: AIRFLOW_HOME,
-the DAGs folder (the example DAG files copied in, as the README says), the runner project
-and the fan-out work directory. Short scheduler and parser intervals keep it quick.
+The databases are made by ``.ci/airflow_e2e.sh`` (it starts PostgreSQL and passes the URLs in
+``RUNNER_AIRFLOW_DEPLOY_DB``, Airflow's, and ``RUNNER_AIRFLOW_DEPLOY_STORE``, the runner's
+shared store, reached through the Airflow connection ``runner_store`` named by
+``RUNNER_STORE_CONN_ID``). Everything else lives in a temporary directory: AIRFLOW_HOME, the
+DAGs folder (the example DAG files copied in, as the README says), the runner project (the
+workers' local disk) and the shared location (``shared/``: the fan-out work directory and
+the run reports, given to the workers as ``local://`` URLs so they go through fsspec as
+``s3://`` would). Short scheduler and parser intervals keep it quick.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import runner.airflow
 
@@ -43,7 +48,9 @@ class Deployment:
     def __init__(self, base: Path, database_url: str, project: Path) -> None:
         self.home = base / "airflow"
         self.dags = self.home / "dags"
-        self.work = base / "work"
+        self.shared = base / "shared"
+        self.work = self.shared / "work"
+        self.reports = self.shared / "reports"
         self.port = free_port()
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.env = self._environment(database_url, project)
@@ -55,7 +62,9 @@ class Deployment:
             PYTHONPATH=str(REPO),
             AIRFLOW_HOME=str(self.home),
             RUNNER_ROOT=str(project),
-            RUNNER_AIRFLOW_WORK_DIR=str(self.work),
+            RUNNER_AIRFLOW_WORK_DIR=f"local://{self.work}",
+            RUNNER_REPORTS_DIR=f"local://{self.reports}",
+            RUNNER_STORE_CONN_ID="runner_store",
             AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=database_url,
             AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC=database_url,  # psycopg 3 does async too (else: asyncpg)
             AIRFLOW__CORE__EXECUTOR="LocalExecutor",
@@ -142,6 +151,15 @@ class Deployment:
             return self.api("monitor/health")
         except OSError:
             return None
+
+    def add_store_connection(self, store_url: str) -> None:
+        """The runner's shared store as an Airflow connection of type postgres (what a deployment defines)."""
+        parts = urlsplit(store_url)
+        self.airflow(
+            "connections", "add", "runner_store", "--conn-type", "postgres", "--conn-host", str(parts.hostname),
+            "--conn-port", str(parts.port or 5432), "--conn-login", unquote(parts.username or ""),
+            "--conn-password", unquote(parts.password or ""), "--conn-schema", parts.path.lstrip("/"),
+        )  # fmt: skip
 
     def runs(self, dag_id: str) -> list[dict[str, Any]]:
         return list(self.api(f"dags/{dag_id}/dagRuns?limit=100")["dag_runs"])

@@ -1,18 +1,27 @@
 """Both example DAGs under a real Airflow: PostgreSQL, LocalExecutor, separate scheduler,
 dag-processor and api-server processes, plain ``airflow dags trigger`` commands.
 
-Run by ``.ci/airflow_e2e.sh`` (which starts PostgreSQL and sets ``RUNNER_AIRFLOW_DEPLOY_DB``);
-skipped elsewhere. One deployment is set up for the module, following the README's Airflow
-section, and each test asserts on one part of what it did.
+Run by ``.ci/airflow_e2e.sh`` (which starts PostgreSQL and sets ``RUNNER_AIRFLOW_DEPLOY_DB``
+and ``RUNNER_AIRFLOW_DEPLOY_STORE``); skipped elsewhere. One deployment is set up for the
+module, following the README's Airflow section, with the runner's state shared as a
+multi-worker deployment shares it: the run store, the shard journals and the cap ledger in
+PostgreSQL (the ``runner_store`` connection), shard outputs and reports in a shared location
+reached through fsspec. Each test asserts on one part of what it did:
 
-Not covered here (needs the shared run store and journal of issue 14 part 2): a retry on a
-worker whose local disk was wiped. Here every worker shares one disk.
+* the daily DAG runs a pipeline whose last step fails once; while Airflow waits to retry it,
+  the worker's local disk (``$RUNNER_ROOT/.runner``, ``reports``) is wiped, and the retry
+  resumes the run from the store without paying for its finished agent step again;
+* the fan-out's flaky shard is retried the same way, after the same wipe, and pays for no
+  finished row again;
+* a second fan-out has a batch cost cap: it holds across its shards (one shard has nothing
+  to spend, the other two spend more than an even split would have let them).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shutil
 import time
@@ -26,11 +35,12 @@ import yaml
 
 from tests.airflow.deploy.deployment import REPO, Deployment, free_port
 
-DATABASE_URL = __import__("os").environ.get("RUNNER_AIRFLOW_DEPLOY_DB", "")
+DATABASE_URL = os.environ.get("RUNNER_AIRFLOW_DEPLOY_DB", "")
+STORE_URL = os.environ.get("RUNNER_AIRFLOW_DEPLOY_STORE", "")
 pytestmark = [
     pytest.mark.airflow_deploy,
     pytest.mark.timeout(1200),
-    pytest.mark.skipif(not DATABASE_URL, reason="needs PostgreSQL: run .ci/airflow_e2e.sh"),
+    pytest.mark.skipif(not (DATABASE_URL and STORE_URL), reason="needs PostgreSQL: run .ci/airflow_e2e.sh"),
 ]
 
 KEY = "sk-airflow-deploy-canary-0123456789abcdef"
@@ -38,6 +48,41 @@ TICKETS = 37  # the first 37 example tickets ...
 REPEATS = 3  # ... and 3 more with the inputs of tickets 1-3 and their own ids: 40 rows
 FLAKY = "T-00020"  # its first four model calls answer 503: one row attempt fails, the shard's retry runs it again
 FLAKY_CALLS = 4  # the SDK's 3 retries + the first call
+CAPPED_FREE = 25  # the capped fan-out: 25 rows without a body (invalid: shard 0 has nothing to spend) ...
+CAPPED_PAID = 50  # ... then 50 tickets no other run sends
+CAP_USD = 0.0012  # about 42 of those tickets' calls (~0.0000287 USD each; each reserves ~0.000135 first)
+RESUME_DATE = "2026-03-02"
+RESUME_AGENT = """\
+apiVersion: runner/v1
+kind: Agent
+name: plain
+model: {id: gpt-4o-mini, max_tokens: 100, retries: 0}
+system_prompt: You write one sentence.
+"""
+RESUME_TASK = """\
+apiVersion: runner/v1
+kind: Task
+name: resume_check
+inputs:
+  date: {type: date}
+workspace:
+  files: [examples/data/sales.csv]
+pipeline:
+  steps:
+    - {id: load, tool: load_table, args: {path: sales.csv, name: sales}}
+    - id: totals
+      tool: query_table
+      depends_on: [load]
+      args: {table: sales, group_by: [region], aggregations: {revenue: sum}, sort_by: [region], save_as: totals}
+    - id: chart
+      tool: chart
+      depends_on: [totals]
+      args: {table: totals, kind: bar, x: region, y: revenue_sum, title: Revenue, filename: regions.png}
+    - {id: draft, agent: plain, depends_on: [totals], goal: "DRAFT {{ inputs.date }}: {{ steps.totals.data.records | length }} regions"}
+    - {id: final, agent: plain, depends_on: [draft, chart], goal: "FINAL {{ steps.draft.output }}"}
+report:
+  narrative_step: final
+"""
 
 
 @dataclass
@@ -47,40 +92,69 @@ class Outcome:
     deployment: Deployment
     project: Path
     tickets: list[dict[str, str]]
+    capped: list[dict[str, str]]
     fanout_run: str
+    capped_run: str
     daily_run: str
     requests: list[Any]
     refused: Any = None
     connection_tests: dict[str, Any] = field(default_factory=dict)
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by dag id, read before the services stop
     states: dict[str, Any] = field(default_factory=dict)  # by dag run id: {(task_id, map_index): (state, try)}
+    wiped: dict[str, list[str]] = field(default_factory=dict)  # what each wipe removed from the worker's disk
 
 
-def _project(base: Path) -> tuple[Path, list[dict[str, str]]]:
-    """A runner project (the repository's agents and tasks) with a 40-row ticket file."""
+def _project(base: Path) -> tuple[Path, list[dict[str, str]], list[dict[str, str]]]:
+    """A runner project (the repository's agents and tasks, and ``resume_check``) with two ticket files."""
     root = base / "project"
     for part in ("agents.d", "tasks.d"):
         shutil.copytree(REPO / part, root / part)
+    (root / "agents.d/plain.yaml").write_text(RESUME_AGENT)
+    (root / "tasks.d/resume_check.yaml").write_text(RESUME_TASK)
     (root / "examples/data").mkdir(parents=True)
     shutil.copy(REPO / "examples/data/sales.csv", root / "examples/data/sales.csv")
     with (REPO / "examples/batch/tickets.csv").open(newline="") as handle:
         reader = csv.DictReader(handle)
         columns = list(reader.fieldnames or [])
-        rows = [row for _, row in zip(range(TICKETS), reader, strict=False)]
+        every = list(reader)
+    rows = every[:TICKETS]
     rows += [{**rows[i], "id": f"T-9000{i + 1}"} for i in range(REPEATS)]
-    with (root / "tickets.csv").open("w", newline="") as handle:
+    _write(root / "tickets.csv", columns, rows)
+    seen = {_prompt(t) for t in rows}
+    paid = []
+    for ticket in every[TICKETS:]:  # tickets whose prompt no other run sends, so the model server's counts tell them apart
+        if _prompt(ticket) not in seen and _flaky_prefix(rows) not in ticket["body"]:
+            seen.add(_prompt(ticket))
+            paid.append(ticket)
+    free = [{**every[0], "id": f"F-{i:03d}", "body": ""} for i in range(CAPPED_FREE)]
+    capped = free + paid[:CAPPED_PAID]
+    _write(root / "tickets_capped.csv", columns, capped)
+    return root, rows, capped
+
+
+def _flaky_prefix(tickets: list[dict[str, str]]) -> str:
+    """What the flaky rule matches: the start of the flaky ticket's body."""
+    return next(t for t in tickets if t["id"] == FLAKY)["body"][:60]
+
+
+def _write(path: Path, columns: list[str], rows: list[dict[str, str]]) -> None:
+    with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, columns)
         writer.writeheader()
         writer.writerows(rows)
-    return root, rows
+
+
+def _prompt(ticket: dict[str, str]) -> str:
+    """The triage task's goal for ``ticket``, as the model server sees it (the template ends with a newline)."""
+    return f"Product: {ticket['product']}\nSubject: {ticket['subject']}\n{ticket['body']}\n"
 
 
 def _script(tickets: list[dict[str, str]]) -> dict[str, Any]:
     script = yaml.safe_load((REPO / "examples/batch/triage_script.yaml").read_text())
-    flaky = next(t for t in tickets if t["id"] == FLAKY)
-    fault = {"name": "flaky", "when": {"last_message": re.escape(flaky["body"][:60])}, "times": FLAKY_CALLS,
+    fault = {"name": "flaky", "when": {"last_message": re.escape(_flaky_prefix(tickets))}, "times": FLAKY_CALLS,
              "reply": {"fault": {"status": 503}}}  # fmt: skip
-    script["rules"].insert(0, fault)
+    final_fails_once = {"name": "final", "when": {"last_message": "^FINAL"}, "times": 1, "reply": {"fault": {"status": 400}}}
+    script["rules"][:0] = [fault, final_fails_once, {"when": {"last_message": "^DRAFT"}, "reply": "Four regions sold."}]
     return script
 
 
@@ -91,12 +165,45 @@ def _trigger(deployment: Deployment, dag_id: str, *conf: str, check: bool = True
     return json.loads(done.stdout.strip().splitlines()[-1])[0]["dag_run_id"]  # the JSON is the last line
 
 
+def _flaky_shard(tickets: list[dict[str, str]]) -> int:
+    row = next(i for i, t in enumerate(tickets, start=1) if t["id"] == FLAKY)
+    return 0 if row <= 14 else 1 if row <= 27 else 2
+
+
+def _wipe_local_disk(project: Path) -> list[str]:
+    """What a new worker would not have: everything the runner left on this one's disk."""
+    gone = [str(p.relative_to(project)) for part in (".runner", "reports") for p in (project / part).rglob("*") if p.is_file()]
+    for part in (".runner", "reports"):
+        shutil.rmtree(project / part, ignore_errors=True)
+    return sorted(gone)
+
+
+def _wipe_between_tries(deployment: Deployment, project: Path, waits: dict[str, tuple[str, str, int]]) -> dict[str, list[str]]:
+    """Wipe the worker's disk when each task in ``waits`` ({name: (dag id, run id, map index)}) is waiting to be retried."""
+    wiped: dict[str, list[str]] = {}
+
+    def all_wiped() -> bool:
+        for name, (dag_id, run_id, index) in waits.items():
+            if name in wiped:
+                continue
+            state = {k[1]: v for k, v in deployment.task_states(dag_id, run_id).items() if k[0] in ("daily_report", "run_shard")}
+            now, attempt = state.get(index, (None, 0))
+            if now == "up_for_retry":
+                wiped[name] = _wipe_local_disk(project)
+            elif (attempt or 0) > 1 or now in ("success", "failed"):
+                raise AssertionError(f"{name}: the retry began before the disk could be wiped ({now}, try {attempt})")
+        return len(wiped) == len(waits)
+
+    deployment.wait(all_wiped, 600, "the first tries to fail (to wipe the disk before their retries)")
+    return wiped
+
+
 @pytest.fixture(scope="module")
 def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
     from runner.model.server import ScriptedServer
 
     base = tmp_path_factory.mktemp("airflow-deploy")
-    project, tickets = _project(base)
+    project, tickets, capped = _project(base)
     deployment = Deployment(base, DATABASE_URL, project)
     begun = time.monotonic()
     with ScriptedServer(_script(tickets)) as server:
@@ -109,6 +216,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
         closed = f"http://127.0.0.1:{free_port()}/v1"
         deployment.airflow("connections", "add", "runner_model_closed", "--conn-type", "runner_model",
                            "--conn-host", closed, "--conn-password", KEY)  # fmt: skip
+        deployment.add_store_connection(STORE_URL)
         tests = {name: deployment.airflow("connections", "test", name, check=False)
                  for name in ("runner_model_default", "runner_model_closed")}  # fmt: skip
         started = time.monotonic()
@@ -120,14 +228,23 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
             deployment.airflow("dags", "unpause", "runner_daily_report")
             deployment.airflow("dags", "unpause", "runner_batch_fanout")
             refused = _trigger(deployment, "runner_batch_fanout", check=False)
-            daily = _trigger(deployment, "runner_daily_report")
+            daily = _trigger(deployment, "runner_daily_report", "--conf",
+                             json.dumps({"task": "resume_check", "date": RESUME_DATE}))  # fmt: skip
             conf = json.dumps({"input_path": "tickets.csv", "id_column": "id", "num_shards": 3, "max_attempts": 1,
                                "concurrency": 4})  # fmt: skip
             fanout = _trigger(deployment, "runner_batch_fanout", "--conf", conf)
-            deployment.wait_for_run("runner_batch_fanout", fanout, 900)
+            capped_conf = json.dumps({"input_path": "tickets_capped.csv", "id_column": "id", "num_shards": 3,
+                                      "concurrency": 1, "max_cost_usd": CAP_USD, "max_failed_rows": 100})  # fmt: skip
+            capped_run = _trigger(deployment, "runner_batch_fanout", "--conf", capped_conf)
+            wiped = _wipe_between_tries(deployment, project, {
+                "daily": ("runner_daily_report", daily, -1),
+                "fanout": ("runner_batch_fanout", fanout, _flaky_shard(tickets)),
+            })  # fmt: skip
+            for run_id in (fanout, capped_run):
+                deployment.wait_for_run("runner_batch_fanout", run_id, 900)
             for run in deployment.runs("runner_daily_report"):
-                deployment.wait_for_run("runner_daily_report", run["dag_run_id"], 300)
-            deployment.timed("both DAG runs, triggered to finished", started)
+                deployment.wait_for_run("runner_daily_report", run["dag_run_id"], 600)
+            deployment.timed("every DAG run, triggered to finished", started)
             runs = {dag_id: deployment.runs(dag_id) for dag_id in ("runner_daily_report", "runner_batch_fanout")}
             states = {r["dag_run_id"]: deployment.task_states(dag_id, r["dag_run_id"])
                       for dag_id, found in runs.items() for r in found}  # fmt: skip
@@ -135,7 +252,8 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
         finally:
             deployment.stop()
     deployment.timed("whole deployment test", begun)
-    yield Outcome(deployment, project, tickets, fanout, daily, requests, refused, tests, runs, states)
+    yield Outcome(deployment, project, tickets, capped, fanout, capped_run, daily, requests, refused, tests, runs,
+                  states, wiped)  # fmt: skip
     print(f"\nairflow deploy timings (s): {json.dumps(deployment.timings)}")
 
 
@@ -151,58 +269,130 @@ def _prompts(outcome: Outcome) -> list[str]:
     return [r.body["messages"][-1]["content"] for r in outcome.requests if r.method == "POST"]
 
 
-def test_both_dags_succeed_from_plain_triggers(outcome: Outcome) -> None:
+def _merged(outcome: Outcome, run_id: str) -> Path:
+    from runner.airflow.plan import run_key
+
+    return outcome.deployment.work / run_key("runner_batch_fanout", run_id, "fanout")
+
+
+def _store(sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    import psycopg
+
+    with psycopg.connect(STORE_URL, autocommit=True) as db:
+        return db.execute(sql, params).fetchall()
+
+
+def test_every_dag_run_succeeds_from_plain_triggers(outcome: Outcome) -> None:
     fanout = outcome.states[outcome.fanout_run]
     assert {k: s for k, (s, _) in fanout.items()} == {
         ("split", -1): "success", ("run_shard", 0): "success", ("run_shard", 1): "success",
         ("run_shard", 2): "success", ("merge", -1): "success",
     }  # fmt: skip
+    assert {k: s for k, s in outcome.states[outcome.capped_run].items()} == {
+        ("split", -1): ("success", 1), ("run_shard", 0): ("success", 1), ("run_shard", 1): ("success", 1),
+        ("run_shard", 2): ("success", 1), ("merge", -1): ("success", 1),
+    }  # fmt: skip  # a cap is not retried: another try would meet it again
     daily_runs = outcome.runs["runner_daily_report"]
     assert outcome.daily_run in {r["dag_run_id"] for r in daily_runs}
     for run in daily_runs:  # the triggered run (no logical date) and any run the unpause scheduled
         assert run["state"] == "success", run
-        assert outcome.states[run["dag_run_id"]] == {("daily_report", -1): ("success", 1)}
+        tries = 2 if run["dag_run_id"] == outcome.daily_run else 1
+        assert outcome.states[run["dag_run_id"]] == {("daily_report", -1): ("success", tries)}
     triggered = next(r for r in daily_runs if r["dag_run_id"] == outcome.daily_run)
     assert triggered["logical_date"] is None and triggered["run_type"] == "manual"
 
 
+def test_a_retry_on_a_wiped_disk_resumes_the_run_and_pays_nothing_twice(outcome: Outcome) -> None:
+    assert any(p.endswith("charts/regions.png") for p in outcome.wiped["daily"]), outcome.wiped  # try 1's workspace
+    prompts = _prompts(outcome)
+    assert sum(p.startswith("DRAFT") for p in prompts) == 1  # the finished agent step came from the store
+    assert sum(p.startswith("FINAL") for p in prompts) == 2  # the failed step ran again, once
+    ((run_id, attempts, status),) = _store("SELECT run_id, attempts, status FROM runs WHERE task = 'resume_check'")
+    assert (attempts, status) == (2, "completed")
+    report = outcome.deployment.reports / "resume_check" / run_id
+    record = json.loads((report / "report.json").read_text())
+    assert [s["id"] for s in record["steps"] if s.get("resumed")] == ["draft"]
+    assert any("not on this machine" in w and "chart, load, totals ran again" in w for w in record["warnings"])
+    assert (report / "artifacts/charts/regions.png").is_file()  # rebuilt by the tool steps that ran again
+    second_try = _task_log(outcome, "runner_daily_report", "daily_report", -1, 2)
+    assert f"runner run {run_id}: completed" in second_try
+
+
 def test_the_merged_output_has_one_record_per_input_row_with_its_id(outcome: Outcome) -> None:
-    merged = sorted((outcome.deployment.work / "runner_batch_fanout").glob("*/fanout/output.jsonl"))
-    assert len(merged) == 1
-    records = [json.loads(line) for line in merged[0].read_text().splitlines()]
+    work = _merged(outcome, outcome.fanout_run)
+    records = [json.loads(line) for line in (work / "output.jsonl").read_text().splitlines()]
     assert [(r["row"], r["id"], r["status"]) for r in records] == [
         (i, t["id"], "done") for i, t in enumerate(outcome.tickets, start=1)
     ]
     assert all(r["output"]["category"] in ("billing", "bug", "account", "other") for r in records)
-    report = json.loads((merged[0].parent / "batch_report.json").read_text())
+    report = json.loads((work / "batch_report.json").read_text())
     assert report["rows"] == 40 and report["counts"]["done"] == 40 and len(report["shards"]) == 3
+    assert not (work / "journals").exists()  # the journals are in the shared store
+    journals = dict(_store("SELECT journal, COUNT(*) FROM journal_rows GROUP BY journal"))
+    assert len(journals) == 6 and all(name.startswith("runner_batch_fanout/") for name in journals)  # 2 fan-outs x 3 shards
+    assert sum(journals.values()) == len(outcome.tickets) + len(outcome.capped)
 
 
 def test_the_model_server_saw_each_row_once_plus_the_retried_one(outcome: Outcome) -> None:
     prompts = _prompts(outcome)
-    triage = [p for p in prompts if p.startswith("Product:")]
+    first = {_prompt(t) for t in outcome.tickets}
+    capped = {_prompt(t) for t in outcome.capped}
+    triage = [p for p in prompts if p in first]
     daily = [p for p in prompts if "Write the summary" in p]
-    assert len(triage) + len(daily) == len(prompts)
+    resume = [p for p in prompts if p.startswith(("DRAFT", "FINAL"))]
+    capped_calls = [p for p in prompts if p in capped]
+    assert len(triage) + len(daily) + len(resume) + len(capped_calls) == len(prompts)
     flaky = next(t for t in outcome.tickets if t["id"] == FLAKY)
     assert sum(flaky["body"] in p for p in triage) == FLAKY_CALLS + 1
-    assert len(triage) == 40 + FLAKY_CALLS, "no row is paid for twice; duplicated inputs with their own ids run"
-    assert len(daily) == len(outcome.runs["runner_daily_report"])
+    assert len(triage) == 40 + FLAKY_CALLS, "no row is paid for twice, not even after the disk was wiped"
+    assert len(daily) == len(outcome.runs["runner_daily_report"]) - 1  # every run but the resume_check one
+    assert len(capped_calls) == len(set(capped_calls)), "a capped row is never sent twice"
 
 
 def test_the_shard_retry_ran_the_row_whose_attempts_were_used_up(outcome: Outcome) -> None:
     states = outcome.states[outcome.fanout_run]
-    flaky_row = next(i for i, t in enumerate(outcome.tickets, start=1) if t["id"] == FLAKY)
-    shard = 0 if flaky_row <= 14 else 1 if flaky_row <= 27 else 2
+    shard = _flaky_shard(outcome.tickets)
     assert states[("run_shard", shard)] == ("success", 2)
     assert all(states[("run_shard", i)] == ("success", 1) for i in range(3) if i != shard)
     first_try = _task_log(outcome, "runner_batch_fanout", "run_shard", shard, 1)
     assert "1 of 13 row(s) not done (failed 1, invalid 0, not run 0): server_error: 1 (e.g. T-00020" in first_try
+    assert "fanout" in outcome.wiped  # the retry ran after the worker's disk was wiped
 
 
-def test_no_log_holds_the_key(outcome: Outcome) -> None:
+def test_a_fanout_cost_cap_holds_across_its_shards(outcome: Outcome) -> None:
+    work = _merged(outcome, outcome.capped_run)
+    report = json.loads((work / "batch_report.json").read_text())
+    ledger = report["ledger"]
+    spent = ledger["spent"]["cost_usd"]
+    assert ledger["caps"] == {"max_cost_usd": CAP_USD} and spent <= CAP_USD
+    assert ledger["reserved"]["model_calls"] == 0
+    shards = {s["shard"]: s for s in report["shards"]}
+    costs = [s["cost_usd"] for s in report["shards"]]
+    assert costs[0] == 0 and spent == pytest.approx(sum(costs)) == pytest.approx(report["cost_usd"])
+    assert spent > 2 * CAP_USD / 3, "an even split would have held shards 1 and 2 to a third of the cap each"
+    assert max(costs) > CAP_USD / 3
+    records = [json.loads(line) for line in (work / "output.jsonl").read_text().splitlines()]
+    done = [r for r in records if r["status"] == "done"]
+    not_run = [r for r in records if r["status"] == "not_run"]
+    assert len(records) == CAPPED_FREE + CAPPED_PAID and [r["status"] for r in records[:CAPPED_FREE]] == ["invalid"] * CAPPED_FREE
+    assert not_run and all(r["error_kind"] == "max_cost_usd" for r in not_run)
+    assert len(done) == ledger["spent"]["model_calls"] == sum(p in {_prompt(t) for t in outcome.capped} for p in _prompts(outcome))
+    markdown = (work / "batch_report.md").read_text()
+    assert "Batch caps, shared by every shard" in markdown and len(shards) == 3
+
+
+def test_nothing_shared_is_left_on_the_worker(outcome: Outcome) -> None:
+    assert not list(outcome.project.rglob("*.sqlite3")), "the run store and journals are in PostgreSQL"
+    assert not (outcome.project / "reports").exists(), "reports went to the shared location"
+
+
+def test_no_log_holds_a_secret(outcome: Outcome) -> None:
+    from urllib.parse import urlsplit
+
+    password = urlsplit(STORE_URL).password
     logs = [p for p in (outcome.deployment.home / "logs").rglob("*") if p.is_file()]
-    assert logs
-    leaked = [p for p in logs if KEY in p.read_text(errors="replace")]
+    assert logs and password
+    leaked = [p for p in logs if KEY in p.read_text(errors="replace") or password in p.read_text(errors="replace")]
     assert leaked == []
 
 
@@ -210,7 +400,9 @@ def test_a_trigger_without_input_path_is_refused(outcome: Outcome) -> None:
     refused = outcome.refused
     assert refused.returncode != 0
     assert "input_path" in refused.stdout + refused.stderr
-    assert [r["dag_run_id"] for r in outcome.runs["runner_batch_fanout"]] == [outcome.fanout_run]
+    assert sorted(r["dag_run_id"] for r in outcome.runs["runner_batch_fanout"]) == sorted(
+        [outcome.fanout_run, outcome.capped_run]
+    )
 
 
 def test_connections_test_makes_a_real_request(outcome: Outcome) -> None:
@@ -222,6 +414,7 @@ def test_connections_test_makes_a_real_request(outcome: Outcome) -> None:
 
 def _task_log(outcome: Outcome, dag_id: str, task_id: str, map_index: int, attempt: int) -> str:
     root = outcome.deployment.home / "logs" / f"dag_id={dag_id}"
-    found = list(root.glob(f"run_id=*/task_id={task_id}/map_index={map_index}/attempt={attempt}.log"))
+    mapped = f"map_index={map_index}/" if map_index >= 0 else ""
+    found = list(root.glob(f"run_id=*/task_id={task_id}/{mapped}attempt={attempt}.log"))
     assert found, sorted(str(p) for p in root.rglob("*.log"))
     return "\n".join(p.read_text(errors="replace") for p in found)
