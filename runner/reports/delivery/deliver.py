@@ -70,6 +70,8 @@ def _resolved(kind: str, settings: Mapping[str, Any], package: Package, render: 
         resolved["link"] = _rendered(render, settings.get("link"))
         return resolved, webhook.describe(resolved["url"])
     resolved["to"] = _rendered(render, settings["to"]) or ""
+    if ".." in resolved["to"].replace("\\", "/").split("/"):
+        raise DeliveryFailed(f"the copy target {copy.describe(resolved['to'])} climbs out of its directory ('..')", "config")
     return resolved, copy.describe(resolved["to"])
 
 

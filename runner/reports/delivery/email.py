@@ -71,7 +71,7 @@ def send_email(settings: Mapping[str, Any], package: Package, subject: str) -> l
 def build_message(settings: Mapping[str, Any], package: Package, subject: str) -> tuple[EmailMessage, list[str]]:
     """The message: a text part, the HTML report with its images inline, and attachments."""
     message = EmailMessage()
-    message["Subject"] = subject
+    message["Subject"] = " ".join(subject.split())[:300]  # one line: a rendered input cannot add headers
     message["From"] = settings["from"]
     message["To"] = ", ".join(settings["to"])
     if settings.get("cc"):
