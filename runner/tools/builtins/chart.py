@@ -112,7 +112,7 @@ def _draw(axes: Axes, frame: pd.DataFrame, kind: ChartKind, x: str, y: list[str]
     if kind == "bar":
         axes.set_xticks(range(len(frame)), xs, rotation=45 if len(frame) > 8 else 0, ha="right" if len(frame) > 8 else "center")
     if dates is not None:
-        _date_axis(axes)
+        _date_axis(axes, dates)
     axes.yaxis.set_major_formatter(FuncFormatter(_thousands))
     axes.spines[["top", "right"]].set_visible(False)
     axes.grid(axis="y", color="#e5e7eb")
@@ -137,13 +137,18 @@ def _as_dates(values: pd.Series) -> pd.Series | None:
     return parsed if parsed.notna().sum() == len(present) else None
 
 
-def _date_axis(axes: Axes) -> None:
-    """Ticks a reader takes in at a glance: a few dates, each written once (ConciseDateFormatter)."""
-    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+def _date_axis(axes: Axes, dates: pd.Series) -> None:
+    """A few ticks a reader takes in at a glance, each a whole date ("8 Nov", or "Nov 2026"
+    over long spans), none outside the data."""
+    from matplotlib.dates import AutoDateLocator, DateFormatter
 
-    locator = AutoDateLocator(minticks=4, maxticks=8)
-    axes.xaxis.set_major_locator(locator)
-    axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+    present = dates.dropna()
+    span_days = (present.max() - present.min()).days if len(present) else 0
+    axes.xaxis.set_major_locator(AutoDateLocator(minticks=4, maxticks=8))
+    axes.xaxis.set_major_formatter(DateFormatter("%b %Y" if span_days > 400 else "%-d %b"))
+    if span_days:
+        pad = (present.max() - present.min()) * 0.02
+        axes.set_xlim(present.min() - pad, present.max() + pad)
 
 
 def _thousands(value: float, _position: int) -> str:
