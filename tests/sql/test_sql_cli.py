@@ -143,6 +143,14 @@ pipeline:
     assert "Traceback" not in out
 
 
+def test_an_agents_sql_query_sources_must_be_the_tasks(project: Path, sales_sqlite: Path) -> None:
+    sqlite_task(project, sales_sqlite, agent_tools="[{name: sql_query, settings: {sources: [shopp]}}]")
+    result = run_cli(project, None, "validate")
+    out = result.stdout + result.stderr
+    assert result.returncode == 2
+    assert "agent 'db_analyst' gives sql_query the source 'shopp', which this task does not have. Did you mean 'shop'?" in out
+
+
 def test_sql_query_settings_are_typed_at_validate_time(project: Path) -> None:
     write(project / "agents.d" / "typed.yaml", """\
 apiVersion: runner/v1

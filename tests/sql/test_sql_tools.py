@@ -299,3 +299,14 @@ def test_duckdb_files_stay_inside_the_workspace(workspace: Path, databases: Path
     with pytest.raises(ToolFailure) as refused:
         call(ctx, "sql_query", sql="SELECT * FROM t")
     assert "hunter2" not in str(refused.value) and "could not run" in str(refused.value)
+
+
+def test_duckdb_reads_parquet_and_csv_files_of_the_workspace(workspace: Path, databases: Path) -> None:
+    import pandas as pd
+
+    pd.read_csv(workspace / "sales.csv").to_parquet(workspace / "sales.parquet")
+    spec = SqlSource("shop", url="duckdb:///:memory:", files={"p": "sales.parquet", "c": "sales.csv"}, root=databases, where="t")
+    ctx = ToolContext(workspace=workspace, sql=SqlSources({"shop": spec}))
+    both = call(ctx, "sql_query", sql="SELECT (SELECT SUM(revenue) FROM p) - (SELECT SUM(revenue) FROM c) AS diff, (SELECT COUNT(*) FROM p) AS n")
+    (row,) = both.data["records"]
+    assert row["n"] == 9712 and abs(row["diff"]) < 1e-6
