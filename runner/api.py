@@ -30,8 +30,12 @@ def run_task(
     api_key: str | None = None,
     events: EventSink | None = None,
     store_url: str | None = None,
+    source_urls: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run ``task`` (a name or a YAML path) once; an existing ``run_id`` resumes that run.
+
+    ``source_urls`` maps SQL source names to URLs the caller resolved (secrets included;
+    the Airflow operator's, from connections).
 
     Returns ``{run_id, task, status, exit_code, cost_usd, report_dir, output, ...}``.
     Raises :class:`~runner.errors.ConfigError` / :class:`~runner.errors.InputError` /
@@ -56,6 +60,7 @@ def run_task(
         base_url_override=model_base_url,
         api_key=api_key,
         events=events,
+        source_urls=dict(source_urls or {}),
     )
     check_endpoints(project, spec, model_override=model, base_url_override=model_base_url, api_key=api_key)
     result = asyncio.run(execute_task(project, spec, dict(inputs or {}), options))

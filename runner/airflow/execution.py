@@ -145,6 +145,7 @@ def run_task_for_airflow(
     run_id: str | None = None,
     store_url: str | None = None,
     trace_carrier: Mapping[str, str] | None = None,
+    source_urls: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) one runner task for one Airflow task instance; return the small manifest.
 
@@ -173,8 +174,9 @@ def run_task_for_airflow(
             reports_dir=reports_dir or None,
             model_base_url=model_base_url or None,
             api_key=api_key or None,
+            source_urls=dict(source_urls or {}),
         )
-    return task_manifest(manifest, [api_key])
+    return task_manifest(manifest, [api_key, *(source_urls or {}).values()])
 
 
 def run_batch_for_airflow(

@@ -41,6 +41,7 @@ from runner.airflow._compat import AirflowException, AirflowFailException, Airfl
 from runner.airflow.execution import run_task_for_airflow
 from runner.airflow.failures import run_failure
 from runner.airflow.provider import DEFAULT_CONN_ID
+from runner.core.status import EXIT_UNDELIVERED
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -100,6 +101,9 @@ def fail_without_retry(what: str) -> Iterator[None]:
 def check_status(manifest: Mapping[str, Any], no_retry_statuses: Collection[str]) -> None:
     """Fail the task unless the run completed; the message states status, error kind and error."""
     if manifest.get("status") == "completed":
+        if manifest.get("exit_code") == EXIT_UNDELIVERED:  # the report is written; a retry re-delivers what failed
+            raise AirflowException(f"runner run {manifest.get('run_id')} completed, but a report delivery failed: "
+                                   f"{manifest.get('error') or 'see the run record'}; a retry re-delivers only what failed")
         return
     message = run_failure(manifest)
     if manifest.get("status") in no_retry_statuses:
@@ -154,10 +158,13 @@ class RunnerTaskOperator(BaseOperator):
             base_url, api_key = model_credentials(self.conn_id)
             store_url = shared_store_url(optional_text(self.store_conn_id, "store_conn_id"))
             reports_dir = optional_text(self.reports_dir, "reports_dir") or os.environ.get(REPORTS_ENV) or None
+            from runner.airflow.sources import source_urls
+
+            urls = source_urls(root, task)  # SQL sources given as Airflow connections
             manifest = run_task_for_airflow(
                 task, root=root, inputs=inputs, caps=caps or None, dag_id=dag_id, dag_run_id=dag_run_id,
                 task_id=task_id, map_index=map_index, store_path=self.store_path, reports_dir=reports_dir,
-                model_base_url=base_url, api_key=api_key, store_url=store_url,
+                model_base_url=base_url, api_key=api_key, store_url=store_url, source_urls=urls,
                 trace_carrier=getattr(context["ti"], "context_carrier", None),  # the task's trace, when Airflow has one
             )  # fmt: skip
         self.log.info(

@@ -74,6 +74,8 @@ class HumanLog:
             return f"[{e['step']}] {e['status']} in {e['duration_seconds']}s{cost}{error}"
         if kind == "step_reused":
             return f"[{e['step']}] reused from an earlier attempt ({e['status']})"
+        if kind == "delivery":
+            return _delivery_line(e)
         if kind == "run_finished":
             hit = cache_hit_rate(e["input_tokens"], e.get("cached_input_tokens") or 0)
             cached = f" ({100 * hit:.1f}% of input from the prompt cache)" if hit else ""
@@ -83,6 +85,18 @@ class HumanLog:
                 f"{e['duration_seconds']}s" + (f"\n  reason: {e['error']}" if e.get("error") else "")
             )
         return None
+
+
+def _delivery_line(e: dict[str, Any]) -> str:
+    """``delivery email (ops@x via smtp.x:587): delivered`` or ``...: FAILED (auth): ...``."""
+    where = f" ({e['target']})" if e.get("target") else ""
+    if e["status"] == "delivered":
+        note = " in an earlier attempt, not sent again" if e.get("earlier_attempt") else ""
+        return f"delivery {e['name']}{where}: delivered{note}"
+    return (
+        f"delivery {e['name']}{where}: FAILED ({e.get('error_kind')}): {e.get('error')}"
+        f"\n  the report is written; re-run with --run-id {e['run_id']} to re-deliver what failed (exit code 5)"
+    )
 
 
 def _one_line_values(value: Any) -> Any:

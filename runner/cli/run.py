@@ -55,10 +55,11 @@ def run(
     result = asyncio.run(execute_task(project, spec, parse_inputs(inputs), options))
     if not as_json:
         if result.report_dir:
-            order = {"html": "report.html", "markdown": "report.md", "json": "report.json"}  # what a person opens first
-            files = [name for fmt, name in order.items() if fmt in spec.report.formats]
+            order = {"html": "report.html", "pdf": "report.pdf", "xlsx": "report.xlsx", "markdown": "report.md", "json": "report.json"}  # what a person opens first
+            files = [name for fmt, name in order.items() if fmt in spec.report.formats and (result.report_dir / name).is_file()]
             also = f" (also {', '.join(files[1:])})" if files[1:] else ""
-            click.echo(safe_line(f"report: {result.report_dir / files[0]}{also}"), err=True)
+            if files:
+                click.echo(safe_line(f"report: {result.report_dir / files[0]}{also}"), err=True)
         output = result.output  # for a person: control characters shown as escapes (--json is exact)
         if output is not None:
             click.echo(safe_text(output if isinstance(output, str) else json.dumps(output, indent=2, default=str)))

@@ -68,6 +68,9 @@ def check_references(project: Project) -> list[Problem]:
     for task in project.tasks.values():
         problems += TaskChecker(project, task, tools).check()
     problems += _check_knowledge_sources(project)
+    from runner.config.data_checks import source_document_problems
+
+    problems += source_document_problems(project)
     return problems
 
 
@@ -199,6 +202,7 @@ class TaskChecker:
         if task.report.narrative_step and task.report.narrative_step not in step_ids:
             name = task.report.narrative_step
             self._add("/report/narrative_step", f"unknown step '{name}'{did_you_mean(name, step_ids)}")
+        self._check_data(step_ids)
         del data
         return self.problems
 
@@ -214,6 +218,17 @@ class TaskChecker:
             if step.tool == "search_knowledge" and not task.knowledge:
                 self._add(f"/pipeline/steps/{i}/tool", "a search_knowledge step needs the task to name a knowledge base; "
                           "add knowledge: [NAME] to the task")  # fmt: skip
+    def _check_data(self, step_ids: set[str]) -> None:
+        """Sources, SQL steps and deliveries (see :mod:`runner.config.data_checks`); delivery
+        templates see every step."""
+        from runner.config.data_checks import task_data_problems
+
+        self.problems += task_data_problems(self.project, self.task, self.doc)
+        for i, target in enumerate(self.task.report.deliver):
+            for key in ("subject", "link", "to"):
+                value = target.settings.get(key)
+                if isinstance(value, str):
+                    self._template(f"/report/deliver/{i}/{target.kind}/{key}", value, steps_visible=step_ids)
 
     def _add(self, pointer: str, message: str, *, key: bool = False) -> None:
         self.problems.append(self.doc.problem(pointer, message, key=key))

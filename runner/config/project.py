@@ -20,8 +20,9 @@ from runner.config.sources import Document, YamlError, read_config_bytes
 from runner.config.specs import AgentSpec, Price, TaskSpec, TelemetrySpec, ToolSpec
 from runner.errors import ConfigError, Problem, did_you_mean
 from runner.knowledge.spec import KnowledgeSpec
+from runner.tools.sql.source import SqlSource
 
-CONFIG_DIRS = ("agents.d", "tasks.d", "tools.d", "evals.d", "knowledge.d")
+CONFIG_DIRS = ("agents.d", "tasks.d", "tools.d", "evals.d", "knowledge.d", "sources.d")
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
@@ -34,6 +35,7 @@ class Project:
     tasks: dict[str, TaskSpec] = field(default_factory=dict)
     tools: dict[str, ToolSpec] = field(default_factory=dict)
     knowledge: dict[str, KnowledgeSpec] = field(default_factory=dict)  # kind: Knowledge, and bases declared in place
+    sources: dict[str, SqlSource] = field(default_factory=dict)  # kind: Source documents
     prices: dict[str, Price] = field(default_factory=default_prices)
     documents: dict[tuple[str, str], Document] = field(default_factory=dict)
     task_files: dict[Path, str] = field(default_factory=dict)
@@ -44,6 +46,10 @@ class Project:
 
     def document(self, kind: str, name: str) -> Document:
         return self.documents[(kind, name)]
+
+    def sources_for(self, task: TaskSpec) -> dict[str, SqlSource]:
+        """The SQL sources a task's tools may read: the project's, and the task's own."""
+        return {**self.sources, **task.sources}
 
     def task_for(self, ref: str) -> TaskSpec:
         """A task by name or by YAML path."""
@@ -233,6 +239,10 @@ def _build(project: Project, documents: list[Document]) -> list[Problem]:
         elif kind == "Task":
             project.tasks[name] = specs.build_task(doc, project.root)
             project.task_files[doc.path.resolve()] = name
+        elif kind == "Source":
+            from runner.config.sql_sources import source_document
+
+            project.sources[name] = source_document(doc, project.root)
         elif kind == "Eval":
             project.evals[name], refused = build_eval(doc, project.root)
             problems.extend(refused)

@@ -24,9 +24,11 @@ if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
     from referencing import Registry
 
-KINDS = {"Agent": "agent", "Task": "task", "Tool": "tool", "Prices": "prices", "Telemetry": "telemetry", "Eval": "eval",
-         "Knowledge": "knowledge"}
-SCHEMA_NAMES = ("common", "agent", "task", "tool", "prices", "plan", "telemetry", "eval", "knowledge")
+KINDS = {
+    "Agent": "agent", "Task": "task", "Tool": "tool", "Prices": "prices", "Telemetry": "telemetry", "Eval": "eval",
+    "Knowledge": "knowledge", "Source": "source",
+}  # fmt: skip
+SCHEMA_NAMES = ("common", "agent", "task", "tool", "prices", "plan", "telemetry", "eval", "knowledge", "source")
 BASE_URI = "https://runner.dev/schemas/v1/"
 
 

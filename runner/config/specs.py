@@ -12,11 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from runner.config.project_files import FileRefused, boundary_for, read_prompt_file
+from runner.config.report_options import ColumnFormat, Delivery, build_columns, build_deliveries
 from runner.config.sources import Document, escape_pointer_token
+from runner.config.sql_sources import task_sources
 from runner.config.templates import LocatedTemplate, Origin
 from runner.core.steps import StepKind
 from runner.errors import Problem
 from runner.knowledge.spec import KnowledgeSpec
+from runner.tools.sql.source import SqlSource
 
 CAP_NAMES = (
     "max_steps",
@@ -256,6 +259,8 @@ class ReportSpec:
     formats: tuple[str, ...] = ("markdown", "html", "json")
     narrative_step: str | None = None
     tables: tuple[str, ...] = ()
+    columns: dict[str, ColumnFormat] = field(default_factory=dict)  # labels and number formats by column name
+    deliver: tuple[Delivery, ...] = ()  # where the written report goes
 
 
 @dataclass(frozen=True)
@@ -275,6 +280,7 @@ class TaskSpec:
     knowledge: tuple[str, ...] = ()  # knowledge bases every agent and tool step of the task may search
     report: ReportSpec = field(default_factory=ReportSpec)
     cache: CachePolicy | None = None  # the result cache for every agent of the task that sets none
+    sources: dict[str, SqlSource] = field(default_factory=dict)  # declared on the task (they win over Source documents)
     source: str = ""
     root: Path = field(default_factory=Path)
 
@@ -412,6 +418,10 @@ def _with_located_templates(doc: Document) -> dict[str, Any]:
 
     locate(d, "goal", "")
     locate(d.get("report", {}), "title", "/report")
+    for i, target in enumerate(d.get("report", {}).get("deliver", ())):
+        for kind, keys in (("email", ("subject",)), ("webhook", ("link",)), ("copy", ("to",))):
+            for key in keys:
+                locate(target.get(kind) or {}, key, f"/report/deliver/{i}/{kind}")
     pipeline = d.get("pipeline", {})
     for part in ("planner", "synthesis"):
         locate(pipeline.get(part) or {}, "goal", f"/pipeline/{part}")
@@ -453,8 +463,11 @@ def build_task(doc: Document, root: Path) -> TaskSpec:
             formats=tuple(report.get("formats", ("markdown", "html", "json"))),
             narrative_step=report.get("narrative_step"),
             tables=tuple(report.get("tables", ())),
+            columns=build_columns(report.get("columns")),
+            deliver=build_deliveries(report.get("deliver")),
         ),
         cache=CachePolicy.from_config(doc.data.get("cache")),
+        sources=task_sources(doc, root),
         source=doc.source.file,
         root=root,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.core.status import Status, exit_code
+from runner.core.status import EXIT_UNDELIVERED, Status, exit_code
 from runner.core.usage import Usage
 from runner.locations import Location
 
@@ -25,10 +25,17 @@ class RunResult:
     duration_seconds: float = 0.0
     report_dir: Location | None = None  # a local directory, or a URL's (runner.locations)
     warnings: tuple[str, ...] = ()  # spend that is an estimate, usage above the reservation, ...
+    deliveries: tuple[dict[str, Any], ...] = ()  # report.deliver outcomes (name, kind, status, target, error)
+
+    @property
+    def undelivered(self) -> list[str]:
+        """Names of the deliveries that failed."""
+        return [d["name"] for d in self.deliveries if d.get("status") != "delivered"]
 
     @property
     def exit_code(self) -> int:
-        return exit_code(self.status, self.error_kind)
+        code = exit_code(self.status, self.error_kind)
+        return EXIT_UNDELIVERED if code == 0 and self.undelivered else code
 
     def manifest(self) -> dict[str, Any]:
         """A small, secret-free summary (for --json, XCom, batch output records)."""
@@ -45,4 +52,5 @@ class RunResult:
             "duration_seconds": round(self.duration_seconds, 3),
             "report_dir": str(self.report_dir) if self.report_dir else None,
             "warnings": list(self.warnings),
+            "deliveries": [{k: d.get(k) for k in ("name", "kind", "status", "target", "error")} for d in self.deliveries],
         }

@@ -17,6 +17,10 @@ EXIT_CODES: dict[Status, int] = {"completed": 0, "failed": 1, "capped": 3, "stuc
 SEVERITY: dict[Status, int] = {"capped": 0, "stuck": 1, "failed": 2, "skipped": 3, "running": 4, "completed": 5}
 """Lower is worse: a pipeline reports its worst step, and a cap outranks what it caused."""
 
+EXIT_UNDELIVERED = 5
+"""A run that completed and wrote its report, but a delivery (email, webhook, copy) failed:
+re-running it with the same run id re-delivers only what failed (README: Exit codes)."""
+
 T = TypeVar("T")
 
 

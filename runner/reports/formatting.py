@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -110,3 +111,33 @@ def humanize(identifier: str) -> str:
     """``revenue_by_region`` -> ``Revenue by region``."""
     words = identifier.replace("_", " ").replace("-", " ").strip()
     return words[:1].upper() + words[1:]
+
+
+CURRENCY_SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥", "CNY": "¥", "INR": "₹", "CHF": "CHF ", "CAD": "CA$", "AUD": "A$"}
+DEFAULT_DECIMALS = {"number": 2, "currency": 2, "percent": 1, "integer": 0}
+
+
+def styled(value: Any, style: Mapping[str, Any]) -> str:
+    """A cell written as its column's declared format (``report.columns``): ``currency``
+    (``$52,310.50``), ``percent`` (0.042 -> ``4.2%``), ``integer``, ``number``, ``date``
+    (the date part of an ISO timestamp), ``text``. Values of another kind fall back to :func:`cell`."""
+    kind = style.get("format")
+    decimals = style.get("decimals")
+    decimals = DEFAULT_DECIMALS.get(str(kind), 2) if decimals is None else int(decimals)
+    if value is None:
+        return ""
+    if kind == "date" and isinstance(value, str):
+        return value[:10] if len(value) >= 10 and value[4:5] == "-" and value[7:8] == "-" else value
+    if kind == "text" or not is_number(value) or not math.isfinite(value):
+        return cell(value)
+    if kind == "integer":
+        return f"{round(value):,}"
+    if kind == "percent":
+        return f"{value * 100:,.{decimals}f}%"
+    if kind == "currency":
+        code = str(style.get("currency") or "USD")
+        symbol = CURRENCY_SYMBOLS.get(code, f"{code} ")
+        return f"{'-' if value < 0 else ''}{symbol}{abs(value):,.{decimals}f}"
+    if kind == "number":
+        return f"{value:,.{decimals}f}"
+    return cell(value)

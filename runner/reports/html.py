@@ -92,6 +92,7 @@ def _toc(view: ReportView, with_transcript: bool) -> list[tuple[str, str]]:
         ("steps", "Steps", True),
         ("cost", "Cost", True),
         ("caps", "Caps", True),
+        ("delivery", "Delivery", view.deliveries is not None),
         ("inputs", "Inputs", True),
         ("timings", "Timings", True),
         ("details", "Step details", True),

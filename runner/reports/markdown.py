@@ -33,6 +33,7 @@ def render_markdown(record: Mapping[str, Any], artifacts_rel: Mapping[str, str])
         _steps(view),
         _costs(view, artifacts_rel),
         _caps(view),
+        _section("Delivery", [table(view.deliveries)]) if view.deliveries else "",
         _section("Inputs", [table(view.inputs)] if view.inputs.rows else ["No inputs."]),
         _section(
             "Configuration",

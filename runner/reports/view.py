@@ -109,6 +109,7 @@ class ReportView:
     timings: Table
     timeline: list[TimelineBar]
     step_details: list[StepDetail]
+    deliveries: Table | None = None  # report.deliver outcomes, once delivered
 
 
 def build_view(record: Mapping[str, Any], *, with_cost_chart: bool) -> ReportView:
@@ -131,7 +132,7 @@ def build_view(record: Mapping[str, Any], *, with_cost_chart: bool) -> ReportVie
         facts=_facts(record),
         narrative=_narrative(record.get("final_output")),
         sources=_sources(record),
-        tables=[_key_table(step_id, data, goals) for step_id, data in (record.get("tables") or {}).items()],
+        tables=[_key_table(step_id, data, goals, record.get("columns") or {}) for step_id, data in (record.get("tables") or {}).items()],
         charts=_charts(record, goals),
         files=[a["path"] for a in record.get("artifacts") or [] if not a["media_type"].startswith("image/")],
         artifact_problems=[f"{p['path']}: {p['reason']}" for p in record.get("artifact_problems") or []],
@@ -149,6 +150,7 @@ def build_view(record: Mapping[str, Any], *, with_cost_chart: bool) -> ReportVie
         timings=_timings(record),
         timeline=_timeline(record),
         step_details=[_step_detail(step, record.get("final_output")) for step in record["steps"]],
+        deliveries=_deliveries(record.get("deliveries") or []),
     )
 
 
@@ -207,12 +209,12 @@ def _describe(step_id: str | None, goals: Mapping[str, str]) -> str:
     return f"{step_id}: {goal}" if goal else formatting.humanize(step_id)
 
 
-def _key_table(step_id: str, data: Mapping[str, Any], goals: Mapping[str, str]) -> Table:
+def _key_table(step_id: str, data: Mapping[str, Any], goals: Mapping[str, str], styles: Mapping[str, Any]) -> Table:
     title = data.get("title") or formatting.humanize(step_id)
     caption = data.get("caption") or (
         f"From step {step_id}: {goals[step_id]}" if step_id in goals else f"From step {step_id}"
     )
-    return data_table(data, title=str(title), caption=str(caption))
+    return data_table(data, title=str(title), caption=str(caption), styles=styles)
 
 
 def _charts(record: Mapping[str, Any], goals: Mapping[str, str]) -> list[Chart]:
@@ -227,6 +229,21 @@ def _charts(record: Mapping[str, Any], goals: Mapping[str, str]) -> list[Chart]:
         for artifact in record.get("artifacts") or []
         if artifact["media_type"].startswith("image/")
     ]
+
+
+def _deliveries(entries: list[Mapping[str, Any]]) -> Table | None:
+    """Where the report went: one row per delivery, failures with their reason."""
+    if not entries:
+        return None
+    rows = [
+        [
+            e["name"], e["kind"], e.get("target") or "", "completed" if e["status"] == "delivered" else "failed",
+            formatting.count(e.get("attempts") or 0),
+            "delivered by an earlier attempt" if e.get("earlier_attempt") else (e.get("error") or ", ".join(e.get("files") or [])),
+        ]
+        for e in entries
+    ]  # fmt: skip
+    return Table(["Delivery", "Kind", "To", "Status", "Attempts", "Detail"], rows, [False, False, False, False, True, False], status_column=3)
 
 
 def _plans(record: Mapping[str, Any]) -> list[PlanView]:

@@ -5,6 +5,8 @@ Layout of ``reports/<task>/<run-id>/``::
     report.md            Markdown; images linked from artifacts/
     report.html          self-contained page (inline CSS, data: URI images)
     report.json          the record (runner.report/v1) with usage rollups and report-relative artifacts
+    report.pdf           report.html printed by headless Chromium (format "pdf")
+    report.xlsx          the report's tables, one worksheet each (format "xlsx")
     artifacts/<path>     copies of the workspace artifacts that passed the safety checks
     cost_by_step.png     drawn when two or more steps cost anything
 
@@ -29,8 +31,10 @@ from runner.reports.markdown import render_markdown
 from runner.reports.record import fill_usage_rollups, finite_json, validate_record
 from runner.tools.paths import WorkspacePathError, reportable_path
 
-FORMATS = ("markdown", "html", "json")
-FILE_NAMES = {"markdown": "report.md", "html": "report.html", "json": "report.json"}
+FORMATS = ("markdown", "html", "json", "pdf", "xlsx")
+DEFAULT_FORMATS = ("markdown", "html", "json")
+FILE_NAMES = {"markdown": "report.md", "html": "report.html", "json": "report.json", "pdf": "report.pdf", "xlsx": "report.xlsx"}
+PRINT_FILE = ".report-print.html"  # report.html for the PDF when html itself is not a format
 COST_CHART_FILE = "cost_by_step.png"
 _PATH_COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -47,7 +51,7 @@ def write_report(
     record: Mapping[str, Any],
     out_dir: Path,
     workspace: Path | None,
-    formats: Iterable[str] = FORMATS,
+    formats: Iterable[str] = DEFAULT_FORMATS,
     *,
     secrets: Sequence[str] = (),
     transcript: Sequence[Mapping[str, Any]] = (),
@@ -82,11 +86,41 @@ def write_report(
     written: dict[str, Path] = {}
     if "markdown" in formats:
         written["markdown"] = write_text_atomic(out_dir / FILE_NAMES["markdown"], render_markdown(shown, artifacts_rel))
-    if "html" in formats:
-        written["html"] = write_text_atomic(out_dir / FILE_NAMES["html"], render_html(shown, images, redact_secrets(list(transcript), secrets)))
+    if "html" in formats or "pdf" in formats:
+        page = render_html(shown, images, redact_secrets(list(transcript), secrets))
+        html = write_text_atomic(out_dir / (FILE_NAMES["html"] if "html" in formats else PRINT_FILE), page)
+        if "html" in formats:
+            written["html"] = html
+    not_written = [*_extra_formats(record, formats, out_dir, written), *(record.get("warnings") or [])]
     if "json" in formats:
+        record = {**record, "warnings": not_written} if not_written else record
         written["json"] = write_text_atomic(out_dir / FILE_NAMES["json"], report_json(record, copied, problems))
     return written
+
+
+def _extra_formats(record: Mapping[str, Any], formats: list[str], out_dir: Path, written: dict[str, Path]) -> list[str]:
+    """Write report.pdf and report.xlsx; what could not be written is returned as warnings
+    (a missing browser or package does not lose the rest of the report)."""
+    warnings: list[str] = []
+    if "pdf" in formats:
+        from runner.reports.pdf import PdfUnavailable, print_pdf
+
+        html = written.get("html") or out_dir / PRINT_FILE
+        try:
+            written["pdf"] = print_pdf(html, out_dir / FILE_NAMES["pdf"])
+        except PdfUnavailable as error:
+            warnings.append(f"report.pdf was not written: {error}")
+        finally:
+            if "html" not in written:
+                html.unlink(missing_ok=True)
+    if "xlsx" in formats:
+        try:
+            from runner.reports.excel import workbook_bytes
+
+            written["xlsx"] = write_atomic(out_dir / FILE_NAMES["xlsx"], workbook_bytes(record))
+        except ModuleNotFoundError as error:
+            warnings.append(f"report.xlsx was not written: it needs the package '{error.name}' (pip install 'runner[reports]')")
+    return warnings
 
 
 def report_json(record: Mapping[str, Any], copied: list[CopiedArtifact], problems: list[dict[str, str]]) -> str:

@@ -19,6 +19,7 @@ from runner.runs.services import RunServices
 from runner.store.recorder import RunRecorder
 from runner.store.runstore import RunStore
 from runner.tools.registry import ToolRegistry
+from runner.tools.sql.source import SqlSources
 
 
 @dataclass
@@ -59,6 +60,11 @@ class RunContext:
             "today": self.today.isoformat(),
             "run_id": self.run_id,
         }
+
+    @property
+    def sql(self) -> SqlSources:
+        """The SQL sources this run's tools may read, with URLs the caller resolved."""
+        return SqlSources(self.project.sources_for(self.task), self.options.source_urls)
 
     def endpoint(self, agent: AgentSpec) -> Endpoint:
         options = self.options

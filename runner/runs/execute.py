@@ -171,10 +171,13 @@ async def _attempt(ctx: RunContext) -> RunResult:
         ),
         recorder.secrets,
     )
+    report_dir, deliveries = await _write_report(ctx, record)
+    if deliveries:
+        record = {**record, "deliveries": list(deliveries)}
     result = RunResult(
         run_id=ctx.run_id, task=task.name, status=outcome.status, output=output, error=error,
         error_kind=outcome.error_kind, error_scope=outcome.error_scope, usage=budget.spent,
-        duration_seconds=duration, report_dir=_write_report(ctx, record), warnings=tuple(record["warnings"]),
+        duration_seconds=duration, report_dir=report_dir, warnings=tuple(record["warnings"]), deliveries=deliveries,
     )
     ctx.store.finish_run(result, record)
     recorder.emit("run_finished", **result.manifest())
@@ -278,9 +281,10 @@ def _title(ctx: RunContext) -> str:
     return ctx.task.description.split("\n")[0] if ctx.task.description else ctx.task.name
 
 
-def _write_report(ctx: RunContext, record: dict[str, Any]) -> Location | None:
+async def _write_report(ctx: RunContext, record: dict[str, Any]) -> tuple[Location | None, tuple[dict[str, Any], ...]]:
+    """Write the report, then deliver it (``report.deliver``); where it is, and the deliveries."""
     if not ctx.options.write_report:
-        return None
+        return None, ()
     from runner.reports.writer import write_report
 
     base = ctx.options.reports_dir or ctx.project.root / "reports"
@@ -292,11 +296,65 @@ def _write_report(ctx: RunContext, record: dict[str, Any]) -> Location | None:
     )
     if isinstance(out_dir, Path):
         write(record, out_dir, workspace)
-        return out_dir
+        return out_dir, await _deliver(ctx, record, out_dir)
     with tempfile.TemporaryDirectory(prefix="runner-report-") as staging:  # a URL: written here, then uploaded
         write(record, Path(staging), workspace)
+        deliveries = await _deliver(ctx, record, Path(staging))
         upload_tree(Path(staging), out_dir)
-    return out_dir
+    return out_dir, deliveries
+
+
+async def _deliver(ctx: RunContext, record: dict[str, Any], report_dir: Path) -> tuple[dict[str, Any], ...]:
+    """Send the written report (in the local directory ``report_dir``) where ``report.deliver``
+    says (see :mod:`runner.reports.delivery`). A resumed run sends only what an earlier attempt
+    did not deliver."""
+    if not ctx.task.report.deliver:
+        return ()
+    import asyncio
+    import os
+
+    from runner.reports.delivery.deliver import deliver_all, earlier_outcomes, record_deliveries
+    from runner.reports.delivery.outcome import Package
+
+    stored = ctx.store.run(ctx.run_id) if ctx.attempt > 1 else None
+    written = {fmt: report_dir / name for fmt, name in _REPORT_FILES.items() if (report_dir / name).is_file()}
+    package = Package(
+        report_dir=report_dir, files=written, charts=sorted((report_dir / "artifacts").rglob("*.png")),
+        title=str(record.get("title") or ctx.task.name), status=str(record["status"]),
+        summary=redact_secrets(_summary_text(record.get("final_output")), ctx.recorder.secrets),
+        run_id=ctx.run_id, task=ctx.task.name, exit_code=int(record["exit_code"]), environ=dict(os.environ),
+    )
+    context = ctx.template_context()
+    outcomes = await asyncio.to_thread(
+        deliver_all, ctx.task.report.deliver, package, lambda template: render(template, context),
+        earlier=earlier_outcomes(stored["record_json"] if stored else None), secrets=ctx.recorder.secrets,
+        root=ctx.project.root, now=now_iso,
+    )  # fmt: skip
+    record_deliveries(report_dir, outcomes)
+    _show_deliveries(ctx, record, outcomes, report_dir)
+    for outcome in outcomes:
+        ctx.recorder.emit("delivery", **{k: v for k, v in outcome.as_dict().items() if k != "files"})
+    return tuple(o.as_dict() for o in outcomes)
+
+
+def _show_deliveries(ctx: RunContext, record: dict[str, Any], outcomes: list[Any], report_dir: Path) -> None:
+    """report.md and report.html on disk say where the report went (what was sent is unchanged)."""
+    from runner.reports.writer import write_report
+
+    shown = [fmt for fmt in ("markdown", "html") if fmt in ctx.task.report.formats]
+    if shown:
+        final = {**record, "deliveries": [o.as_dict() for o in outcomes]}
+        workspace = ctx.workspace if ctx.workspace.is_dir() else None
+        write_report(final, report_dir, workspace, formats=shown, secrets=ctx.recorder.secrets)
+
+
+_REPORT_FILES = {"markdown": "report.md", "html": "report.html", "json": "report.json", "pdf": "report.pdf", "xlsx": "report.xlsx"}
+
+
+def _summary_text(output: Any) -> str:
+    if isinstance(output, str):
+        return output.strip()
+    return "" if output is None else json.dumps(output, ensure_ascii=False, default=str)[:2000]
 
 
 def _notice(options: RunOptions) -> Any:

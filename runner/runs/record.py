@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from runner.core.sources import Source
@@ -30,7 +31,11 @@ def build_record(
         for path in step["artifacts"]:
             artifact = {"path": path, "media_type": media_type_of(path), "step": step["id"]}
             artifacts.append(artifact | {"caption": caption} if caption else artifact)
-    tables = {sid: table for sid in ctx.task.report.tables if sid in ctx.done and (table := _table(ctx.done[sid].data))}
+    tables = {
+        sid: table | ({"title": descriptions[sid]} if descriptions.get(sid) else {})
+        for sid in ctx.task.report.tables
+        if sid in ctx.done and (table := _table(ctx.done[sid].data))
+    }
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": ctx.run_id,
@@ -58,6 +63,7 @@ def build_record(
         ),
         "tables": tables,
         "sources": _sources(ctx),
+        "columns": {name: dataclasses.asdict(style) for name, style in ctx.task.report.columns.items()},
     }
 
 

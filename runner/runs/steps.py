@@ -149,7 +149,7 @@ async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dic
         ctx.budget.take_tool_call()
         deadline = ctx.budget.deadline()
         context = replace(
-            tool_context(ctx.workspace, None, ctx.recorder.secrets), deadline=deadline.at if deadline else None,
+            tool_context(ctx.workspace, None, ctx.recorder.secrets, ctx.sql), deadline=deadline.at if deadline else None,
             knowledge=ctx.services.knowledge_for(ctx.task.knowledge),
         )  # fmt: skip
         async with within_deadline(ctx.budget):
@@ -173,7 +173,7 @@ def _agent_tools(ctx: RunContext, agent: AgentSpec, step_id: str) -> ToolContext
     it and its task name, its memory notebook and its own browser tab."""
     services = ctx.services
     return replace(
-        tool_context(ctx.workspace, agent, ctx.recorder.secrets),
+        tool_context(ctx.workspace, agent, ctx.recorder.secrets, ctx.sql),
         knowledge=services.knowledge_for((*agent.knowledge, *ctx.task.knowledge)),
         memory=services.notebook(agent, ctx.task),
         browser=services.browser.tab(step_id, ctx.workspace) if services.browser is not None else None,

@@ -11,16 +11,22 @@ from runner.config.specs import AgentSpec
 from runner.errors import InvalidToolCall
 from runner.tools.base import ToolContext, ToolResult
 from runner.tools.registry import ToolRegistry
+from runner.tools.sql.source import SqlSources
 
 
-def tool_context(workspace: Path, agent: AgentSpec | None, secrets: Sequence[str]) -> ToolContext:
-    """A :class:`ToolContext` from trusted configuration only (never from model output)."""
+def tool_context(
+    workspace: Path, agent: AgentSpec | None, secrets: Sequence[str], sql: SqlSources | None = None
+) -> ToolContext:
+    """A :class:`ToolContext` from trusted configuration only (never from model output);
+    ``sql``: the SQL sources of the run's task."""
     from runner.tools.net import NetworkPolicy
     from runner.tools.sandbox import SandboxPolicy
 
+    sql = sql or SqlSources()
     if agent is None:
-        return ToolContext(workspace=workspace, secrets=tuple(secrets))
+        return ToolContext(workspace=workspace, secrets=tuple(secrets), sql=sql)
     return ToolContext(
+        sql=sql,
         workspace=workspace,
         sandbox=SandboxPolicy(**agent.sandbox),
         network=NetworkPolicy(

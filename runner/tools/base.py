@@ -24,6 +24,7 @@ from runner.tools.arguments import ArgumentSchema, PydanticArguments
 from runner.tools.net import NetworkPolicy
 from runner.tools.sandbox import SandboxPolicy
 from runner.tools.settings import NO_SETTINGS
+from runner.tools.sql.source import SqlSources
 
 ToolKind = Literal["builtin", "python", "shell", "http", "mcp"]
 
@@ -53,6 +54,7 @@ class ToolContext:
     ``secrets`` are exact values redacted from every tool output and failure message.
     ``knowledge`` are the knowledge bases ``search_knowledge`` may search (by name),
     ``memory`` the notebook of ``remember``/``recall``, ``browser`` the page ``browse`` drives.
+    ``sql`` holds the SQL sources ``load_table`` and ``sql_query`` may read.
     """
 
     workspace: Path
@@ -64,6 +66,7 @@ class ToolContext:
     knowledge: Mapping[str, KnowledgeBase] = field(default_factory=dict)
     memory: Notebook | None = None
     browser: Any = None  # a runner.tools.browser.BrowserTab, when the agent may browse
+    sql: SqlSources = field(default_factory=SqlSources)
 
     def __post_init__(self) -> None:
         root = Path(self.workspace)

@@ -100,3 +100,33 @@ BROWSE_SETTINGS = settings_schema(
     settle_seconds={"description": "After the DOM is ready, how long to let scripts and late requests finish (default 2).",
                     "type": "number", "minimum": 0, "maximum": 60},
 )  # fmt: skip
+
+
+SQL_DEFAULT_MAX_ROWS = 200
+SQL_QUERY_SETTINGS = settings_schema(
+    sources={
+        "description": "Sources this agent may query (default: every source of the task).",
+        "type": "array",
+        "minItems": 1,
+        "uniqueItems": True,
+        "items": {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,63}$"},
+    },
+    max_rows={
+        "description": f"Rows one query returns to the model (default {SQL_DEFAULT_MAX_ROWS}; never above the source's max_rows).",
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 100000,
+    },
+    timeout_seconds={
+        "description": "Statement timeout (never above the source's timeout_seconds).",
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "maximum": 3600,
+    },
+    allow={
+        "description": "Tables this agent may read, on top of each source's own allow list: 'schema.table', 'schema.*' or 'table'.",
+        "type": "array",
+        "minItems": 1,
+        "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_$]*(\\.([A-Za-z_][A-Za-z0-9_$]*|\\*))?$"},
+    },
+)

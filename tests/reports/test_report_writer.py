@@ -70,7 +70,7 @@ def test_formats_subset_and_no_workspace(record: dict[str, Any], out: Path) -> N
 
 def test_invalid_record_or_format_writes_nothing(record: dict[str, Any], workspace: Path, out: Path) -> None:
     with pytest.raises(ValueError, match="unknown report format"):
-        write_report(record, out, workspace, formats=("pdf",))
+        write_report(record, out, workspace, formats=("docx",))
     record["status"] = "exploded"
     with pytest.raises(ValueError, match="/status: 'exploded' is not one of"):
         write_report(record, out, workspace)

@@ -18,6 +18,7 @@ from runner.tools.settings import (
     COMMAND_SETTINGS,
     NO_SETTINGS,
     PYTHON_SETTINGS,
+    SQL_QUERY_SETTINGS,
     WEB_SEARCH_SETTINGS,
 )
 
@@ -64,6 +65,7 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("describe_table", "tables", "describe_table"),
     Builtin("query_table", "table_query", "query_table"),
     Builtin("chart", "chart", "chart"),
+    Builtin("sql_query", "sql_query", "sql_query", SQL_QUERY_SETTINGS),
 )
 
 

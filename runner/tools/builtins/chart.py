@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 MAX_POINTS = 100_000
 MAX_PIE_SLICES = 50
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$")
 ChartKind = Literal["line", "bar", "pie", "scatter"]
 
 
@@ -33,8 +34,12 @@ def chart(
     y: str | tuple[str, ...],
     title: str = "",
     filename: str | None = None,
+    x_label: str | None = None,
+    y_label: str | None = None,
 ) -> ToolResult:
     """Draw a line, bar, pie or scatter chart from a table and save it as a PNG.
+
+    Dates on the x axis (ISO text like 2026-11-30, or timestamps) are drawn on a date axis.
 
     Args:
         table: The table to plot.
@@ -43,6 +48,8 @@ def chart(
         y: Column(s) for the y axis (for a pie chart: exactly one column of sizes).
         title: Chart title.
         filename: File name under charts/ (default: "<table>_<kind>.png").
+        x_label: Axis label for x (default: the column name in words).
+        y_label: Axis label for y (default: the column name in words).
     """
     ys = [y] if isinstance(y, str) else list(y)
     if not ys:
@@ -52,7 +59,8 @@ def chart(
     if len(frame) > MAX_POINTS:
         raise ToolFailure(f"table '{table}' has {len(frame)} rows; query it down to {MAX_POINTS} first")
     path = f"charts/{_png_name(filename or f'{table}_{kind}')}"
-    write_workspace_file(ctx.workspace, path, _render(frame, kind, x, ys, title))
+    labels = (x_label if x_label is not None else _words(x), y_label if y_label is not None else (_words(ys[0]) if len(ys) == 1 else ""))
+    write_workspace_file(ctx.workspace, path, _render(frame, kind, x, ys, title, labels))
     return ToolResult(
         content=f"saved {kind} chart of {', '.join(ys)} by {x} to {path}",
         artifacts=[path],
@@ -60,26 +68,28 @@ def chart(
     )
 
 
-def _render(frame: pd.DataFrame, kind: ChartKind, x: str, y: list[str], title: str) -> bytes:
+def _render(frame: pd.DataFrame, kind: ChartKind, x: str, y: list[str], title: str, labels: tuple[str, str]) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(8, 5), dpi=100)
+    figure = Figure(figsize=(8, 4.5), dpi=100)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     try:
-        _draw(axes, frame, kind, x, y)
+        _draw(axes, frame, kind, x, y, labels)
     except (TypeError, ValueError) as error:
         raise ToolFailure(f"cannot draw a {kind} chart of {', '.join(y)} by {x}: {error}") from None
     if title:
-        axes.set_title(title)
+        axes.set_title(title, loc="left", fontweight="bold")
     figure.tight_layout()
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
+    figure.savefig(buffer, format="png", metadata={"Software": None})
     return buffer.getvalue()
 
 
-def _draw(axes: Axes, frame: pd.DataFrame, kind: ChartKind, x: str, y: list[str]) -> None:
+def _draw(axes: Axes, frame: pd.DataFrame, kind: ChartKind, x: str, y: list[str], labels: tuple[str, str]) -> None:
+    from matplotlib.ticker import FuncFormatter
+
     if kind == "pie":
         if len(y) != 1:
             raise ValueError("a pie chart takes exactly one y column")
@@ -88,23 +98,67 @@ def _draw(axes: Axes, frame: pd.DataFrame, kind: ChartKind, x: str, y: list[str]
         axes.pie(frame[y[0]], labels=frame[x].astype(str).tolist(), autopct="%1.1f%%")
         axes.axis("equal")
         return
-    labels = frame[x].astype(str) if kind == "bar" else frame[x]
+    dates = _as_dates(frame[x]) if kind in ("line", "scatter") else None
+    xs = frame[x].astype(str) if kind == "bar" else (dates if dates is not None else frame[x])
     width = 0.8 / len(y)
     for index, column in enumerate(y):
         if kind == "line":
-            axes.plot(labels, frame[column], label=column, marker="o" if len(frame) <= 50 else None)
+            axes.plot(xs, frame[column], label=column, marker="o" if len(frame) <= 50 else None, markersize=3, linewidth=1.6)
         elif kind == "scatter":
-            axes.scatter(labels, frame[column], label=column)
+            axes.scatter(xs, frame[column], label=column)
         else:
             positions = [i + (index - (len(y) - 1) / 2) * width for i in range(len(frame))]
             axes.bar(positions, frame[column], width=width, label=column)
     if kind == "bar":
-        axes.set_xticks(range(len(frame)), labels, rotation=45 if len(frame) > 8 else 0)
-    axes.set_xlabel(x)
+        axes.set_xticks(range(len(frame)), xs, rotation=45 if len(frame) > 8 else 0, ha="right" if len(frame) > 8 else "center")
+    if dates is not None:
+        _date_axis(axes, dates)
+    axes.yaxis.set_major_formatter(FuncFormatter(_thousands))
+    axes.spines[["top", "right"]].set_visible(False)
+    axes.grid(axis="y", color="#e5e7eb")
+    axes.set_axisbelow(True)
+    axes.set_xlabel(labels[0])
+    axes.set_ylabel(labels[1])
     if len(y) > 1:
-        axes.legend()
-    else:
-        axes.set_ylabel(y[0])
+        axes.legend(frameon=False)
+
+
+def _as_dates(values: pd.Series) -> pd.Series | None:
+    """``values`` as timestamps when they are dates (timestamps, or ISO text such as
+    2026-11-30 in every non-empty cell), else ``None``."""
+    import pandas as pd
+
+    if pd.api.types.is_datetime64_any_dtype(values):
+        return values
+    present = values.dropna()
+    if present.empty or not all(isinstance(v, str) and _ISO_DATE.match(v) for v in present):
+        return None
+    parsed = pd.to_datetime(values, errors="coerce", format="ISO8601")
+    return parsed if parsed.notna().sum() == len(present) else None
+
+
+def _date_axis(axes: Axes, dates: pd.Series) -> None:
+    """A few ticks a reader takes in at a glance, each a whole date ("8 Nov", or "Nov 2026"
+    over long spans), none outside the data."""
+    from matplotlib.dates import AutoDateLocator, DateFormatter
+
+    present = dates.dropna()
+    span_days = (present.max() - present.min()).days if len(present) else 0
+    axes.xaxis.set_major_locator(AutoDateLocator(minticks=4, maxticks=8))
+    axes.xaxis.set_major_formatter(DateFormatter("%b %Y" if span_days > 400 else "%-d %b"))
+    if span_days:
+        pad = (present.max() - present.min()) * 0.02
+        axes.set_xlim(present.min() - pad, present.max() + pad)
+
+
+def _thousands(value: float, _position: int) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 or float(value).is_integer() else f"{value:,.2f}"
+
+
+def _words(column: str) -> str:
+    """``revenue_sum`` -> ``Revenue sum``: an axis label for a reader, not a column name."""
+    text = column.replace("_", " ").strip()
+    return text[:1].upper() + text[1:]
 
 
 def _png_name(name: str) -> str:

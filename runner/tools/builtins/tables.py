@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 MAX_INPUT_BYTES = 200 * 1024 * 1024
+Param = str | int | float | bool | None
 TableFormat = Literal["csv", "tsv", "json", "jsonl", "parquet"]
 _SUFFIXES: dict[str, TableFormat] = {
     "csv": "csv", "tsv": "tsv", "json": "json", "jsonl": "jsonl", "ndjson": "jsonl",
@@ -23,17 +24,36 @@ _SUFFIXES: dict[str, TableFormat] = {
 
 
 @tool
-def load_table(ctx: ToolContext, path: str, name: str | None = None, format: TableFormat | None = None) -> ToolResult:
-    """Load a CSV, TSV, JSON, JSONL or Parquet file from the workspace as a named table.
+def load_table(
+    ctx: ToolContext,
+    path: str | None = None,
+    name: str | None = None,
+    format: TableFormat | None = None,
+    source: str | None = None,
+    query: str | None = None,
+    params: dict[str, Param] | None = None,
+) -> ToolResult:
+    """Load a CSV, TSV, JSON, JSONL or Parquet file from the workspace, or the result of a
+    SQL query on a declared source, as a named table.
 
     The table stays available to describe_table, query_table and chart for the rest of
     the run. Returns its shape, columns, types and first rows.
 
     Args:
-        path: The data file, relative to the workspace.
-        name: Name for the table (default: the file name without extension).
+        path: The data file, relative to the workspace (or give query instead).
+        name: Name for the table (default: the file name without extension; for a query, "query").
         format: File format (default: from the file extension).
+        source: The SQL source to query (default: the only one declared).
+        query: One read-only SQL query; values go in params and are named :name in the query.
+        params: Values bound to the query's :name placeholders (never pasted into its text).
     """
+    if (path is None) == (query is None):
+        raise ToolFailure("give either path (a workspace file) or query (SQL on a source), not both")
+    if query is not None:
+        return _load_query(ctx, query, params or {}, source, name or "query")
+    if source is not None or params:
+        raise ToolFailure("source and params go with query; a file is loaded with path alone")
+    assert path is not None
     table = name or _default_name(path)
     table_store.table_path(table)  # check the name before reading anything
     fmt = format or _format_from_suffix(path)
@@ -41,10 +61,30 @@ def load_table(ctx: ToolContext, path: str, name: str | None = None, format: Tab
     if size > MAX_INPUT_BYTES:
         raise ToolFailure(f"'{path}' is {size} bytes; load_table reads at most {MAX_INPUT_BYTES}")
     frame = _parse(read_workspace_file(ctx.workspace, path, MAX_INPUT_BYTES), fmt, path)
+    return _loaded(ctx, table, frame, f"from {path}")
+
+
+def _load_query(ctx: ToolContext, query: str, params: dict[str, Param], source_name: str | None, table: str) -> ToolResult:
+    from runner.tools.sql.query import run_query, to_frame
+
+    table_store.table_path(table)
+    source = ctx.sql.get(source_name)
+    result = run_query(ctx.sql, ctx.workspace, source, query, params)
+    note = (
+        f"\n\nNote: the query returned more than {source.max_rows:,} rows; only the first {source.max_rows:,} "
+        f"were loaded (the source's max_rows)."
+        if result.truncated
+        else ""
+    )
+    loaded = _loaded(ctx, table, to_frame(result), f"from a query on source '{source.name}'", note)
+    return ToolResult(content=loaded.content, data={**loaded.data, "source": source.name, "truncated": result.truncated})
+
+
+def _loaded(ctx: ToolContext, table: str, frame: pd.DataFrame, origin: str, note: str = "") -> ToolResult:
     frame = table_store.save_table(ctx.workspace, table, frame)
     summary = _summary(table, frame)
     content = (
-        f"Loaded table '{table}' from {path}: {len(frame)} rows x {len(frame.columns)} columns\n\n"
+        f"Loaded table '{table}' {origin}: {len(frame)} rows x {len(frame.columns)} columns{note}\n\n"
         f"Columns: {', '.join(f'{c} ({t})' for c, t in summary['dtypes'].items())}\n\n"
         f"First rows:\n{table_store.to_markdown(frame, 5)}"
     )

@@ -1,0 +1,51 @@
+"""What a task's ``report:`` says beyond its title: column labels and formats, and where
+the finished report is delivered (``deliver:``). Built from validated documents."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+ColumnKind = Literal["number", "integer", "currency", "percent", "date", "text"]
+DeliveryKind = Literal["email", "webhook", "copy"]
+DELIVERY_KINDS: tuple[DeliveryKind, ...] = ("email", "webhook", "copy")
+
+
+@dataclass(frozen=True)
+class ColumnFormat:
+    """How a table column is shown: its header and how its numbers are written."""
+
+    label: str | None = None
+    format: ColumnKind | None = None
+    decimals: int | None = None
+    currency: str = "USD"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ColumnFormat:
+        return cls(data.get("label"), data.get("format"), data.get("decimals"), data.get("currency", "USD"))
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One delivery target of a report: ``kind`` and its settings (the YAML mapping, as
+    validated by ``task.schema.json#/$defs/<kind>``). ``name`` identifies it in the record,
+    so a resumed run knows what was already delivered."""
+
+    name: str
+    kind: DeliveryKind
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    pointer: str = ""  # where it is declared, for messages
+
+
+def build_columns(data: Mapping[str, Any] | None) -> dict[str, ColumnFormat]:
+    return {name: ColumnFormat.from_dict(spec) for name, spec in (data or {}).items()}
+
+
+def build_deliveries(items: list[Mapping[str, Any]] | None) -> tuple[Delivery, ...]:
+    """The report's delivery targets, in order. A target without ``name`` is named after its kind."""
+    deliveries = []
+    for index, item in enumerate(items or ()):
+        kind = next(k for k in DELIVERY_KINDS if k in item)
+        deliveries.append(Delivery(str(item.get("name", kind)), kind, dict(item[kind]), f"/report/deliver/{index}"))
+    return tuple(deliveries)
