@@ -41,7 +41,7 @@ FORMATS = ("csv", "jsonl", "parquet")
 OPTION_NAMES = (
     "input_format", "output_format", "map", "id_column", "concurrency", "rpm", "tpm", "max_attempts",
     "stop_after_failures", "max_cost_usd", "max_tokens", "max_wall_seconds", "row_max_cost_usd", "row_max_steps",
-    "durable", "model", "caps", "row_caps",
+    "durable", "model", "no_cache", "dedupe", "caps", "row_caps",
 )  # fmt: skip
 """The ``runner batch`` flags a fan-out takes, plus ``caps``/``row_caps`` mappings of any cap names."""
 
@@ -64,6 +64,8 @@ class FanoutOptions:
     row_caps: Caps = field(default_factory=Caps)
     durable: bool = False
     model: str | None = None
+    no_cache: bool = False  # --no-cache: the result cache is neither read nor written
+    dedupe: bool = False  # --dedupe: rows with identical inputs run once, within each shard
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None, where: str = "options") -> FanoutOptions:
@@ -95,6 +97,8 @@ class FanoutOptions:
             row_caps=row_caps,
             durable=flag(values.get("durable"), at("durable")),
             model=optional_text(values.get("model"), at("model")),
+            no_cache=flag(values.get("no_cache"), at("no_cache")),
+            dedupe=flag(values.get("dedupe"), at("dedupe")),
         )
 
     def shard_share(self, shards: int) -> FanoutOptions:

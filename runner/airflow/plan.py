@@ -233,6 +233,7 @@ class FanoutPlan:
             input_path=self.input_path, output_path=self.output_path(where), format=options.input_format,
             output_format="jsonl", mapping=options.mapping, id_column=options.id_column,
             journal_path=self.journal_path(where), report_dir=self.report_dir(where), durable=options.durable,
+            use_cache=not options.no_cache, dedupe=options.dedupe,
             concurrency=options.concurrency, max_attempts=options.max_attempts * max(1, try_number),
             stop_after_failures=options.stop_after_failures,
             batch_caps=local_caps(options.batch_caps) if shared else options.batch_caps, run_caps=options.row_caps,

@@ -78,6 +78,8 @@ with DAG(
         ),
         "durable": Param(False, type="boolean"),
         "model": Param(None, type=NULL_TEXT, description="use this model id for every agent"),
+        "no_cache": Param(False, type="boolean", description="neither read nor write the result cache"),
+        "dedupe": Param(False, type="boolean", description="rows with identical inputs run once (within a shard)"),
         "max_failed_rows": Param(0, type="integer", minimum=0, description="rows allowed to end not done"),
     },
     tags=["runner"],
@@ -106,4 +108,6 @@ with DAG(
         tpm="{{ params.tpm }}",
         durable="{{ params.durable }}",
         model="{{ params.model }}",
+        no_cache="{{ params.no_cache }}",
+        dedupe="{{ params.dedupe }}",
     )
