@@ -13,6 +13,8 @@ or as a process (prints the base URL as its first line, serves until killed)::
 
 Endpoints: ``POST /v1/chat/completions`` (JSON or, with ``"stream": true``, server-sent
 events, with a final usage chunk when ``stream_options.include_usage``),
+the Files and Batch APIs (:mod:`runner.model.batch_endpoints`, each batch line answered
+from the script; ``batch=BatchBehaviour(...)`` sets when and how batches end),
 ``POST /v1/embeddings`` (deterministic bag-of-words vectors, :func:`hashed_embedding`: texts
 sharing words are close, so retrieval can be tested for real) and ``GET /v1/models``. Replies, faults, delays and hangs come from the rules described in
 :mod:`runner.model.script_rules`. Each request is recorded with its JSON body and headers;
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import ConfigError
+from runner.model.batch_endpoints import BatchBehaviour, BatchEndpoints
 from runner.model.replies import INVALID_JSON_BODY, HttpFault, completion_chunks
 from runner.model.script_rules import Match, NoRuleMatched, Script
 
@@ -69,8 +72,10 @@ class ScriptedServer:
         host: str = "127.0.0.1",
         port: int = 0,
         record_path: str | Path | None = None,
+        batch: BatchBehaviour | None = None,
     ) -> None:
         self.script = script if isinstance(script, Script) else Script.from_obj(script or [])
+        self.batches = BatchEndpoints(self.script, batch or BatchBehaviour(), self.bill)
         self._address = (host, port)
         self._record_path = Path(record_path) if record_path else None
         self._requests: list[RecordedRequest] = []
@@ -177,7 +182,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         owner = self.server.owner
-        if self._route() != "/v1/models":
+        route = self._route()
+        if route.startswith(("/v1/files/", "/v1/batches/")):
+            return self._batch_api("GET", route)
+        if route != "/v1/models":
             return self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
         owner.record(self, None, "models")
         models = [{"id": m, "object": "model", "created": 0, "owned_by": "runner"} for m in owner.script.models]
@@ -185,6 +193,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         owner = self.server.owner
+        if self._route() == "/v1/files" or self._route().startswith("/v1/batches"):
+            return self._batch_api("POST", self._route())
         if self._route() in ("/v1/embeddings", "/embeddings"):
             return self._embeddings()
         if self._route() not in ("/v1/chat/completions", "/chat/completions"):
@@ -201,6 +211,33 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send_json(400, {"error": {"message": str(exc), "type": "bad_request"}})
         owner.record(self, body, match.rule)
         self._answer(body, match)
+
+    def _batch_api(self, method: str, route: str) -> None:
+        """The files and batches endpoints (:class:`~runner.model.batch_endpoints.BatchEndpoints`)."""
+        endpoints = self.server.owner.batches
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0)) if method == "POST" else b""
+        parts = route.split("/")[2:]  # ['files'] | ['files', id] | ['files', id, 'content'] | ['batches', ...]
+        status: int
+        answer: Any
+        if parts == ["files"] and method == "POST":
+            status, answer = endpoints.upload(self.headers.get("Content-Type") or "", raw)
+            body: Any = {"multipart": len(raw)}
+        elif parts[0] == "files" and method == "GET" and len(parts) in (2, 3) and parts[2:] in ([], ["content"]):
+            status, answer = endpoints.file(parts[1], content=parts[2:] == ["content"])
+            body = None
+        elif parts == ["batches"] and method == "POST":
+            body = _json_object(raw)
+            status, answer = endpoints.create(body)
+        elif parts[0] == "batches" and len(parts) == 2 and method == "GET":
+            status, answer, body = *endpoints.retrieve(parts[1]), None
+        elif parts[0] == "batches" and parts[2:] == ["cancel"] and method == "POST":
+            status, answer, body = *endpoints.cancel(parts[1]), None
+        else:
+            status, answer, body = 404, {"error": {"message": f"no route {method} {self.path}", "type": "not_found"}}, None
+        self.server.owner.record(self, body, "/".join(parts[:1] + parts[2:]) or "batch-api")
+        if isinstance(answer, bytes):
+            return self._send(status, answer, "application/octet-stream")
+        self._send_json(status, answer)
 
     def _embeddings(self) -> None:
         """The OpenAI embeddings response for ``input`` (a string or a list of strings)."""
@@ -308,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--record", help="append each request as a JSON line to this file")
+    parser.add_argument("--batch-polls", type=int, default=2, help="retrieves before a batch ends (at least 1)")
+    parser.add_argument("--batch-outcome", choices=["completed", "expired", "cancelled"], default="completed")
     args = parser.parse_args(argv)
     try:
         script = Script.load(args.script) if args.script else Script()
@@ -316,7 +355,11 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with ScriptedServer(script, host=args.host, port=args.port, record_path=args.record) as server:
+    if args.batch_polls < 1:
+        print("error: --batch-polls must be at least 1", file=sys.stderr)
+        return 2
+    batch = BatchBehaviour(polls=args.batch_polls, outcome=args.batch_outcome)
+    with ScriptedServer(script, host=args.host, port=args.port, record_path=args.record, batch=batch) as server:
         print(server.base_url, flush=True)
         try:
             while not stop.wait(0.2):

@@ -1,0 +1,306 @@
+"""The OpenAI Files and Batch APIs of the loopback server, answering each batch line from the script.
+
+Implements, as OpenAI documents them:
+
+- ``POST /v1/files`` (multipart: ``file``, ``purpose``), ``GET /v1/files/{id}`` and
+  ``GET /v1/files/{id}/content``;
+- ``POST /v1/batches`` (``input_file_id``, ``endpoint``, ``completion_window``, ``metadata``),
+  ``GET /v1/batches/{id}`` and ``POST /v1/batches/{id}/cancel``.
+
+A batch moves ``validating -> in_progress -> completed`` as it is retrieved: it is
+``validating`` when created, ``in_progress`` from the first retrieve, and finishes at the
+``polls``-th retrieve (:class:`BatchBehaviour`). At the end every input line is answered by
+the script like a live request: a completion goes to the output file
+(``{"custom_id", "response": {"status_code": 200, "body"}}``), a scripted fault to the
+error file with its status code (a partial failure). ``outcome: expired`` ends the batch
+``expired`` instead, every line in the error file with code ``batch_expired``;
+``outcome: cancelled`` ends it ``cancelled`` (as if cancelled by someone else), as does
+``POST .../cancel`` (``cancelling`` until the next retrieve). An input file that is not
+valid JSONL of ``{custom_id, method, url, body}`` lines with unique ids for the batch's
+endpoint fails the batch at validation (``status: failed`` with ``errors``).
+"""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from runner.model.script_rules import NoRuleMatched, Script
+
+Outcome = Literal["completed", "expired", "cancelled"]
+ENDPOINTS = ("/v1/chat/completions",)
+WINDOWS = ("24h",)
+
+
+@dataclass(frozen=True)
+class BatchBehaviour:
+    """How the server's batches end: after ``polls`` retrieves, with ``outcome``."""
+
+    polls: int = 2
+    outcome: Outcome = "completed"
+
+    def __post_init__(self) -> None:
+        if self.polls < 1:
+            raise ValueError("polls must be at least 1")
+
+
+@dataclass
+class _File:
+    id: str
+    filename: str
+    purpose: str
+    content: bytes
+    created_at: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "object": "file", "bytes": len(self.content), "created_at": self.created_at,
+            "filename": self.filename, "purpose": self.purpose, "status": "processed",
+        }  # fmt: skip
+
+
+@dataclass
+class _Batch:
+    id: str
+    input_file_id: str
+    endpoint: str
+    completion_window: str
+    metadata: dict[str, Any] | None
+    created_at: int
+    status: str = "validating"
+    polls: int = 0
+    total: int = 0
+    completed: int = 0
+    failed: int = 0
+    errors: dict[str, Any] | None = None
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    times: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        stamps = ("in_progress_at", "finalizing_at", "completed_at", "failed_at", "expired_at", "cancelling_at", "cancelled_at")
+        return {
+            "id": self.id, "object": "batch", "endpoint": self.endpoint, "errors": self.errors,
+            "input_file_id": self.input_file_id, "completion_window": self.completion_window, "status": self.status,
+            "output_file_id": self.output_file_id, "error_file_id": self.error_file_id, "created_at": self.created_at,
+            "expires_at": self.created_at + 86400, **{k: self.times.get(k) for k in stamps},
+            "request_counts": {"total": self.total, "completed": self.completed, "failed": self.failed},
+            "metadata": self.metadata,
+        }  # fmt: skip
+
+
+class BatchEndpoints:
+    """The files and batches a server holds (thread-safe); answers with ``(status, JSON)``."""
+
+    def __init__(self, script: Script, behaviour: BatchBehaviour, bill: Callable[[dict[str, Any]], None]) -> None:
+        self.script, self.behaviour, self._bill = script, behaviour, bill
+        self.files: dict[str, _File] = {}
+        self.batches: dict[str, _Batch] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    @property
+    def batches_created(self) -> int:
+        """How many batches were created (a resumed client must not create another)."""
+        with self._lock:
+            return len(self.batches)
+
+    # --- files -------------------------------------------------------------------------
+
+    def upload(self, content_type: str, raw: bytes) -> tuple[int, Any]:
+        """``POST /v1/files``: a multipart form with ``file`` and ``purpose``."""
+        fields = _multipart(content_type, raw)
+        if fields is None or "file" not in fields or "purpose" not in fields:
+            return _error(400, "expected multipart/form-data with 'file' and 'purpose'")
+        filename, content = fields["file"]
+        with self._lock:
+            created = self._file(filename or "upload.jsonl", fields["purpose"][1].decode(), content)
+        return 200, created.as_dict()
+
+    def file(self, file_id: str, *, content: bool) -> tuple[int, Any]:
+        """``GET /v1/files/{id}`` (``content``: ``.../content``, the raw bytes)."""
+        with self._lock:
+            found = self.files.get(file_id)
+        if found is None:
+            return _error(404, f"no file {file_id}")
+        return 200, (found.content if content else found.as_dict())
+
+    # --- batches -----------------------------------------------------------------------
+
+    def create(self, body: dict[str, Any] | None) -> tuple[int, Any]:
+        """``POST /v1/batches``."""
+        if body is None:
+            return _error(400, "body is not a JSON object")
+        missing = [k for k in ("input_file_id", "endpoint", "completion_window") if not body.get(k)]
+        if missing:
+            return _error(400, f"missing required parameter(s): {', '.join(missing)}")
+        if body["endpoint"] not in ENDPOINTS or body["completion_window"] not in WINDOWS:
+            return _error(400, f"endpoint must be one of {ENDPOINTS} and completion_window one of {WINDOWS}")
+        with self._lock:
+            if body["input_file_id"] not in self.files:
+                return _error(404, f"no file {body['input_file_id']}")
+            batch = _Batch(
+                id=f"batch_{next(self._ids):06d}", input_file_id=str(body["input_file_id"]), endpoint=str(body["endpoint"]),
+                completion_window=str(body["completion_window"]), metadata=body.get("metadata"), created_at=int(time.time()),
+            )  # fmt: skip
+            self.batches[batch.id] = batch
+            self._validate(batch)
+            return 200, batch.as_dict()
+
+    def retrieve(self, batch_id: str) -> tuple[int, Any]:
+        """``GET /v1/batches/{id}``: each retrieve moves an unfinished batch one step on."""
+        with self._lock:
+            batch = self.batches.get(batch_id)
+            if batch is None:
+                return _error(404, f"no batch {batch_id}")
+            self._advance(batch)
+            return 200, batch.as_dict()
+
+    def cancel(self, batch_id: str) -> tuple[int, Any]:
+        """``POST /v1/batches/{id}/cancel``: ``cancelling`` now, ``cancelled`` at the next retrieve."""
+        with self._lock:
+            batch = self.batches.get(batch_id)
+            if batch is None:
+                return _error(404, f"no batch {batch_id}")
+            if batch.status in ("validating", "in_progress"):
+                batch.status = "cancelling"
+                batch.times["cancelling_at"] = int(time.time())
+            return 200, batch.as_dict()
+
+    # --- the state machine (under the lock) --------------------------------------------
+
+    def _validate(self, batch: _Batch) -> None:
+        lines, problem = _requests(self.files[batch.input_file_id].content, batch.endpoint)
+        batch.total = len(lines)
+        if problem is not None:
+            batch.status, batch.errors = "failed", {"object": "list", "data": [problem]}
+            batch.times["failed_at"] = int(time.time())
+
+    def _advance(self, batch: _Batch) -> None:
+        now = int(time.time())
+        if batch.status == "cancelling":
+            return self._finish(batch, "cancelled", "cancelled_at")
+        if batch.status not in ("validating", "in_progress"):
+            return
+        batch.polls += 1
+        if batch.status == "validating":
+            batch.status = "in_progress"
+            batch.times["in_progress_at"] = now
+        if batch.polls < self.behaviour.polls:
+            return
+        outcome = self.behaviour.outcome
+        if outcome == "completed":
+            return self._finish(batch, "completed", "completed_at")
+        self._finish(batch, outcome, f"{outcome}_at")
+
+    def _finish(self, batch: _Batch, status: str, stamp: str) -> None:
+        lines, _ = _requests(self.files[batch.input_file_id].content, batch.endpoint)
+        out: list[dict[str, Any]] = []
+        err: list[dict[str, Any]] = []
+        for line in lines:
+            if status == "completed":
+                answered = self._answer(line)
+                (out if answered["response"] and answered["response"]["status_code"] == 200 else err).append(answered)
+            else:
+                code = "batch_expired" if status == "expired" else "batch_cancelled"
+                message = f"this request could not be executed before the batch was {status}"
+                err.append(_line(line["custom_id"], None, {"code": code, "message": message}))
+        batch.completed, batch.failed = len(out), len(err)
+        if out:
+            batch.output_file_id = self._file(f"{batch.id}_output.jsonl", "batch_output", _jsonl(out)).id
+        if err:
+            batch.error_file_id = self._file(f"{batch.id}_error.jsonl", "batch_output", _jsonl(err)).id
+        batch.status = status
+        batch.times["finalizing_at" if status == "completed" else "cancelling_at"] = int(time.time())
+        batch.times[stamp] = int(time.time())
+
+    def _answer(self, line: dict[str, Any]) -> dict[str, Any]:
+        body = line["body"]
+        try:
+            match = self.script.next(body)
+        except NoRuleMatched as exc:
+            return _line(line["custom_id"], {"status_code": 400, "body": {"error": {"message": str(exc)}}}, None)
+        fault = match.reply.fault
+        if fault is not None:
+            payload, _ = fault.body_bytes()
+            try:
+                error_body: Any = json.loads(payload)
+            except ValueError:
+                error_body = {"error": {"message": payload.decode(errors="replace")}}
+            return _line(line["custom_id"], {"status_code": fault.status, "body": error_body}, None)
+        completion = match.reply.completion(body, match.serial, match.tokenizer)
+        self._bill(completion)
+        return _line(line["custom_id"], {"status_code": 200, "body": completion}, None)
+
+    def _file(self, filename: str, purpose: str, content: bytes) -> _File:
+        created = _File(f"file-{next(self._ids):06d}", filename, purpose, content, int(time.time()))
+        self.files[created.id] = created
+        return created
+
+
+def _requests(content: bytes, endpoint: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The request lines of an input file, and the first problem found (``None``: valid)."""
+    lines: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for number, text in enumerate(content.decode(errors="replace").splitlines(), start=1):
+        if not text.strip():
+            continue
+        try:
+            line = json.loads(text)
+        except ValueError:
+            return lines, _problem("invalid_json_line", "this line is not valid JSON", number)
+        if not isinstance(line, dict) or not isinstance(line.get("body"), dict) or not line.get("custom_id"):
+            return lines, _problem("missing_required_parameter", "each line needs custom_id, method, url and body", number)
+        if line.get("method") != "POST" or line.get("url") != endpoint:
+            return lines, _problem("mismatched_endpoint", f"url must be {endpoint} with method POST", number)
+        if line["custom_id"] in seen:
+            return lines, _problem("duplicate_custom_id", f"custom_id {line['custom_id']!r} is used twice", number)
+        seen.add(line["custom_id"])
+        lines.append(line)
+    if not lines:
+        return lines, _problem("empty_file", "the input file has no requests", None)
+    return lines, None
+
+
+def _problem(code: str, message: str, line: int | None) -> dict[str, Any]:
+    return {"code": code, "message": message, "param": None, "line": line}
+
+
+def _line(custom_id: str, response: dict[str, Any] | None, error: dict[str, Any] | None) -> dict[str, Any]:
+    if response is not None:
+        response = {"request_id": f"req_{custom_id}", **response}
+    return {"id": f"batch_req_{custom_id}", "custom_id": custom_id, "response": response, "error": error}
+
+
+def _jsonl(lines: list[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(line) + "\n" for line in lines).encode()
+
+
+def _error(status: int, message: str) -> tuple[int, Any]:
+    kind = "not_found" if status == 404 else "invalid_request_error"
+    return status, {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+def _multipart(content_type: str, raw: bytes) -> dict[str, tuple[str | None, bytes]] | None:
+    """``{field name: (file name, bytes)}`` of a ``multipart/form-data`` body, or ``None``."""
+    if not content_type.startswith("multipart/form-data"):
+        return None
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        f"Content-Type: {content_type}\r\n\r\n".encode() + raw
+    )
+    if not message.is_multipart():
+        return None
+    fields: dict[str, tuple[str | None, bytes]] = {}
+    for part in message.iter_parts():  # type: ignore[attr-defined]
+        name = part.get_param("name", header="content-disposition")
+        if name:
+            payload = part.get_payload(decode=True)
+            fields[str(name)] = (part.get_filename(), payload if isinstance(payload, bytes) else b"")
+    return fields
