@@ -185,6 +185,17 @@ class BatchJournal(ABC):
     def ingested(self) -> bool:
         return self.meta.get("ingested") == "1"
 
+    @property
+    def provider_batch_id(self) -> str | None:
+        """The provider batch (``--via batch-api``) this batch submitted, once recorded."""
+        return self.meta.get("provider_batch_id")
+
+    def record_provider_batch(self, provider_batch_id: str) -> None:
+        """Remember the provider batch before waiting on it, so a resume after ``kill -9``
+        re-attaches to it instead of submitting (and paying for) the rows again."""
+        self._set_meta({"provider_batch_id": provider_batch_id})
+        self.meta["provider_batch_id"] = provider_batch_id
+
     def age_seconds(self) -> float:
         """Seconds since this batch was created (its first attempt started)."""
         created = dt.datetime.fromisoformat(self.meta["created_at"])

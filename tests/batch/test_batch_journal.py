@@ -195,3 +195,20 @@ def test_a_journal_exists_once_it_was_opened(tmp_path: Path, journal_url: str | 
     BatchJournal.open(path, task="triage", input_path=data, input_sha256=file_sha256(data), database_url=journal_url).close()
     assert BatchJournal.exists(path, database_url=journal_url)
     assert not BatchJournal.exists(tmp_path / "other.sqlite3", database_url=journal_url)
+
+
+def test_the_provider_batch_id_survives_reopening_and_restart_forgets_it(make_batch) -> None:
+    source, journal = make_batch(tickets(2))
+    journal.ingest(rows_of(source))
+    assert journal.provider_batch_id is None
+    journal.record_provider_batch("batch_abc")
+    journal.close()  # as a killed process would leave it
+    _, reopened = make_batch()
+    assert reopened.provider_batch_id == "batch_abc" and reopened.ingested
+    reopened.record_provider_batch("batch_def")  # a new submission (say, after an expired one) replaces it
+    reopened.close()
+    _, again = make_batch()
+    assert again.provider_batch_id == "batch_def"
+    again.close()
+    _, fresh = make_batch(restart=True)
+    assert fresh.provider_batch_id is None
