@@ -120,10 +120,7 @@ class Termination:
 async def run_agent(agent: AgentSpec, goal: str, env: AgentEnv) -> AgentOutcome:
     """Run ``agent`` on ``goal`` until it answers, gets stuck, fails or reaches a cap."""
     run = _AgentRun(agent, goal, env)
-    messages = [Message("system", agent.system_prompt or run.prompts.render("system"))]
-    for example_input, example_output in agent.examples:
-        messages += [Message("user", example_input), Message("assistant", example_output)]
-    messages.append(Message("user", goal))
+    messages = opening_messages(agent, goal, run.prompts)
     stuck = StuckDetector(agent.max_repeats, agent.max_invalid_calls)
     try:
         while True:
@@ -143,6 +140,17 @@ async def run_agent(agent: AgentSpec, goal: str, env: AgentEnv) -> AgentOutcome:
         return run.finish("capped", None, error=str(cap), kind=cap.cap, scope=cap.scope)
     except ModelError as exc:
         return run.finish("failed", None, error=str(exc), kind=exc.kind)
+
+
+def opening_messages(agent: AgentSpec, goal: str, prompts: Prompts | None = None) -> list[Message]:
+    """The first turn's messages: system prompt, the examples, then the goal (also what a
+    provider batch sends for each row, so both paths ask the same question)."""
+    system = agent.system_prompt or (prompts or Prompts(agent.prompts)).render("system")
+    messages = [Message("system", system)]
+    for example_input, example_output in agent.examples:
+        messages += [Message("user", example_input), Message("assistant", example_output)]
+    messages.append(Message("user", goal))
+    return messages
 
 
 class _AgentRun:

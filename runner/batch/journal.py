@@ -188,13 +188,18 @@ class BatchJournal(ABC):
     @property
     def provider_batch_id(self) -> str | None:
         """The provider batch (``--via batch-api``) this batch submitted, once recorded."""
-        return self.meta.get("provider_batch_id")
+        return self.meta.get("provider_batch_id") or None
 
     def record_provider_batch(self, provider_batch_id: str) -> None:
         """Remember the provider batch before waiting on it, so a resume after ``kill -9``
         re-attaches to it instead of submitting (and paying for) the rows again."""
         self._set_meta({"provider_batch_id": provider_batch_id})
         self.meta["provider_batch_id"] = provider_batch_id
+
+    def provider_batch_collected(self) -> None:
+        """Forget the provider batch once every row it held is recorded: the next run of the
+        command submits what is left (failed or not-run rows) as a new batch."""
+        self.record_provider_batch("")
 
     def age_seconds(self) -> float:
         """Seconds since this batch was created (its first attempt started)."""

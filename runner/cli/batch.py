@@ -46,6 +46,9 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.option("--progress", type=click.Choice(["auto", "bar", "log", "none"]), default="auto", show_default=True)
 @click.option("--model", type=ModelId(), help="Use this model id for every agent.")
 @click.option("--base-url", type=EndpointURL(), help="Send model calls to this OpenAI-compatible endpoint.")
+@click.option("--via", type=click.Choice(["live", "batch-api"]), default="live", show_default=True, help="live: the engine calls the model per row; batch-api: one provider batch (OpenAI Batch API, about half price, results within 24h). Single-agent tasks without tools only.")
+@click.option("--batch-fallback", type=click.Choice(["live"]), help="With --via batch-api: rows the provider batch failed (expired, cancelled, errors) run live in the same command.")
+@click.option("--batch-poll-seconds", type=FiniteFloatRange(min=0, min_open=True), default=30.0, show_default=True, help="With --via batch-api: first wait between status checks (grows to 10 minutes).")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), help="Project root.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def batch(task: str, input_path: Path, output_path: Location, input_format: str | None, output_format: str | None,
@@ -53,7 +56,8 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
           max_attempts: int, stop_after_failures: int | None, max_cost_usd: float | None, max_tokens: int | None,
           max_wall_seconds: float | None, row_max_cost_usd: float | None, row_max_steps: int | None,
           journal_path: Path | None, restart: bool, no_cache: bool, dedupe: bool, durable: bool, report_dir: Location | None, progress: str,
-          model: str | None, base_url: str | None, root: Path | None, as_json: bool) -> None:
+          model: str | None, base_url: str | None, via: str, batch_fallback: str | None, batch_poll_seconds: float,
+          root: Path | None, as_json: bool) -> None:
     """Run TASK once per row of --input; write one record per row to --output.
 
     Rerunning the same command resumes: rows already done are skipped, failed ones are
@@ -73,8 +77,11 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
         batch_caps=caps_from_flags({"max_cost_usd": max_cost_usd, "max_tokens": max_tokens, "max_wall_seconds": max_wall_seconds}),
         run_caps=caps_from_flags({"max_cost_usd": row_max_cost_usd, "max_steps": row_max_steps}),
         requests_per_minute=rpm, tokens_per_minute=tpm, model_override=model, base_url_override=base_url,
-        progress=progress, use_cache=not no_cache, dedupe=dedupe,
+        progress=progress, use_cache=not no_cache, dedupe=dedupe, via=via, batch_fallback=batch_fallback,
+        batch_poll_seconds=batch_poll_seconds,
     )
+    if batch_fallback and via != "batch-api":
+        raise click.UsageError("--batch-fallback only applies with --via batch-api")
     try:
         summary = asyncio.run(run_batch_file(project, spec, request))
     except KeyboardInterrupt:

@@ -28,6 +28,7 @@ What the cache is never trusted with:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -66,7 +67,7 @@ class CachedProject:
     prompt files' texts when the entry was written."""
 
     documents: tuple[Document, ...]
-    prices: Mapping[str, tuple[float, float, float | None]]
+    prices: Mapping[str, tuple[float | None, ...]]  # a Price's fields in order
     prompts_digest: str
 
 
@@ -119,7 +120,7 @@ def write_cache(
     payload = {
         "key": key,
         "documents": [_encode_document(doc) for doc in documents],
-        "prices": {model: [p.input_per_mtok, p.output_per_mtok, p.cached_input_per_mtok] for model, p in prices.items()},
+        "prices": {model: list(dataclasses.astuple(p)) for model, p in prices.items()},
         "prompts": prompts,
     }
     try:
@@ -223,7 +224,7 @@ def _encode_document(doc: Document) -> dict[str, Any]:
 
 def _decode(payload: Mapping[str, Any]) -> CachedProject:
     documents = tuple(_decode_document(item) for item in payload["documents"])
-    prices = {str(model): (float(i), float(o), None if c is None else float(c)) for model, (i, o, c) in payload["prices"].items()}
+    prices = {str(model): tuple(None if v is None else float(v) for v in values) for model, values in payload["prices"].items()}
     prompts = payload["prompts"]
     if not isinstance(prompts, str):
         raise TypeError("prompts digest")

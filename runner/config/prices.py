@@ -44,6 +44,24 @@ def cost_usd(price: Price, input_tokens: int, output_tokens: int, cached_input_t
     ) / 1_000_000
 
 
+BATCH_DISCOUNT = 0.5
+"""What a provider's Batch API charges of the live price, unless a price says otherwise."""
+
+
+def batch_price(price: Price) -> Price:
+    """``price`` through the provider's Batch API: its ``batch_*`` rates, else half the live
+    ones (cached input at the same discount)."""
+    def half(rate: float | None) -> float | None:
+        return None if rate is None else rate * BATCH_DISCOUNT
+
+    given_in, given_out = price.batch_input_per_mtok, price.batch_output_per_mtok
+    return Price(
+        input_per_mtok=given_in if given_in is not None else price.input_per_mtok * BATCH_DISCOUNT,
+        output_per_mtok=given_out if given_out is not None else price.output_per_mtok * BATCH_DISCOUNT,
+        cached_input_per_mtok=half(price.cached_input_per_mtok),
+    )
+
+
 def unpriced_message(model_id: str, agent: str) -> str:
     """Why a money cap cannot be enforced for ``model_id``, and how to fix it."""
     return (

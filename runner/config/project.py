@@ -163,7 +163,7 @@ def _from_cache(root: Path, cached: CachedProject) -> Project | None:
     """The project a cache entry describes, or ``None`` when the file system no longer agrees
     with it (a prompt file refused or changed, a workspace file refused): the caller then
     loads in full, which reports why."""
-    prices = {model: Price(*values) for model, values in cached.prices.items()}
+    prices = {model: Price(*values) for model, values in cached.prices.items()}  # type: ignore[arg-type]  # as written by Price
     project = Project(root=root, prices=prices)
     if _build(project, list(cached.documents)) or _prompts_digest(project) != cached.prompts_digest:
         return None

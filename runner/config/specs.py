@@ -313,6 +313,8 @@ class Price:
     input_per_mtok: float
     output_per_mtok: float
     cached_input_per_mtok: float | None = None
+    batch_input_per_mtok: float | None = None  # through the provider's Batch API; default half the live price
+    batch_output_per_mtok: float | None = None
 
 
 @dataclass(frozen=True)

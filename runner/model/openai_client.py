@@ -87,8 +87,7 @@ class OpenAIChatModel:
     async def complete(self, request: ModelRequest, attempts: AttemptHook | None = None) -> ModelResponse:
         """Call the endpoint, retrying per the policy; ``latency_seconds`` is the successful attempt's.
         ``attempts`` hears of each failed attempt before its retry (and may stop the retries)."""
-        body = request_body(request, max_tokens_field=self.max_tokens_field)
-        body["model"] = request.model or self.model
+        body = wire_body(request, self.model, self.max_tokens_field)
         for attempt in itertools.count(1):
             started = time.monotonic()
             outcome = await self._attempt(body)
@@ -135,6 +134,13 @@ class OpenAIChatModel:
             async for chunk in stream:
                 accumulator.add(_as_dict(chunk))
         return accumulator.result()
+
+
+def wire_body(request: ModelRequest, default_model: str, max_tokens_field: str = "max_tokens") -> dict[str, Any]:
+    """The body sent for ``request``: its model, else ``default_model`` (also a provider batch line's body)."""
+    body = request_body(request, max_tokens_field=max_tokens_field)
+    body["model"] = request.model or default_model
+    return body
 
 
 def _make_client(

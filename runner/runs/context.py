@@ -53,13 +53,7 @@ class RunContext:
             for sid, r in self.done.items()
             if visible is None or sid in visible
         }
-        return {
-            "inputs": self.inputs,
-            "steps": steps,
-            "previous": self.previous,
-            "today": self.today.isoformat(),
-            "run_id": self.run_id,
-        }
+        return template_context(self.inputs, self.today, self.run_id, steps=steps, previous=self.previous)
 
     @property
     def sql(self) -> SqlSources:
@@ -72,3 +66,11 @@ class RunContext:
 
     def pricer(self, endpoint: Endpoint) -> Pricer:
         return Pricer(endpoint.model_id, find_price(self.project.prices, endpoint.model_id))
+
+
+def template_context(
+    inputs: dict[str, Any], today: date, run_id: str, *, steps: dict[str, Any] | None = None,
+    previous: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What a goal template may read (also how a provider batch renders a row's goal)."""
+    return {"inputs": inputs, "steps": steps or {}, "previous": previous, "today": today.isoformat(), "run_id": run_id}
