@@ -59,6 +59,24 @@ class _MeteredCall:
         self.ledger.failed(kind, message)
 
 
+class SpendTally:
+    """A :class:`CallRecorder` that only adds up what settled calls used: for spend outside
+    any run (``runner index``), which has no run store to write to."""
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self.calls = 0  # settled calls (embeddings are not steps: Usage.model_calls stays 0)
+        self._ids = itertools.count(1)
+
+    def call_reserved(self, call: ModelCallEntry) -> int:
+        return next(self._ids)
+
+    def model_call(self, call: ModelCallEntry, ledger_id: int | None = None) -> None:
+        if call.status != "reserved":
+            self.usage += call.usage
+            self.calls += 1
+
+
 def embedding_pricer(prices: dict[str, Price], model: str) -> Pricer:
     """The pricer of embedding model ``model`` (unpriced, 0 USD, when ``prices`` lack it)."""
     return Pricer(model, find_price(prices, model))

@@ -76,3 +76,21 @@ def test_embeddings_spend_counts_in_the_report_and_runs_show(tmp_path: Path) -> 
     assert shown.returncode == 0, shown.stderr
     assert "(embeddings)" in shown.stdout and "text-embedding-3-large" in shown.stdout
     assert f"cost ${usage['total']['cost_usd']:.6f}" in shown.stdout  # the run's cost includes the embeddings
+
+
+def test_runner_index_prints_its_embeddings_spend_and_honours_a_money_cap(tmp_path: Path) -> None:
+    env = {"TEST_EMBED_KEY": "sk-embed-abcdef012345"}
+    with ScriptedServer(SCRIPT) as model:
+        root = _with_embeddings(tmp_path, model)
+        capped = runner(root, model, "index", "product_docs", "--max-cost-usd", "0.00002", env=env)
+        sent_capped = len([r for r in model.requests if r.rule == "embeddings"])
+    assert capped.returncode == 3, capped.stderr
+    assert "max_cost_usd" in capped.stderr and "Traceback" not in capped.stderr
+    assert f"embeddings: {sent_capped} call(s)" in capped.stderr  # what was sent is said; the refused request was not
+    with ScriptedServer(SCRIPT) as model:
+        root = _with_embeddings(tmp_path / "second", model)
+        done = runner(root, model, "index", "product_docs", "--max-cost-usd", "1", env=env)
+        sent = len([r for r in model.requests if r.rule == "embeddings"])
+    assert done.returncode == 0, done.stderr
+    assert sent > sent_capped and f"embeddings: {sent} call(s)" in done.stderr
+    assert "$0.000000" not in done.stderr.split("embeddings:")[1]
