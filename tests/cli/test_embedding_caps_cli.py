@@ -94,3 +94,15 @@ def test_runner_index_prints_its_embeddings_spend_and_honours_a_money_cap(tmp_pa
     assert done.returncode == 0, done.stderr
     assert sent > sent_capped and f"embeddings: {sent} call(s)" in done.stderr
     assert "$0.000000" not in done.stderr.split("embeddings:")[1]
+
+
+def test_a_money_cap_with_an_unpriced_embedding_model_refuses_to_start(tmp_path: Path) -> None:
+    with ScriptedServer(SCRIPT) as model:
+        knowledge = KNOWLEDGE + f"embeddings: {{model: house-embedder-1, base_url: '{model.base_url}', api_key_env: TEST_EMBED_KEY}}\n"
+        root = project(tmp_path, **{"knowledge.d/docs.yaml": knowledge})
+        result = runner(root, model, "run", "answer", "-i", "question=refund?", "--max-cost-usd", "1",
+                        env={"TEST_EMBED_KEY": "sk-embed-abcdef012345"})
+        sent = len(model.requests)
+    assert result.returncode == 2, result.stderr
+    assert "house-embedder-1" in result.stderr and "no known price" in result.stderr
+    assert sent == 0
