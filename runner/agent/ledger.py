@@ -34,8 +34,11 @@ class CallRecorder(Protocol):
 class CallLedger:
     """One model call's attempts: each reserved before it is sent, each settled once."""
 
-    def __init__(self, budget: Budget, estimate: Estimate, recorder: CallRecorder, template: ModelCallEntry):
+    def __init__(
+        self, budget: Budget, estimate: Estimate, recorder: CallRecorder, template: ModelCallEntry, *, count_step: bool = True
+    ):
         self.budget, self.estimate, self.recorder, self.template = budget, estimate, recorder, template
+        self.count_step = count_step  # False: not a step of an agent (an embeddings request), not counted in max_steps
         self.worst = Usage(estimate.input_tokens, estimate.output_tokens, 0, estimate.cost_usd)
         self.attempts = 0
         self._held: Reservation | None = None
@@ -43,7 +46,7 @@ class CallLedger:
 
     def open(self) -> None:
         """Reserve the next attempt in every scope (or raise ``CapReached``), then write it down."""
-        self._held = self.budget.reserve(self.estimate)
+        self._held = self.budget.reserve(self.estimate, count_step=self.count_step)
         self.attempts += 1
         self._ledger_id = self.recorder.call_reserved(self._entry(self.worst, "reserved"))
 

@@ -3,7 +3,8 @@ embedded model (llama.cpp in embedding mode, no network).
 
 Both satisfy :class:`runner.knowledge.base.Embedder`. Endpoint failures become
 :class:`~runner.errors.ModelError` with the usual kinds; the key is redacted from them.
-Embedding calls are not chat calls: they are not counted against a run's caps.
+An embedder's ``meter`` (set by the run, or by ``runner index``) reserves each request's worst
+case against the caps before it is sent and records it (:mod:`runner.agent.embedding_meter`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import asyncio
 import math
 import os
 import threading
+import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from runner.endpoints import DEFAULT_BASE_URL, same_endpoint
 from runner.errors import ConfigError, ModelError
@@ -21,8 +23,27 @@ from runner.knowledge.spec import EmbeddingSpec
 from runner.model.openai_faults import ENDPOINT_EXCEPTIONS, classify
 
 
+class EmbeddingCall(Protocol):
+    """One embeddings request, reserved before it was sent: settle it once."""
+
+    def answered(self, input_tokens: int | None, latency: float) -> None:
+        """The endpoint answered, reporting ``input_tokens`` (``None``: it did not say)."""
+
+    def failed(self, kind: str, message: str) -> None:
+        """The request failed with the ModelError ``kind`` (or was cancelled: ``timeout``)."""
+
+
+class EmbeddingMeter(Protocol):
+    """Reserves each embeddings request against the caps (raising ``CapReached``) and records it."""
+
+    def open(self, model: str, texts: Sequence[str]) -> EmbeddingCall: ...
+
+
 class OpenAIEmbedder:
-    """Embeddings from an OpenAI-compatible endpoint, ``batch_size`` texts per request."""
+    """Embeddings from an OpenAI-compatible endpoint, ``batch_size`` texts per request, each
+    request reserved and recorded through ``meter`` when one is set."""
+
+    meter: EmbeddingMeter | None = None
 
     def __init__(self, model: str, *, base_url: str | None, api_key: str | None, timeout_seconds: float = 60.0, batch_size: int = 64):
         import openai
@@ -41,14 +62,29 @@ class OpenAIEmbedder:
         return vectors
 
     async def _batch(self, texts: list[str]) -> list[list[float]]:
+        call = self.meter.open(self._model, texts) if self.meter is not None else None  # may raise CapReached
+        started = time.monotonic()
         try:
             response = await self._client.embeddings.create(model=self._model, input=texts, encoding_format="float")
+            data = sorted(response.data, key=lambda item: item.index)
+            if len(data) != len(texts) or any(not item.embedding for item in data):
+                raise ModelError("invalid_response", f"embeddings: asked for {len(texts)} vectors, got {len(data)}")
         except ENDPOINT_EXCEPTIONS as exc:
             fault = classify(exc, self._secrets)
+            if call is not None:
+                call.failed(fault.kind, f"embeddings: {fault.message}")
             raise ModelError(fault.kind, f"embeddings: {fault.message}") from None
-        data = sorted(response.data, key=lambda item: item.index)
-        if len(data) != len(texts) or any(not item.embedding for item in data):
-            raise ModelError("invalid_response", f"embeddings: asked for {len(texts)} vectors, got {len(data)}")
+        except ModelError as exc:
+            if call is not None:
+                call.failed(exc.kind, str(exc))
+            raise
+        except BaseException:  # cancelled in flight (a deadline, Ctrl-C): the endpoint may still bill it
+            if call is not None:
+                call.failed("timeout", "embeddings: cancelled in flight")
+            raise
+        if call is not None:
+            usage = getattr(response, "usage", None)
+            call.answered(getattr(usage, "prompt_tokens", None), time.monotonic() - started)
         return [_normalised(list(item.embedding)) for item in data]
 
     async def aclose(self) -> None:

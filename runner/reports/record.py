@@ -81,6 +81,25 @@ def usage_rollups(steps: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return rollups
 
 
+def call_rollups(rollups: dict[str, Any], calls: Iterable[Mapping[str, Any]], step_ids: Iterable[str]) -> dict[str, Any]:
+    """``rollups`` (from the steps) with ``by_agent`` and ``by_model`` recomputed from the run's
+    model calls (a judge's calls under the judge agent and its model, embeddings under their
+    knowledge base), and calls outside every step (building a knowledge base) added to ``total``."""
+    in_steps = set(step_ids)
+    out = {**rollups, "by_agent": {}, "by_model": {}, "total": dict(rollups["total"])}
+    for call in calls:
+        usage = {key: call.get(key, 0) or 0 for key in USAGE_KEYS if key not in ("model_calls", "tool_calls")}
+        usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
+        usage["model_calls"], usage["tool_calls"] = 1, 0
+        _add(out["by_agent"].setdefault(call["agent"], _zero()), usage)
+        _add(out["by_model"].setdefault(call["model"], _zero()), usage)
+        if call.get("step_id") not in in_steps:
+            _add(out["total"], {**usage, "model_calls": 0})
+    for agent, step_usage in rollups["by_agent"].items():  # tool calls belong to the steps' agents
+        out["by_agent"].setdefault(agent, _zero())["tool_calls"] = step_usage["tool_calls"]
+    return out
+
+
 def fill_usage_rollups(record: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``record`` whose ``usage`` has every rollup; present ones are kept as given."""
     computed = usage_rollups(record.get("steps") or [])

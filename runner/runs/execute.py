@@ -21,13 +21,14 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+from runner.agent.embedding_meter import LedgerEmbeddingMeter, embedding_pricer
 from runner.caps.budget import Budget
 from runner.config.coerce import resolve_inputs
 from runner.config.project import Project
 from runner.config.specs import TaskSpec
 from runner.config.templates import TemplateError, render
 from runner.core.results import RunResult
-from runner.errors import UsageError
+from runner.errors import CapReached, UsageError
 from runner.locations import Location, upload_tree
 from runner.model.factory import ModelPool
 from runner.pipelines.declared import PipelineOutcome, run_pipeline
@@ -160,7 +161,7 @@ async def _attempt(ctx: RunContext) -> RunResult:
     )
     started_at, started = now_iso(), time.monotonic()
     preflight_prices(ctx, task.agents_used())
-    outcome = await _run_steps(ctx)
+    outcome = await _refresh_knowledge(ctx) or await _run_steps(ctx)
     duration = time.monotonic() - started
     output, error = redact_secrets(outcome.output, recorder.secrets), redact_secrets(outcome.error, recorder.secrets)
     record = redact_secrets(
@@ -182,6 +183,25 @@ async def _attempt(ctx: RunContext) -> RunResult:
     ctx.store.finish_run(result, record)
     recorder.emit("run_finished", **result.manifest())
     return result
+
+
+async def _refresh_knowledge(ctx: RunContext) -> PipelineOutcome | None:
+    """Build or refresh the run's knowledge bases, their embeddings requests paid from the run's
+    caps and recorded; ``capped`` when a request would pass a cap (it is not sent)."""
+    def meter_for(name: str) -> LedgerEmbeddingMeter:
+        return LedgerEmbeddingMeter(ctx.budget, ctx.recorder, embedding_pricer(ctx.project.prices, _embedding_model(ctx, name)), name)
+
+    try:
+        await ctx.services.refresh_knowledge(meter_for)
+    except CapReached as cap:
+        return PipelineOutcome("capped", None, str(cap), cap.cap, cap.scope)
+    ctx.warnings += [w for w in ctx.services.warnings if w not in ctx.warnings]
+    return None
+
+
+def _embedding_model(ctx: RunContext, name: str) -> str:
+    embedder = ctx.services.knowledge[name].embedder
+    return embedder.model if embedder is not None else ""
 
 
 async def _run_steps(ctx: RunContext) -> PipelineOutcome:

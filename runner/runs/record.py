@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from runner.core.sources import Source
 from runner.core.status import Status, exit_code
 from runner.reports.artifacts import media_type_of
-from runner.reports.record import SCHEMA_VERSION, usage_rollups
+from runner.reports.record import SCHEMA_VERSION, call_rollups, usage_rollups
 from runner.store.runstore import now_iso
 
 if TYPE_CHECKING:
@@ -22,7 +22,8 @@ def build_record(
 ) -> dict[str, Any]:
     """The JSON-able record every report format is rendered from."""
     steps = [record.as_dict() for record in ctx.done.values()]
-    usage = usage_rollups(steps)
+    calls = [c for c in ctx.store.model_calls(ctx.run_id) if c["status"] != "reserved"]
+    usage = call_rollups(usage_rollups(steps), calls, (str(step["id"]) for step in steps))
     usage["total"]["tool_calls"] = ctx.budget.spent.tool_calls
     descriptions = {s.id: s.description for s in ctx.task.pipeline.steps} if ctx.task.pipeline else {}
     artifacts: list[dict[str, Any]] = []

@@ -7,6 +7,7 @@ before the first step), the long-term memory index and the browser, closed when 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,14 @@ class RunServices:
     browser: Any = None  # runner.tools.browser.Browser
     warnings: list[str] = field(default_factory=list)
 
+    async def refresh_knowledge(self, meter_for: Callable[[str], Any]) -> None:
+        """Build or refresh each knowledge base, its embeddings requests metered by
+        ``meter_for(name)`` (reserved against the caps: ``CapReached`` stops the refresh)."""
+        for name, base in self.knowledge.items():
+            meter_embeddings(base, meter_for(name))
+            report = await base.refresh()
+            self.warnings += [f"knowledge base '{name}': {problem}" for problem in report.problems]
+
     def knowledge_for(self, names: tuple[str, ...]) -> dict[str, KnowledgeBase]:
         return {name: self.knowledge[name] for name in names if name in self.knowledge}
 
@@ -53,8 +62,7 @@ async def open_services(project: Project, task: TaskSpec, options: RunOptions, s
     """Everything the task's tools need, opened (and closed with ``stack``)."""
     services = RunServices()
     names = list(dict.fromkeys([*task.knowledge, *(n for a in _agents(project, task) for n in a.knowledge)]))
-    services.knowledge, reports = await open_knowledge(project, names, options, stack)
-    services.warnings += [f"knowledge base '{name}': {problem}" for name, report in reports.items() for problem in report.problems]
+    services.knowledge, _ = await open_knowledge(project, names, options, stack, refresh=False)  # refreshed by the run, metered
     used = _tools_used(project, task)
     if used & MEMORY_TOOLS:
         services.memory = MemoryStore(project.root / RUN_DIR / "memory.sqlite3")
@@ -69,9 +77,11 @@ async def open_services(project: Project, task: TaskSpec, options: RunOptions, s
 
 
 async def open_knowledge(
-    project: Project, names: list[str], options: RunOptions | None, stack: contextlib.AsyncExitStack
+    project: Project, names: list[str], options: RunOptions | None, stack: contextlib.AsyncExitStack, *,
+    refresh: bool = True, meter_for: Callable[[str], Any] | None = None,
 ) -> tuple[dict[str, KnowledgeBase], dict[str, RefreshReport]]:
-    """The knowledge bases ``names``, each refreshed (built on first use, then incrementally)."""
+    """The knowledge bases ``names``, each refreshed unless ``refresh`` is off (built on first
+    use, then incrementally), embeddings requests metered by ``meter_for(name)`` when given."""
     bases: dict[str, KnowledgeBase] = {}
     reports: dict[str, RefreshReport] = {}
     for name in names:
@@ -87,9 +97,18 @@ async def open_knowledge(
             stack.push_async_callback(embedder.aclose)
         base = KnowledgeBase(spec, project.root, index_path(project.root, name), embedder)
         stack.callback(base.close)
-        reports[name] = await base.refresh()
         bases[name] = base
+        if meter_for is not None:
+            meter_embeddings(base, meter_for(name))
+        if refresh:
+            reports[name] = await base.refresh()
     return bases, reports
+
+
+def meter_embeddings(base: KnowledgeBase, meter: Any) -> None:
+    """Send ``base``'s embeddings requests through ``meter`` (an endpoint's; the embedded model is free)."""
+    if base.embedder is not None and hasattr(base.embedder, "meter"):
+        base.embedder.meter = meter
 
 
 def _agents(project: Project, task: TaskSpec) -> list[AgentSpec]:

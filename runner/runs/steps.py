@@ -15,7 +15,7 @@ from typing import Any
 from runner.agent.call_cache import CallCache
 from runner.agent.loop import AgentEnv, ModelBinding, run_agent
 from runner.caps.budget import within_deadline
-from runner.config.prices import unpriced_message
+from runner.config.prices import find_price, unpriced_message
 from runner.config.specs import AgentSpec, Caps, ToolRef
 from runner.config.templates import TemplateError, render
 from runner.core.sources import unique_sources
@@ -240,3 +240,7 @@ def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:
         capped = money_capped or agent.caps.max_cost_usd is not None
         if capped and endpoint.provider != "local" and not ctx.pricer(endpoint).priced:
             raise ConfigError(unpriced_message(endpoint.model_id, name))
+    for base in ctx.services.knowledge:  # embeddings requests are paid from the same caps
+        spec = ctx.project.knowledge[base].embeddings
+        if money_capped and spec is not None and spec.provider != "local" and find_price(ctx.project.prices, spec.model) is None:
+            raise ConfigError(unpriced_message(spec.model, f"embeddings of knowledge base {base}"))

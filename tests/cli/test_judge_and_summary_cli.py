@@ -79,6 +79,13 @@ def test_a_rejected_answer_is_repaired_and_the_judge_calls_are_counted(tmp_path:
     ]
     judge_cost = sum(cost for agent, _, _, cost in calls if agent == "reviewer")
     assert judge_cost > 0 and usage["total"]["cost_usd"] == pytest.approx(sum(c for *_, c in calls))  # priced at the judge's model
+    # the breakdowns file the judge's calls under the judge and its model, not the step's agent
+    writer_cost = sum(cost for agent, _, _, cost in calls if agent == "writer")
+    assert usage["by_agent"]["reviewer"]["cost_usd"] == pytest.approx(judge_cost)
+    assert usage["by_agent"]["writer"]["cost_usd"] == pytest.approx(writer_cost)
+    assert usage["by_agent"]["reviewer"]["model_calls"] == 2 and usage["by_agent"]["writer"]["model_calls"] == 2
+    assert usage["by_model"]["gpt-4o"]["cost_usd"] == pytest.approx(judge_cost)
+    assert usage["by_model"]["gpt-4o-mini"]["cost_usd"] == pytest.approx(writer_cost)
 
 
 def test_an_answer_the_judge_keeps_rejecting_fails_the_step_with_the_reason(tmp_path: Path) -> None:
