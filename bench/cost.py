@@ -10,7 +10,10 @@ task opts into the result cache (``cache: {ttl: 1d}``), all sharing one run stor
 - ``cache re-run``: the same batch again (``--restart``): deterministic calls (the triage
   agent runs at temperature 0) are answered from the run store;
 - ``dedupe``: ``--no-cache --dedupe``: rows with identical inputs (the file repeats some
-  tickets) are sent once, each row still gets its own record.
+  tickets) are sent once, each row still gets its own record;
+- ``batch API``: ``--no-cache --via batch-api``: every row in one provider batch (OpenAI Files +
+  Batch APIs, implemented by the loopback server), billed at the batch price (half the live
+  price, as OpenAI's Batch API).
 
 The cost of a mode is what the loopback server billed while it ran (``ScriptedServer.billed``:
 the usage of every completion it produced) at the published prices shipped in
@@ -39,7 +42,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runner.config.prices import cost_usd, default_prices, find_price  # noqa: E402
+from runner.config.prices import batch_price, cost_usd, default_prices, find_price  # noqa: E402
+from runner.model.batch_endpoints import BatchBehaviour  # noqa: E402
 from runner.model.server import ScriptedServer  # noqa: E402
 
 TICKETS = ROOT / "examples" / "batch" / "tickets.csv"
@@ -49,6 +53,7 @@ MODES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cache, 1st run", ()),
     ("cache re-run", ()),
     ("dedupe", ("--no-cache", "--dedupe")),
+    ("batch API", ("--no-cache", "--via", "batch-api", "--batch-poll-seconds", "0.2")),
 )
 
 
@@ -73,13 +78,15 @@ def make_project(work: Path, rows: int) -> Path:
     return project
 
 
-def billed_usd(billed: list[tuple[str, dict[str, Any]]]) -> float:
-    """What ``billed`` (the server's ``(model, usage)`` list) costs at the published prices."""
+def billed_usd(billed: list[tuple[str, dict[str, Any]]], *, batch: bool = False) -> float:
+    """What ``billed`` (the server's ``(model, usage)`` list) costs at the published prices
+    (their Batch API rates with ``batch``)."""
     prices = default_prices()
     total = 0.0
     for model, usage in billed:
         price = find_price(prices, model)
         assert price is not None, f"no published price for {model}"
+        price = batch_price(price) if batch else price
         cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
         total += cost_usd(price, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)), cached)
     return total
@@ -102,7 +109,7 @@ def run_mode(project: Path, server: ScriptedServer, name: str, flags: tuple[str,
     summary = json.loads(done.stdout)
     billed = server.billed[before:]
     return {
-        "mode": name, "calls": len(billed), "usd": billed_usd(billed), "wall": wall,
+        "mode": name, "calls": len(billed), "usd": billed_usd(billed, batch="batch-api" in flags), "wall": wall,
         "records": summary["records_written"], "rows": summary["total"], "runner_usd": summary["cost_usd"],
     }
 
@@ -112,7 +119,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1200, help="tickets from the file (default: all 1,200)")
     parser.add_argument("--concurrency", type=int, default=32)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="runner-cost-") as tmp, ScriptedServer(yaml.safe_load(SCRIPT.read_text())) as server:
+    with tempfile.TemporaryDirectory(prefix="runner-cost-") as tmp, ScriptedServer(
+        yaml.safe_load(SCRIPT.read_text()), batch=BatchBehaviour(polls=2)
+    ) as server:
         project = make_project(Path(tmp), args.rows)
         results = [run_mode(project, server, name, flags, args.concurrency) for name, flags in MODES]
     live = results[0]["usd"] or 1.0
