@@ -5,6 +5,10 @@ for ``--id-column``, ``map`` for ``--map``, ``rpm`` for ``--rpm``, ...); see
 :data:`OPTION_NAMES`. Three do not carry over, by design: ``--journal`` (each shard keeps
 its own journal in the dag run's work directory), ``--restart`` (a new dag run starts
 over; a retry always resumes) and ``--progress`` (progress lines go to the task log).
+Nor does provider batch mode (``--via batch-api``, ``--batch-fallback``,
+``--batch-poll-seconds``): a provider batch already runs every row at once, on the provider's
+side, so there is nothing to shard; run it as one ``runner batch`` task (its wait belongs in a
+deferrable operator, not yet provided).
 
 Caps that add up over a whole batch (``max_cost_usd``, ``max_tokens``, the other summed
 caps) hold across every shard on every worker: they are one shared scope in the cap ledger
