@@ -10,20 +10,9 @@ cd "$(dirname "$0")/.."
 python=${1:-.venv/bin/python}
 start=$(date +%s)
 
-version=$(pg_lsclusters --no-header | awk 'NR == 1 {print $1}')
-cluster=$(pg_lsclusters --no-header | awk 'NR == 1 {print $2}')
-if [ -z "$version" ]; then
-  echo "sql-e2e: no PostgreSQL cluster (apt-get install postgresql first)" >&2
-  exit 1
-fi
-started_here=""
-if ! pg_lsclusters --no-header | awk 'NR == 1 {print $4}' | grep -q online; then
-  pg_ctlcluster "$version" "$cluster" start
-  started_here=1
-fi
-stop_postgres() { if [ -n "$started_here" ]; then pg_ctlcluster "$version" "$cluster" stop || true; fi; }
-trap stop_postgres EXIT
-port=$(pg_lsclusters --no-header | awk 'NR == 1 {print $3}')
+pg_who=sql-e2e
+# shellcheck source=.ci/postgres.sh
+source .ci/postgres.sh
 
 # A throw-away owner, reader and database for this run (dropped first: every run starts from nothing).
 owner_password=$("$python" -c 'import secrets; print(secrets.token_hex(16))')
