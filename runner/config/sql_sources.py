@@ -59,12 +59,28 @@ def source_problems(doc: Document, pointer: str, data: Mapping[str, Any]) -> lis
     return problems
 
 
+def _password_problems(doc: Document, pointer: str, url: str) -> list[Problem]:
+    """The URL must not hold a password (checked with the standard library alone)."""
+    from urllib.parse import urlsplit
+
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return []
+    if not password:
+        return []
+    return [doc.problem(pointer, "the URL holds a password (value hidden): remove it and name the variable "
+                        "that holds it in password_env, or give the whole URL in url_env")]
+
+
 def _url_problems(doc: Document, pointer: str, url: str, data: Mapping[str, Any]) -> list[Problem]:
     try:
         from sqlalchemy.engine import make_url
         from sqlalchemy.exc import ArgumentError
     except ModuleNotFoundError:
-        return [doc.problem(pointer, "SQL sources need SQLAlchemy and the database drivers: pip install 'runner[sql]'")]
+        # Without runner[sql] the project still loads (its other tasks run); a task that
+        # queries the source says what to install when it runs. The password check holds.
+        return _password_problems(doc, pointer, url)
 
     try:
         parsed = make_url(url)
@@ -72,8 +88,7 @@ def _url_problems(doc: Document, pointer: str, url: str, data: Mapping[str, Any]
         # never echo the value: it may hold a password
         return [doc.problem(pointer, "not a SQLAlchemy URL (value hidden); write DIALECT[+DRIVER]://USER@HOST[:PORT]/DATABASE")]
     if parsed.password:
-        return [doc.problem(pointer, "the URL holds a password (value hidden): remove it and name the variable "
-                            "that holds it in password_env, or give the whole URL in url_env")]
+        return _password_problems(doc, pointer, url) or [doc.problem(pointer, "the URL holds a password (value hidden)")]
     backend = parsed.get_backend_name()
     if data.get("files") and not (backend == "duckdb" and (parsed.database or ":memory:") == ":memory:"):
         return [doc.problem(pointer, "files: are read by DuckDB in memory; use url: duckdb:///:memory:")]
