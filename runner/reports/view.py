@@ -168,11 +168,12 @@ def _sources(record: Mapping[str, Any]) -> Table | None:
 
 def _facts(record: Mapping[str, Any]) -> list[tuple[str, str]]:
     total = record["usage"]["total"]
+    cache = [("Prompt cache", _cache_fact(total))] if total["cached_input_tokens"] else []  # as the batch report: only when used
     return [
         ("Duration", formatting.seconds(record["duration_seconds"])),
         ("Cost", formatting.usd(total["cost_usd"])),
         ("Tokens", formatting.count(total["total_tokens"])),
-        ("Prompt cache", _cache_fact(total)),
+        *cache,
         ("Steps", formatting.count(len(record["steps"]))),
         ("Model calls", formatting.count(total["model_calls"])),
         ("Tool calls", formatting.count(total["tool_calls"])),
