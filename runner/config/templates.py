@@ -14,9 +14,12 @@ Filters beyond Jinja's own: ``add_days`` (``{{ inputs.date | add_days(-7) }}``).
 Templates are the configuration author's, but their values (inputs, step outputs) are not,
 so rendering is contained: Jinja's sandbox (no ``_`` attributes, no ``str.format``), no
 template loader (``include``, ``import`` and ``extends`` have nothing to load), bounded
-``*`` and ``**``, and a cap on the rendered size. Every failure, whatever Jinja or Python
-raised, becomes a :class:`TemplateError` naming the line of the template and, for a
-:class:`LocatedTemplate`, the file, line and pointer where the template was written.
+``*`` and ``**``, a cap on the rendered size, and a budget of work and time per render with
+bounded intermediate values (:mod:`runner.config.template_budget`: nested loops, recursive
+macros and one-step blow-ups such as ``|replace`` or ``%``-format widths stop with an error).
+Every failure, whatever Jinja or Python raised, becomes a :class:`TemplateError` naming the
+line of the template and, for a :class:`LocatedTemplate`, the file, line and pointer where
+the template was written.
 """
 
 from __future__ import annotations
@@ -40,10 +43,25 @@ from jinja2 import (
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import SandboxedEnvironment
 
+from runner.config.template_budget import (
+    BUDGET_FILTERS,
+    MAX_VALUE_SIZE,
+    BudgetedCodeGenerator,
+    BudgetingTransformer,
+    TemplateTooCostly,
+    bounded_lipsum,
+    bounded_value,
+    budgeted,
+    check_binop,
+    check_call,
+    check_result,
+    guarded_filters,
+    spend,
+)
 from runner.errors import Problem
 
 ROOT_NAMES = ("inputs", "steps", "previous", "today", "run_id")
-MAX_RENDERED_CHARS = 1_000_000
+MAX_RENDERED_CHARS = MAX_VALUE_SIZE
 """A rendered template longer than this is an error (a goal is a prompt, not a data dump)."""
 MAX_EXPONENT = 1024
 
@@ -83,26 +101,44 @@ class Reference:
 
 
 class _Sandbox(SandboxedEnvironment):
-    """Jinja's sandbox, with ``str.format`` refused and ``*`` / ``**`` kept to sane sizes."""
+    """Jinja's sandbox, with ``str.format`` refused, ``*`` / ``**`` / ``+`` / ``%`` kept to sane
+    sizes, and every lookup, call, operation, loop iteration and filter spending from the
+    render's budget (:mod:`runner.config.template_budget`)."""
 
-    intercepted_binops = frozenset({"*", "**"})
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
+    code_generator_class = BudgetedCodeGenerator
+
+    def _generate(self, source: nodes.Template, name: str | None, filename: str | None, defer_init: bool = False) -> str:
+        return super()._generate(BudgetingTransformer().visit(source), name, filename, defer_init)  # type: ignore[no-any-return]
 
     def getattr(self, obj: Any, attribute: str) -> Any:
+        spend()
         if _is_str_format(obj, attribute):
             return self.unsafe_undefined(obj, attribute)
         return super().getattr(obj, attribute)
 
     def getitem(self, obj: Any, argument: Any) -> Any:
+        spend()
         if _is_str_format(obj, argument):
             return self.unsafe_undefined(obj, argument)
         return super().getitem(obj, argument)
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        spend()
         if operator == "**" and _is_int(right) and right > MAX_EXPONENT and _is_number(left) and abs(left) > 1:
             raise SecurityError(f"the exponent {right} is too large (at most {MAX_EXPONENT})")
         if operator == "*" and _repeats_beyond_limit(left, right):
             raise SecurityError(f"repeating a value this many times makes more than {MAX_RENDERED_CHARS} items")
-        return super().call_binop(context, operator, left, right)
+        check_binop(operator, left, right)
+        return bounded_value(super().call_binop(context, operator, left, right))
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        check_call(__obj, args, kwargs)
+        return check_result(__obj, super().call(__context, __obj, *args, **kwargs))
+
+    def bounded_value(self, value: Any) -> Any:
+        """What ``~`` made, refused when too large (called from compiled templates)."""
+        return bounded_value(value)
 
 
 def _is_str_format(obj: Any, attribute: Any) -> bool:
@@ -137,8 +173,11 @@ class _NoTemplateFiles(BaseLoader):
 def environment() -> SandboxedEnvironment:
     """The one template environment (sandboxed, strict about undefined variables)."""
     env = _Sandbox(loader=_NoTemplateFiles(), undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+    env.filters.update(guarded_filters(env.filters))
+    env.filters.update(BUDGET_FILTERS)
     env.filters["tojson_compact"] = _tojson
     env.filters["add_days"] = _add_days
+    env.globals["lipsum"] = bounded_lipsum(env.globals["lipsum"])  # type: ignore[arg-type]
     return env
 
 
@@ -174,11 +213,12 @@ def render_bounded(compiled: Any, context: dict[str, Any]) -> str:
     """Render a compiled template, stopping once the output passes ``MAX_RENDERED_CHARS``."""
     parts: list[str] = []
     size = 0
-    for chunk in compiled.generate(context):
-        size += len(chunk)
-        if size > MAX_RENDERED_CHARS:
-            raise TemplateError(f"the template renders to more than {MAX_RENDERED_CHARS} characters")
-        parts.append(chunk)
+    with budgeted():
+        for chunk in compiled.generate(context):
+            size += len(chunk)
+            if size > MAX_RENDERED_CHARS:
+                raise TemplateError(f"the template renders to more than {MAX_RENDERED_CHARS} characters")
+            parts.append(chunk)
     return "".join(parts)
 
 
@@ -191,6 +231,8 @@ def describe(exc: BaseException) -> str:
     """A person's message for an exception raised while rendering, with the template line."""
     line = template_line(exc.__traceback__)
     where = f" on line {line}" if line else ""
+    if isinstance(exc, TemplateTooCostly):
+        return f"template refused{where}: {exc}"
     if isinstance(exc, SecurityError):
         return (
             f"template refused{where}: {str(exc).rstrip('.')}; templates run in a sandbox "
