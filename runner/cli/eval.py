@@ -51,6 +51,7 @@ def eval_(name: str, variants: tuple[str, ...], out_dir: Path | None, baseline_p
     threshold, 1 a variant below it, 2 configuration or usage error, 3 a cap stopped a
     variant, 130 interrupted (rerun to resume).
     """
+    from runner.evals.dataset import baseline_target_problem
     from runner.evals.report import write_reports
     from runner.evals.run import EvalRequest, run_eval
 
@@ -60,6 +61,8 @@ def eval_(name: str, variants: tuple[str, ...], out_dir: Path | None, baseline_p
     target = baseline_path or spec.baseline
     if save_baseline and target is None:
         raise UsageError(f"--save-baseline: eval '{spec.name}' declares no baseline: add baseline: PATH to it, or pass --baseline PATH")
+    if save_baseline and (why := baseline_target_problem(spec, root, baseline_path)) is not None:
+        raise UsageError(f"--save-baseline: {spec.source}: /baseline: {why}")
     out = out_dir or root / "reports" / "evals" / spec.name
     request = EvalRequest(
         out_dir=out, variants=variants, restart=restart, concurrency=concurrency, max_attempts=max_attempts,
