@@ -112,8 +112,9 @@ async def _execute(
 ) -> RunResult:
     caps = task.caps.tighten(options.caps)
     chash = config_hash(project, task)
-    attempt = store.start_run(run_id, task.name, inputs, chash, caps.as_dict())
-    recorder = RunRecorder(store, run_id, attempt, options.events, known_secrets(project, options))
+    secrets = known_secrets(project, options)  # an input may hold a key: the store keeps it redacted, like everything else
+    attempt = store.start_run(run_id, task.name, redact_secrets(inputs, secrets), chash, caps.as_dict())
+    recorder = RunRecorder(store, run_id, attempt, options.events, secrets)
     try:
         budget = options.parent_budget.child(caps, "task") if options.parent_budget else Budget(caps, scope="task")
         warnings = _carry_over(store, run_id, budget) if attempt > 1 else []

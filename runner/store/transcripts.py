@@ -74,7 +74,11 @@ class TranscriptStore:
         db.script(_TABLES.format(identity=_IDENTITY[db.dialect]))
 
     def add_model_call(self, run_id: str, attempt: int, call_id: int | None, call: ModelCallEntry, exchange: Exchange) -> None:
-        """Store one model call attempt's request and response (``exchange``, already redacted)."""
+        """Store one model call attempt's request and response (``exchange``, already redacted).
+
+        Written first when the call is reserved (its request, status ``reserved``, no response),
+        then again when it is settled: the entry of the same ``call_id`` is replaced, so a call
+        a crash cut still shows what was sent."""
         messages = [(digest_of(m), m) for m in exchange.messages]
         tools = (digest_of(list(exchange.tools)), list(exchange.tools)) if exchange.tools else None
         entry = {
@@ -117,10 +121,16 @@ class TranscriptStore:
                 " ON CONFLICT (digest) DO NOTHING",
                 [(d, body := _canonical(v), len(body), now) for d, v in unique.items()],
             )
+            text = json.dumps(entry, ensure_ascii=False)
+            if call_id is not None and db.execute(  # the entry written when the call was reserved
+                "UPDATE transcript_entries SET entry_json = ? WHERE run_id = ? AND call_id = ? AND kind = ?",
+                (text, run_id, call_id, kind),
+            ):
+                return
             db.execute(
                 "INSERT INTO transcript_entries (run_id, attempt, step_id, agent, kind, seq, call_id, entry_json, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, attempt, step_id, agent, kind, seq, call_id, json.dumps(entry, ensure_ascii=False), now),
+                (run_id, attempt, step_id, agent, kind, seq, call_id, text, now),
             )
 
     # -- reading ---------------------------------------------------------------------------
