@@ -56,8 +56,8 @@ class Schema:
 
     def statements(self, dialect: Dialect) -> list[str]:
         """The DDL as this dialect's statements (comments and blank statements dropped)."""
-        text = self._filled(self.ddl, dialect)
-        return [s.strip() for s in (_without_comments(part) for part in text.split(";")) if s.strip()]
+        text = _without_comments(self._filled(self.ddl, dialect))  # first: a comment may hold a ';'
+        return [statement.strip() for statement in text.split(";") if statement.strip()]
 
     def added_for(self, dialect: Dialect) -> list[tuple[str, str, str]]:
         """``(table, column, definition)`` of each added column, its names and types filled in."""
