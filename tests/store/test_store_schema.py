@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
