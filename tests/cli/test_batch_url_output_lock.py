@@ -153,9 +153,10 @@ def test_a_live_holder_on_this_host_is_not_stale_however_old_its_lease() -> None
 def test_an_in_process_url_lock_refuses_a_second_holder_and_is_released() -> None:
     target = location("memory://locks-test/out.jsonl")
     with exclusive_output(target, {"task": "first"}):
-        with pytest.raises(UsageError, match=r"another batch \(pid \d+, host .*, task first\)"):
-            with exclusive_output(target, {"task": "second"}):
-                pass
+        with pytest.raises(UsageError, match=r"another batch \(pid \d+, host .*, task first\)"), exclusive_output(
+            target, {"task": "second"}
+        ):
+            pass
         assert target.fs.exists("/locks-test/.out.jsonl.lock")
     assert not target.fs.exists("/locks-test/.out.jsonl.lock")
     with exclusive_output(target, {"task": "third"}):
