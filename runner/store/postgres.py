@@ -76,6 +76,7 @@ class PostgresDatabase(Database):
         self.reconnect = reconnect or Reconnect.from_env()
         self.reconnects = 0  # how many times the connection came back (for logs and tests)
         self._hooks: list[Callable[[Database], object]] = []
+        self._closed = False  # closed on purpose: never reconnected
         self._guarded = threading.local()  # inside a retried unit: its statements are not retried one by one
         try:
             import psycopg
@@ -116,6 +117,7 @@ class PostgresDatabase(Database):
 
     def close(self) -> None:
         with self._lock, contextlib.suppress(Exception):
+            self._closed = True
             self._db.close()
 
     # --- statements ---------------------------------------------------------------------------
@@ -204,6 +206,8 @@ class PostgresDatabase(Database):
             self._retrying(lambda: None, None)
 
     def _revive(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"the connection to the store {self.where} was closed; open the store again")
         if not (self._db.closed or self._db.broken):
             return
         with contextlib.suppress(Exception):
