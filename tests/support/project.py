@@ -36,16 +36,20 @@ def write_project(root: Path, files: Mapping[str, str]) -> Path:
     return root
 
 
-def copy_shipped(root: Path, parts: Iterable[str] = SHIPPED, files: Mapping[str, str] | None = None) -> Path:
+def copy_shipped(
+    root: Path, parts: Iterable[str] = SHIPPED, files: Mapping[str, str] | None = None,
+    copies: Mapping[str, str] | None = None,
+) -> Path:
     """``root`` with the repository's ``parts`` (directories or files, relative to the checkout)
-    copied in, then ``files`` written over them; returns ``root``."""
-    for part in parts:
-        source, target = REPO / part, root / part
-        if source.is_dir():
-            shutil.copytree(source, target)
+    copied to the same place, ``copies`` (checkout path -> project path) copied elsewhere, then
+    ``files`` written over them; returns ``root``."""
+    for source, target in [*((part, part) for part in parts), *(copies or {}).items()]:
+        if (REPO / source).is_dir():
+            shutil.copytree(REPO / source, root / target)
         else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(source, target)
+            (root / target).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / source, root / target)
+    root.mkdir(parents=True, exist_ok=True)
     return write_project(root, files or {})
 
 
@@ -56,13 +60,13 @@ def copy_project(source: Path, root: Path, files: Mapping[str, str] | None = Non
 
 
 def runner_env(
-    server: Any | None = None, *, key: str = MODEL_KEY, extra: Mapping[str, str] | None = None, keep_runner: bool = True
+    server: Any | None = None, *, key: str = MODEL_KEY, extra: Mapping[str, str] | None = None, drop: Iterable[str] = ()
 ) -> dict[str, str]:
-    """The environment of a ``runner`` process: no ``OPENAI_*`` variable of the caller's (and, without
-    ``keep_runner``, no ``RUNNER_*`` one), this checkout first on ``PYTHONPATH``, ``server``'s URL
-    and ``key`` when given, then ``extra``."""
-    drop = ("OPENAI",) if keep_runner else ("OPENAI", "RUNNER_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    """The environment of a ``runner`` process: no ``OPENAI_*`` variable of the caller's (nor any
+    starting with a prefix in ``drop``, e.g. ``OTEL_``), this checkout first on ``PYTHONPATH``,
+    ``server``'s URL and ``key`` when given, then ``extra``."""
+    prefixes = ("OPENAI", *drop)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     if server is not None:
         env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY=key)
@@ -72,12 +76,12 @@ def runner_env(
 
 def run_cli(
     root: Path, server: Any | None, *args: str, env: Mapping[str, str] | None = None, timeout: float = 300,
-    key: str = MODEL_KEY,
+    key: str = MODEL_KEY, drop: Iterable[str] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m runner ARGS`` in ``root``, pointed at ``server``, stdin closed."""
+    """``python -m runner ARGS`` in ``root``, pointed at ``server`` (see :func:`runner_env`), stdin closed."""
     return subprocess.run(
-        [sys.executable, "-m", "runner", *args], cwd=root, env=runner_env(server, key=key, extra=env), capture_output=True,
-        text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        [sys.executable, "-m", "runner", *args], cwd=root, env=runner_env(server, key=key, extra=env, drop=drop),
+        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
     )  # fmt: skip
 
 

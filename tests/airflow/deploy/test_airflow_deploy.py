@@ -34,6 +34,7 @@ import pytest
 import yaml
 
 from tests.airflow.deploy.deployment import REPO, Deployment, free_port
+from tests.support.project import copy_shipped
 
 DATABASE_URL = os.environ.get("RUNNER_AIRFLOW_DEPLOY_DB", "")
 STORE_URL = os.environ.get("RUNNER_AIRFLOW_DEPLOY_STORE", "")
@@ -106,13 +107,8 @@ class Outcome:
 
 def _project(base: Path) -> tuple[Path, list[dict[str, str]], list[dict[str, str]]]:
     """A runner project (the repository's agents and tasks, and ``resume_check``) with two ticket files."""
-    root = base / "project"
-    for part in ("agents.d", "tasks.d"):
-        shutil.copytree(REPO / part, root / part)
-    (root / "agents.d/plain.yaml").write_text(RESUME_AGENT)
-    (root / "tasks.d/resume_check.yaml").write_text(RESUME_TASK)
-    (root / "examples/data").mkdir(parents=True)
-    shutil.copy(REPO / "examples/data/sales.csv", root / "examples/data/sales.csv")
+    root = copy_shipped(base / "project", ("agents.d", "tasks.d", "examples/data/sales.csv"),
+                        {"agents.d/plain.yaml": RESUME_AGENT, "tasks.d/resume_check.yaml": RESUME_TASK})  # fmt: skip
     with (REPO / "examples/batch/tickets.csv").open(newline="") as handle:
         reader = csv.DictReader(handle)
         columns = list(reader.fieldnames or [])
