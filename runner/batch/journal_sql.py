@@ -180,7 +180,7 @@ class SqlJournal(BatchJournal):
                            (*self._layout.key, number, token))  # fmt: skip
             return int(found["attempts"]) if found else None
 
-        return self._db.atomic(start, check=started)
+        return self._db.checked(start, check=started)
 
     def record(self, number: int, outcome: RowOutcome) -> bool:
         # One statement: the result and the status land together or not at all.
@@ -203,7 +203,7 @@ class SqlJournal(BatchJournal):
                            (*self._layout.key, number, token))  # fmt: skip
             return True if found else None
 
-        return self._db.atomic(write, check=written)
+        return self._db.checked(write, check=written)
 
     def mark_not_run(self, reason: str, kind: str) -> int:
         token, rows, mine = new_token(), self._layout.rows, self._layout.mine
@@ -218,7 +218,7 @@ class SqlJournal(BatchJournal):
             found = db.row(f"SELECT COUNT(*) AS n FROM {rows} WHERE {mine} AND token = ?", (*self._layout.key, token))
             return int(found["n"]) if found and found["n"] else None
 
-        return self._db.atomic(mark, check=marked)
+        return self._db.checked(mark, check=marked)
 
     # --- reads -----------------------------------------------------------------------
 

@@ -154,6 +154,15 @@ class Database(ABC):
                 return unit(self)
             return self._retrying(lambda: self._in_transaction(unit), check)
 
+    def checked(self, write: Callable[[Database], T], *, check: Callable[[Database], T | None]) -> T:
+        """:meth:`atomic` for a ``write`` of one statement: sent on its own (a lone statement is its
+        own transaction: one round trip, not three), repeated after a dropped connection unless
+        ``check`` finds that the lost try committed."""
+        with self._lock:
+            if self._depth:
+                return write(self)
+            return self._retrying(lambda: write(self), check)
+
     @abstractmethod
     def transaction(self) -> contextlib.AbstractContextManager[Database]:
         """Statements inside the block commit together or not at all (nesting joins the outer

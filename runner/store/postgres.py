@@ -169,6 +169,7 @@ class PostgresDatabase(Database):
         delay = 0.0
         lost: Exception | None = None
         with self._lock:
+            outer = getattr(self._guarded, "on", False)  # nested (a reconnect before a transaction): keep the outer's mode
             self._guarded.on = True
             try:
                 while True:
@@ -186,7 +187,7 @@ class PostgresDatabase(Database):
                     started = time.monotonic() if started is None else started
                     delay = self._pause(started, delay, lost)
             finally:
-                self._guarded.on = False
+                self._guarded.on = outer
 
     def _pause(self, started: float, delay: float, lost: Exception) -> float:
         """Wait before the next try (none before the first); :class:`StoreUnavailable` once the time is up."""

@@ -358,7 +358,7 @@ class RunStore:
             assert inserted is not None
             return int(inserted["id"])
 
-        return self._db.atomic(insert, check=lambda db: _written(db, "model_calls", run_id, token))
+        return self._db.checked(insert, check=lambda db: _written(db, "model_calls", run_id, token))
 
     def settle_model_call(self, call_id: int, call: ModelCallEntry) -> None:
         """Replace a reserved call's worst case by how it ended."""
@@ -395,7 +395,7 @@ class RunStore:
         )  # fmt: skip
 
     def _insert_once(self, sql: str, values: tuple[Any, ...], table: str, run_id: str, token: str) -> None:
-        self._db.atomic(lambda db: db.execute(sql, values), check=lambda db: _written(db, table, run_id, token))
+        self._db.checked(lambda db: db.execute(sql, values), check=lambda db: _written(db, table, run_id, token))
 
     def model_calls(self, run_id: str) -> list[dict[str, Any]]:
         return self._db.rows("SELECT * FROM model_calls WHERE run_id = ? ORDER BY id", (run_id,))

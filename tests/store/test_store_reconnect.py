@@ -104,39 +104,41 @@ def model_call(status: str = "reserved") -> ModelCallEntry:
     return ModelCallEntry("s", "agent", "m", 1, Usage(10, 20, cost_usd=0.5), 0.1, status)
 
 
-STORE_WRITES: dict[str, tuple[Callable[[RunStore], Any], str, Any]] = {
+STORE_WRITES: dict[str, tuple[Callable[[RunStore], Any], str, Any, str]] = {  # (write, query, expected, tag cut)
     "start_run (a resumed attempt)": (
-        lambda s: s.start_run("r1", "t", {}, "h", {}), "SELECT attempts FROM runs WHERE run_id = 'r1'", 2,
+        lambda s: s.start_run("r1", "t", {}, "h", {}), "SELECT attempts FROM runs WHERE run_id = 'r1'", 2, "COMMIT",
     ),
     "add_model_call": (
         lambda s: s.add_model_call("r1", 1, model_call()), "SELECT COUNT(*) FROM model_calls WHERE run_id = 'r1'", 1,
+        "INSERT",
     ),
     "add_tool_call": (
         lambda s: s.add_tool_call("r1", 1, ToolCallEntry("s", "agent", 1, "calc", "{}", "ok", 0.1, "2")),
-        "SELECT COUNT(*) FROM tool_calls WHERE run_id = 'r1'", 1,
+        "SELECT COUNT(*) FROM tool_calls WHERE run_id = 'r1'", 1, "INSERT",
     ),
-    "add_plan": (lambda s: s.add_plan("r1", 1, {"steps": []}, None), "SELECT COUNT(*) FROM plans WHERE run_id = 'r1'", 1),
+    "add_plan": (
+        lambda s: s.add_plan("r1", 1, {"steps": []}, None), "SELECT COUNT(*) FROM plans WHERE run_id = 'r1'", 1, "INSERT",
+    ),
     "transcript entry": (
         lambda s: s.transcripts.add_tool_call("r1", 1, ToolCallEntry("s", "agent", 1, "calc", "{}", "ok", 0.1, "2"), "2"),
-        "SELECT COUNT(*) FROM transcript_entries WHERE run_id = 'r1'", 1,
+        "SELECT COUNT(*) FROM transcript_entries WHERE run_id = 'r1'", 1, "COMMIT",
     ),
-    "unsettled_calls": (
+    "unsettled_calls": (  # a call a crash left reserved (a lone INSERT, not cut), then the marking is cut
         lambda s: (s.add_model_call("r1", 1, model_call()), s.unsettled_calls("r1")),
-        "SELECT COUNT(*) FROM model_calls WHERE status = 'unsettled'", 1,
+        "SELECT COUNT(*) FROM model_calls WHERE status = 'unsettled'", 1, "COMMIT",
     ),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("write", list(STORE_WRITES))
 def test_a_run_store_write_whose_commit_answer_was_lost_is_applied_once(postgres_url: str, proxy: FaultProxy, write: str) -> None:
-    apply, query, expected = STORE_WRITES[write]
+    apply, query, expected, tag = STORE_WRITES[write]
     store = RunStore(proxy.url)
     try:
         store.start_run("r1", "t", {}, "h", {})
-        cuts = 2 if write == "unsettled_calls" else 1  # that one writes twice: both answers are lost
-        proxy.cut_after("COMMIT", times=cuts)
+        proxy.cut_after(tag)
         apply(store)
-        assert proxy.cuts == cuts  # the fault happened: the server committed, the client was cut off
+        assert proxy.cuts == 1  # the fault happened: the server committed, the client was cut off
         assert count(postgres_url, query) == expected
     finally:
         store.close()
@@ -146,7 +148,7 @@ def test_a_model_call_id_is_the_committed_rows_after_a_lost_answer(postgres_url:
     store = RunStore(proxy.url)
     try:
         store.start_run("r1", "t", {}, "h", {})
-        proxy.cut_after("COMMIT")
+        proxy.cut_after("INSERT")
         call_id = store.add_model_call("r1", 1, model_call())
         store.settle_model_call(call_id, model_call("ok"))
         assert [(r["id"], r["status"]) for r in store.model_calls("r1")] == [(call_id, "ok")]
@@ -167,12 +169,12 @@ def journal(tmp_path: Path, proxy: FaultProxy) -> Iterator[BatchJournal]:
 
 
 def test_journal_transitions_whose_commit_answer_was_lost_are_applied_once(journal: BatchJournal, proxy: FaultProxy) -> None:
-    proxy.cut_after("COMMIT")
+    proxy.cut_after("UPDATE")  # a lone statement: committed when the server says it is ready again
     assert journal.mark_running(1, "run-1") == 1  # not 2: the attempt counted once
-    proxy.cut_after("COMMIT")
+    proxy.cut_after("UPDATE")
     assert journal.record(1, RowOutcome("done", output={"a": 1}, usage=Usage(cost_usd=0.25)))  # not "was not running"
     journal.mark_running(2, "run-2")
-    proxy.cut_after("COMMIT")
+    proxy.cut_after("UPDATE")
     assert journal.mark_not_run("batch cap reached", "max_cost_usd") == 1  # row 3, counted once
     proxy.cut_after("COMMIT")
     state = journal.prepare_resume()

@@ -5,8 +5,11 @@ server's messages (PostgreSQL's wire protocol: a type byte, a 4-byte length), so
 a connection at a chosen moment:
 
 * :meth:`FaultProxy.cut_after` - after the server has answered a statement whose command tag
-  starts with ``tag`` (``"COMMIT"``, ``"INSERT"``, ``"UPDATE"``): the server did the work and
-  committed, the client never hears so. This is the one fault a retry must not repeat.
+  starts with ``tag`` (``"COMMIT"``, ``"INSERT"``, ``"UPDATE"``) and said it is ready for the
+  next (``ReadyForQuery``, sent once a lone statement or a ``COMMIT`` has committed): the
+  server did the work and committed, the client never hears so. This is the one fault a
+  retry must not repeat. (Inside a transaction the statement is not committed yet: the
+  server rolls it back when the line goes.)
 * :meth:`FaultProxy.cut_all` - every open connection at once (a network blip).
 
 The proxied URL disables TLS and GSS encryption negotiation, so the stream is typed from the
@@ -55,8 +58,8 @@ class FaultProxy:
         self.cut_all()
 
     def cut_after(self, tag: str, times: int = 1) -> None:
-        """Cut the connection right after the server answers the next ``times`` statements whose
-        command tag starts with ``tag``, without passing those answers on."""
+        """Cut the connection once the server has answered the next ``times`` statements whose
+        command tag starts with ``tag`` and is ready for more, without passing any of it on."""
         with self._lock:
             self._armed.extend([tag] * times)
 
@@ -101,17 +104,19 @@ class FaultProxy:
         _close((client, server))
 
     def _downstream(self, client: socket.socket, server: socket.socket) -> None:
-        buffer = b""
+        buffer, cutting = b"", False
         with contextlib.suppress(OSError):
             while data := server.recv(65536):
                 buffer += data
                 for message, rest in _messages(buffer):
                     buffer = rest
-                    if self._cut_here(message):
+                    cutting = cutting or self._cut_here(message)
+                    if cutting and message[:1] == b"Z":  # ReadyForQuery: what came before it is done
                         self.cuts += 1
                         _close((client, server))
                         return
-                    client.sendall(message)
+                    if not cutting:
+                        client.sendall(message)
         _close((client, server))
 
     def _cut_here(self, message: bytes) -> bool:
