@@ -144,6 +144,24 @@ def test_the_resumed_run_takes_over_its_dead_predecessors_reservation_once(ledge
     assert reserved.cost_usd == pytest.approx(0.2)
 
 
+def test_what_several_dead_workers_held_for_one_run_is_carried_once_in_all(ledger: CapLedger, store_target: str | Path) -> None:
+    """The run crashed twice (two workers died in turn, each with a call of it in flight)."""
+    first = Holder(store_target, ("run-a", 0.2))
+    first.kill()
+    second = Holder(store_target, ("run-a", 0.3), ("run-b", 0.1))
+    second.kill()
+    while len(ledger.scope("k").dead_holders) < 2:
+        time.sleep(0.05)
+    assert sorted(ledger.scope("k").dead_holders) == sorted([first.label, second.label])
+    run = resumed_run(ledger, "run-a", attempt=3)
+    assert run.take_over("run-a").cost_usd == pytest.approx(0.5)
+    spent, reserved = ledger.figures("k")
+    assert (spent.cost_usd, spent.model_calls, reserved.cost_usd, reserved.model_calls) == (
+        pytest.approx(0.5), 2, pytest.approx(0.1), 1,
+    )  # fmt: skip
+    assert ledger.scope("k").dead_holders == (second.label,)  # what it still holds is run-b's
+
+
 def test_a_live_workers_reservations_are_never_taken_over(ledger: CapLedger, store_target: str | Path) -> None:
     holder = Holder(store_target, ("run-a", 0.3))
     try:
