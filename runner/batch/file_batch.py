@@ -184,7 +184,7 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
         "stop_kind": summary.stop_kind,
         "exit_code": summary.exit_code,
         "output_path": str(request.output_path),
-        "report_path": str(markdown),
+        "report_path": None if markdown is None else str(markdown),
         "journal_path": str(journal_path),
         "provider_pending": list(summary.pending),
     }
@@ -192,7 +192,7 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
 
 async def _run_locked(
     project: Project, task: TaskSpec, request: BatchRequest, source: InputSource, journal_path: Path
-) -> tuple[BatchSummary, int, Location]:
+) -> tuple[BatchSummary, int, Location | None]:
     """The batch proper, while this process holds the output file: rows, output, report."""
     journal = _open_journal(task, request, source, journal_path)
     gate = SharedRateLimiter(requests_per_minute=request.requests_per_minute, tokens_per_minute=request.tokens_per_minute)
@@ -208,7 +208,7 @@ async def _run_locked(
             provider = await _via_provider(project, task, request, source, journal) if request.via == "batch-api" else None
             summary = provider
             if provider is not None and provider.pending:  # out at the provider: no output or report until collected
-                return provider, 0, ""
+                return provider, 0, None
             if provider is None or _fall_back(request, provider):
                 # a row's provider attempt counts: the live engine still gets its --max-attempts
                 attempts = request.max_attempts + (provider is not None)
