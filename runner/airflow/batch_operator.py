@@ -180,7 +180,9 @@ class RunnerBatchOperator(BaseOperator):
         via = choice(self.via, "via", VIAS) or "batch-api"
         fallback = choice(self.batch_fallback, "batch_fallback", ("live",))
         if via == "live" and (self.deferrable or fallback):
-            raise UsageError("deferrable=True and batch_fallback need via='batch-api' (a live batch runs in the worker)")
+            raise UsageError(
+                "deferrable=True and batch_fallback need via='batch-api' (a live batch runs in the worker)"
+            )
         deferrable = _default_deferrable() if self.deferrable is None else bool(self.deferrable)
         if via == "batch-api":
             check_provider_batch_options(self.options, fallback)
@@ -247,7 +249,9 @@ class RunnerBatchOperator(BaseOperator):
         """Fail on a trigger error: without retries unless another try may pass (``unreachable``)."""
         if waited.status != "error":
             if waited.cancelled_for:
-                self.log.warning("%s reached: provider batch(es) %s cancelled", waited.cancelled_for, dict(waited.batches))
+                self.log.warning(
+                    "%s reached: provider batch(es) %s cancelled", waited.cancelled_for, dict(waited.batches)
+                )
             return
         message = f"runner batch {self.task!r}: waiting for provider batch(es) failed: {waited.kind}: {waited.message}"
         if waited.kind in FINAL_TRIGGER_ERRORS:
@@ -256,7 +260,9 @@ class RunnerBatchOperator(BaseOperator):
 
     # --- finishing ----------------------------------------------------------------------
 
-    def _finish(self, context: Context, batch: _Batch, step: BatchStep, waited: BatchWaitEvent | None) -> dict[str, Any]:
+    def _finish(
+        self, context: Context, batch: _Batch, step: BatchStep, waited: BatchWaitEvent | None
+    ) -> dict[str, Any]:
         """Apply the status policy (see the module doc) to the batch's rows; return its manifest."""
         from runner.airflow.failures import rows_failure
         from runner.airflow.fanout import read_batch_report
@@ -282,12 +288,16 @@ class RunnerBatchOperator(BaseOperator):
             message += f"; stopped: {manifest.get('stop_reason')}"
         elif left.retryable and ti.try_number <= getattr(ti, "max_tries", self.retries or 0):
             ti.xcom_push(key="manifest", value=manifest)
-            raise AirflowException(f"{message}. {left.retryable} of them may succeed on another try: the retry resumes the batch")
+            raise AirflowException(
+                f"{message}. {left.retryable} of them may succeed on another try: the retry resumes the batch"
+            )
         if left.not_done > batch.max_failed_rows:
             ti.xcom_push(key="manifest", value=manifest)
             raise AirflowFailException(
                 f"{message}. That is more than max_failed_rows={batch.max_failed_rows}; every row is in "
                 f"{manifest['output_path']} and the report in {batch.request.report_dir}"
             )
-        self.log.warning("%s. No further try can finish them; at most max_failed_rows=%d may be", message, batch.max_failed_rows)
+        self.log.warning(
+            "%s. No further try can finish them; at most max_failed_rows=%d may be", message, batch.max_failed_rows
+        )
         return manifest

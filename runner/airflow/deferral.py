@@ -79,8 +79,8 @@ def defer_timeout(
             raise DeadlinePassed(f"execution_timeout reached at {try_deadline.isoformat(timespec='seconds')}")
         bounds.append(try_deadline - now)
     if cancel_epoch is not None:
-        grace = cancel_epoch + CANCEL_GRACE_SECONDS - now.timestamp()
-        bounds.append(dt.timedelta(seconds=max(grace, 1.0)))
+        # the grace counts from the cancel, or from now when the cap passed before this deferral
+        bounds.append(dt.timedelta(seconds=max(cancel_epoch - now.timestamp(), 0.0) + CANCEL_GRACE_SECONDS))
     return min(bounds) if bounds else None
 
 

@@ -35,10 +35,11 @@ def get_provider_info() -> dict[str, Any]:
         "versions": [_version()],
         "integrations": [{"integration-name": INTEGRATION, "tags": ["software"]}],
         "operators": [
-            {"integration-name": INTEGRATION, "python-modules": [
-                "runner.airflow.operator", "runner.airflow.fanout", "runner.airflow.batch_operator",
-            ]}
-        ],  # fmt: skip
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["runner.airflow.operator", "runner.airflow.fanout", "runner.airflow.batch_operator"],
+            }
+        ],
         "triggers": [{"integration-name": INTEGRATION, "python-modules": ["runner.airflow.triggers"]}],
         "hooks": [{"integration-name": INTEGRATION, "python-modules": ["runner.airflow.hook"]}],
         "connection-types": [

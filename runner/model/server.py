@@ -229,8 +229,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command == "POST":
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.server.owner.record(self, None, "unauthorized")
-        error = {"message": "Incorrect API key provided.", "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}
-        self._send_json(401, {"error": error})
+        error = {"message": "Incorrect API key provided.", "type": "invalid_request_error", "code": "invalid_api_key"}
+        self._send_json(401, {"error": {**error, "param": None}})
         return True
 
     def _batch_api(self, method: str, route: str) -> None:

@@ -84,7 +84,9 @@ async def test_a_refused_key_is_an_auth_error_naming_no_key(monkeypatch: pytest.
     monkeypatch.setenv("RUNNER_TEST_BATCH_KEY", "sk-wrong-key-0123456789")
     with ScriptedServer(SCRIPT, api_key=KEY) as server:
         batch_id = submit(server)
-        (event,) = await events(ProviderBatchTrigger([batch_id], server.base_url, api_key_env="RUNNER_TEST_BATCH_KEY", **FAST))
+        (event,) = await events(
+            ProviderBatchTrigger([batch_id], server.base_url, api_key_env="RUNNER_TEST_BATCH_KEY", **FAST)
+        )
     assert event.status == "error" and event.kind == "auth"
     assert "refused the API key" in str(event.message) and "sk-wrong" not in json.dumps(event.as_payload())
 
@@ -110,7 +112,9 @@ async def test_an_endpoint_that_is_down_for_a_while_is_waited_out(key_env: str) 
     try:
         batch_id = submit(server)
         server.close()  # the endpoint goes away with the batch out
-        trigger = ProviderBatchTrigger([batch_id], server.base_url, api_key_env=key_env, unreachable_seconds=3600, **FAST)
+        trigger = ProviderBatchTrigger(
+            [batch_id], server.base_url, api_key_env=key_env, unreachable_seconds=3600, **FAST
+        )
         waiting = asyncio.ensure_future(events(trigger))
         await asyncio.sleep(0.3)
         assert not waiting.done()  # connection refused is transient: still waiting
@@ -136,7 +140,9 @@ async def test_at_the_wall_cap_what_is_out_is_cancelled_and_waited_for(key_env: 
 async def test_before_the_wall_cap_nothing_is_cancelled(key_env: str) -> None:
     with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=2), api_key=KEY) as server:
         batch_id = submit(server)
-        trigger = ProviderBatchTrigger([batch_id], server.base_url, api_key_env=key_env, cancel_at=time.time() + 3600, **FAST)
+        trigger = ProviderBatchTrigger(
+            [batch_id], server.base_url, api_key_env=key_env, cancel_at=time.time() + 3600, **FAST
+        )
         found = await events(trigger)
         assert not [r for r in server.requests if r.path.endswith("/cancel")]
     assert found == [BatchWaitEvent("ended", {batch_id: "completed"})]
