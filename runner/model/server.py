@@ -223,8 +223,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Answer 401 (OpenAI's ``invalid_api_key``) when the server wants a key and this request
         does not carry it; the request is recorded with rule ``unauthorized``."""
         wanted = self.server.owner.api_key
-        sent = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
-        if wanted is None or sent == wanted:
+        if wanted is None or self.headers.get("Authorization") == f"Bearer {wanted}":
             return False
         if self.command == "POST":
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
