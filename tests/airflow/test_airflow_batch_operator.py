@@ -304,3 +304,15 @@ def test_without_a_connection_the_trigger_names_the_variable_holding_the_key(
     variable = "RUNNER_TEST_WRITER_KEY" if own_variable else "OPENAI_API_KEY"
     assert (kwargs["conn_id"], kwargs["api_key_env"], kwargs["base_url"]) == (None, variable, server.base_url)
     assert canary_key not in json.dumps(kwargs)
+
+
+def test_the_example_dag_is_deferrable_and_needs_an_input() -> None:
+    from runner.airflow.batch_operator import RunnerBatchOperator
+    from runner.airflow.example_dags.batch_api import dag
+
+    (op,) = dag.tasks
+    assert isinstance(op, RunnerBatchOperator) and op.deferrable is True and op.via == "batch-api"
+    assert {"task", "input_path", "options", "conn_id", "batch_poll_seconds"} <= set(op.template_fields)
+    assert op.execution_timeout == timedelta(hours=26)
+    with pytest.raises(ValueError, match="input_path"):  # Airflow's ParamValidationError: a trigger without it is refused
+        dag.params.validate()
