@@ -133,7 +133,7 @@ class RunnerBatchOperator(BaseOperator):
         self.options = dict(options or {})
         self.batch_fallback = batch_fallback
         self.batch_poll_seconds = batch_poll_seconds
-        self.unreachable_seconds = float(unreachable_seconds)
+        self.unreachable_seconds = unreachable_seconds
         self.max_failed_rows = max_failed_rows
         self.root = root
         self.work_dir = work_dir
@@ -217,21 +217,21 @@ class RunnerBatchOperator(BaseOperator):
         from runner.airflow.deferral import DeadlinePassed, cancel_at, defer_timeout, key_source
         from runner.airflow.triggers import ProviderBatchTrigger
 
-        with fail_without_retry(f"runner batch {self.task!r}"):
-            where = key_source(batch.project, batch.spec, batch.request, batch.conn_id)
         wall = batch.request.batch_caps.max_wall_seconds
         cancel = cancel_at(wall, step.age_seconds, time.time())
+        with fail_without_retry(f"runner batch {self.task!r}"):  # the key's source, the trigger's arguments
+            where = key_source(batch.project, batch.spec, batch.request, batch.conn_id)
+            trigger = ProviderBatchTrigger(
+                step.pending, where.base_url, conn_id=where.conn_id, api_key_env=where.api_key_env,
+                poll_seconds=batch.request.batch_poll_seconds, unreachable_seconds=self.unreachable_seconds,
+                cancel_at=cancel, cancel_reason=None if wall is None else f"max_wall_seconds={wall:g}",
+            )  # fmt: skip
         try:
             timeout = defer_timeout(self._try_deadline(context), cancel, dt.datetime.now(dt.UTC))
         except DeadlinePassed as passed:
             raise AirflowException(
                 f"{passed} while provider batch {', '.join(step.pending)} is out; a retry re-attaches to it"
             ) from None
-        trigger = ProviderBatchTrigger(
-            step.pending, where.base_url, conn_id=where.conn_id, api_key_env=where.api_key_env,
-            poll_seconds=batch.request.batch_poll_seconds, unreachable_seconds=self.unreachable_seconds,
-            cancel_at=cancel, cancel_reason=None if wall is None else f"max_wall_seconds={wall:g}",
-        )  # fmt: skip
         self.log.info(
             "provider batch %s is out (%d row(s) running); deferring to the triggerer", ", ".join(step.pending),
             step.manifest["counts"].get("running", 0),

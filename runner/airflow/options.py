@@ -16,7 +16,7 @@ That operator takes these same options (``options={...}``). With ``via="batch-ap
 provider batch uses ``input_format``, ``output_format``, ``map``, ``id_column``,
 ``max_attempts``, ``durable``, ``model``, the batch caps (``max_cost_usd`` and ``max_tokens``
 reserved at batch prices; ``max_wall_seconds`` counted from the batch's start, across tries:
-when reached, what is still out is cancelled) and the row caps. The options of the live
+when a deferrable task reaches it, the trigger cancels what is still out) and the row caps. The options of the live
 engine (:data:`LIVE_ENGINE_OPTIONS`) apply only to rows run live by
 ``batch_fallback="live"``; without it they are refused.
 

@@ -14,6 +14,7 @@ where ``airflow triggerer`` runs) -- and the base URL the batch was submitted to
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -55,6 +56,10 @@ class ProviderBatchTrigger(BaseTrigger):
             raise UsageError("the model base URL carries a password; put the key in the connection's password instead")
         if conn_id and api_key_env:
             raise UsageError("give the trigger conn_id or api_key_env, not both")
+        for name, seconds in (("poll_seconds", poll_seconds), ("max_poll_seconds", max_poll_seconds),
+                              ("unreachable_seconds", unreachable_seconds)):  # fmt: skip
+            if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
+                raise UsageError(f"{name}: expected a positive number of seconds, got {seconds!r}")
         self.batch_ids = list(batch_ids)
         self.base_url = base_url
         self.conn_id = conn_id

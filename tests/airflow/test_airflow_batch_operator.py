@@ -316,3 +316,19 @@ def test_the_example_dag_is_deferrable_and_needs_an_input() -> None:
     assert op.execution_timeout == timedelta(hours=26)
     with pytest.raises(ValueError, match="input_path"):  # Airflow's ParamValidationError: a trigger without it is refused
         dag.params.validate()
+
+
+def test_a_mapped_operator_runs_one_provider_batch_per_map_index(
+    airflow_db: float, project: Path, scripted_server: Any, model_connection: Any, test_dags: Any,
+) -> None:  # fmt: skip
+    _rows(project / "rows_a.jsonl", 2)
+    _rows(project / "rows_b.jsonl", 3)
+    with scripted_server(SCRIPT, batch=BatchBehaviour(polls=3)) as server:
+        model_connection(server.base_url)
+        dag_run = test_dags.batch_api_mapped_dag.test()
+        created = server.batches.batches_created
+    tis = {ti.map_index: ti for ti in dag_run.get_task_instances()}
+    assert str(dag_run.state) == "success" and sorted(tis) == [0, 1] and created == 2
+    outputs = [ti.xcom_pull(task_ids="classify_batch", map_indexes=i)["output_path"] for i, ti in sorted(tis.items())]
+    assert len(set(outputs)) == 2  # each map index its own journal and output
+    assert [len(Path(p).read_text().splitlines()) for p in outputs] == [2, 3]

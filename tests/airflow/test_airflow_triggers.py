@@ -207,3 +207,10 @@ def test_a_trigger_that_would_store_a_secret_or_wait_on_nothing_is_refused(args:
 def test_an_event_that_is_not_the_triggers_is_refused(payload: Any) -> None:
     with pytest.raises(UsageError, match="provider batch trigger"):
         BatchWaitEvent.from_payload(payload)
+
+
+@pytest.mark.parametrize("name", ["poll_seconds", "max_poll_seconds", "unreachable_seconds"])
+@pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), True, "30"])
+def test_a_wait_that_would_spin_or_never_end_is_refused(name: str, value: Any) -> None:
+    with pytest.raises(UsageError, match=f"^{name}: expected a positive number of seconds"):
+        ProviderBatchTrigger(["batch_1"], "http://127.0.0.1:9/v1", **{name: value})

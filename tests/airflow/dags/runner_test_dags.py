@@ -106,3 +106,15 @@ with DAG(
         task_id="classify_batch", task="classify", input_path="{{ params.input_path }}", via="{{ params.via }}",
         deferrable=False, batch_poll_seconds="{{ params.poll }}", options={"id_column": "id"},
     )  # fmt: skip
+
+with DAG(
+    dag_id="runner_test_batch_api_mapped",
+    schedule=None,
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
+    catchup=False,
+) as batch_api_mapped_dag:
+    # One provider batch per map index, each with its own journal (inputs relative to $RUNNER_ROOT).
+    RunnerBatchOperator.partial(
+        task_id="classify_batch", task="classify", via="batch-api", deferrable=True, batch_poll_seconds=0.01,
+        options={"id_column": "id"},
+    ).expand(input_path=["rows_a.jsonl", "rows_b.jsonl"])  # fmt: skip
