@@ -62,7 +62,6 @@ if TYPE_CHECKING:
 
     from runner.airflow.batch_wait import BatchWaitEvent
     from runner.airflow.execution import BatchStep
-    from runner.airflow.plan import FanoutPlan
     from runner.batch.file_batch import BatchRequest
     from runner.config.project import Project
     from runner.config.specs import TaskSpec
@@ -81,11 +80,11 @@ def _default_deferrable() -> bool:
 
 @dataclass(frozen=True)
 class _Batch:
-    """One call's rendered, typed arguments: the project, task, plan and batch request."""
+    """One call's rendered, typed arguments: the project, the task, its batch request, the
+    connection whose key the request carries, and how many rows may end not done."""
 
     project: Project
     spec: TaskSpec
-    plan: FanoutPlan
     request: BatchRequest
     conn_id: str | None
     max_failed_rows: int
@@ -208,7 +207,7 @@ class RunnerBatchOperator(BaseOperator):
             batch_poll_seconds=optional_number(self.batch_poll_seconds, "batch_poll_seconds", positive=True) or 30.0,
         )  # fmt: skip
         allowed = optional_int(self.max_failed_rows, "max_failed_rows", minimum=0) or 0
-        return _Batch(project, spec, plan, request, self.conn_id if api_key else None, allowed)
+        return _Batch(project, spec, request, self.conn_id if api_key else None, allowed)
 
     # --- deferring ----------------------------------------------------------------------
 

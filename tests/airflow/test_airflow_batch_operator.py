@@ -332,3 +332,28 @@ def test_a_mapped_operator_runs_one_provider_batch_per_map_index(
     outputs = [ti.xcom_pull(task_ids="classify_batch", map_indexes=i)["output_path"] for i, ti in sorted(tis.items())]
     assert len(set(outputs)) == 2  # each map index its own journal and output
     assert [len(Path(p).read_text().splitlines()) for p in outputs] == [2, 3]
+
+
+def test_a_task_a_provider_batch_cannot_send_fails_without_retries_before_any_call(
+    airflow_db: float, project: Path, tmp_path: Path, scripted_server: Any, model_connection: Any,
+    capfd: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    from runner.airflow.example_dags.batch_api import dag
+
+    source = tmp_path / "topics.jsonl"
+    source.write_text(json.dumps({"id": "t1", "topic": "tides"}) + "\n")
+    with scripted_server(SCRIPT) as server:
+        model_connection(server.base_url)
+        dag_run = dag.test(run_conf={"task": "two_step", "input_path": str(source), "id_column": "id"})
+        requests = server.requests
+    ti = _ti(dag_run, "batch_api")
+    assert (str(ti.state), ti.try_number) == ("failed", 1) and requests == []
+    assert "task 'two_step' cannot run with --via batch-api" in "".join(capfd.readouterr())
+
+
+def test_deferrable_defaults_to_airflows_default_deferrable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.airflow.batch_operator import RunnerBatchOperator, _default_deferrable
+
+    assert RunnerBatchOperator(task_id="t", task="classify", input_path="in.jsonl").deferrable is None
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
+    assert _default_deferrable() is True
