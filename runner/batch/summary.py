@@ -36,6 +36,7 @@ class BatchSummary:
     stop_kind: str | None = None  # a cap name (max_cost_usd, ...) or 'failure_policy'
     interrupted_rows: int = 0  # rows found running after a crash, on this resume
     attempts_here: int = 0  # rows attempted by this call
+    pending: tuple[str, ...] = ()  # provider batches still out (``--via batch-api`` without waiting): collect by running again
 
     @property
     def total(self) -> int:
