@@ -49,7 +49,7 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.option("--via", type=click.Choice(["live", "batch-api"]), default="live", show_default=True, help="live: the engine calls the model per row; batch-api: one provider batch (OpenAI Batch API, about half price, results within 24h). Single-agent tasks without tools only.")
 @click.option("--batch-fallback", type=click.Choice(["live"]), help="With --via batch-api: rows the provider batch failed (expired, cancelled, errors) run live in the same command.")
 @click.option("--batch-poll-seconds", type=FiniteFloatRange(min=0, min_open=True), default=30.0, show_default=True, help="With --via batch-api: first wait between status checks (grows to 10 minutes).")
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), help="Project root.")
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Project root.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def batch(task: str, input_path: Path, output_path: Location, input_format: str | None, output_format: str | None,
           mapping: tuple[str, ...], id_column: str | None, concurrency: int, rpm: float | None, tpm: float | None,

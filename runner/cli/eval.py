@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 @click.option("--base-url", help="Send model calls to this OpenAI-compatible endpoint.")
 @click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), help="Run store (SQLite) path.")
 @click.option("--progress", type=click.Choice(["auto", "bar", "log", "none"]), default="none", show_default=True)
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), help="Project root.")
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Project root.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def eval_(name: str, variants: tuple[str, ...], out_dir: Path | None, baseline_path: Path | None, save_baseline: bool,
           restart: bool, no_cache: bool, concurrency: int | None, rpm: float | None, tpm: float | None, max_attempts: int,
