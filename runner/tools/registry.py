@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -129,9 +130,16 @@ class ToolRegistry:
         except ToolFailure as failure:
             kind = InvalidToolCall if isinstance(failure, InvalidToolCall) else ToolFailure
             raise kind(redact_secrets(str(failure), ctx.secrets)) from None
+        except OSError as error:  # the tool's I/O failed on what the model asked for (a name too long, a full disk)
+            raise ToolFailure(f"tool '{tool.name}' failed: {_os_failure(error)}") from None
         if before is not None:
             result = with_written_files(result, before, await asyncio.to_thread(take_snapshot, ctx.workspace))
         return redact_result(checked_artifacts(result), ctx.secrets)
+
+
+def _os_failure(error: OSError) -> str:
+    """What went wrong, without the file name (the model's argument, maybe megabytes long)."""
+    return os.strerror(error.errno) if error.errno else type(error).__name__
 
 
 def default_registry() -> ToolRegistry:
