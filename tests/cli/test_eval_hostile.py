@@ -223,3 +223,28 @@ def test_a_catastrophic_regex_in_the_yaml_fails_its_check_in_bounded_time(root: 
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     (case,) = json.loads(done.stdout)["variants"][0]["results"]
     assert not case["passed"] and "took more than 1 s" in " ".join(c["detail"] for c in case["checks"])
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        {"variants": [1, "x", None]},
+        {"variants": [{"name": "baseline", "results": 5, "pass_rate": "high"}]},
+        {"variants": [{"name": ["baseline"], "results": [{"key": {"a": 1}}], "pass_rate": 1e308 * 10}]},
+        {"variants": [{"name": "baseline", "results": [1, {"key": [], "passed": "yes"}, {"key": "c1", "passed": False}]}]},
+    ],
+)
+def test_an_edited_baseline_is_compared_as_far_as_it_makes_sense(root: Path, stored: dict[str, Any]) -> None:
+    (root / "evals.d" / "baseline.json").write_text(json.dumps(stored))
+    write_eval(root, eval_yaml("data/cases.csv", extra="baseline: evals.d/baseline.json\n"))
+    with ScriptedServer({"fallback": '{"label": "greeting"}'}) as server:
+        done = runner(root, "eval", "hostile", "--json", server=server)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    comparisons = json.loads(done.stdout)["baseline"]["comparisons"]
+    if stored["variants"][0] is not None and isinstance(stored["variants"][0], dict) and stored["variants"][0]["name"] == "baseline":
+        (comparison,) = comparisons
+        assert comparison["baseline_pass_rate"] is None
+        results = stored["variants"][0]["results"]
+        assert comparison["fixes"] == (["c1"] if isinstance(results, list) and len(results) == 3 else [])
+    else:
+        assert comparisons == []
