@@ -44,6 +44,8 @@ MAX_STEPS = 1_000_000
 """Loop iterations, calls, lookups and operations, and filter work (see :func:`filter_steps`)."""
 MAX_SECONDS = 10.0
 """Wall-clock seconds of one render (checked at every step)."""
+MAX_POOL_STEPS, MAX_POOL_SECONDS = 20 * MAX_STEPS, 60.0
+"""What the template checks of one validation may spend together (see :class:`Pool`)."""
 MAX_VALUE_SIZE = 1_000_000
 """Characters (or items) of any one value a template makes; also the rendered text's limit."""
 MAX_INT_BITS = 100_000
@@ -95,15 +97,53 @@ class Budget:
 _CURRENT: ContextVar[Budget | None] = ContextVar("runner_template_budget", default=None)
 
 
+@dataclass
+class Pool:
+    """What all the renders of one ``runner validate`` may spend together: a configuration of
+    ten thousand costly templates must not make validating it take hours."""
+
+    steps_left: int = MAX_POOL_STEPS
+    deadline: float = field(default_factory=lambda: time.monotonic() + MAX_POOL_SECONDS)
+
+    def affords_a_render(self) -> bool:
+        """Whether a whole render's budget is left (a check never runs on less, so a template
+        is never blamed for what the ones before it spent)."""
+        return self.steps_left >= MAX_STEPS and time.monotonic() + MAX_SECONDS <= self.deadline
+
+
+_POOL: ContextVar[Pool | None] = ContextVar("runner_template_pool", default=None)
+
+
+@contextmanager
+def shared_pool() -> Iterator[Pool]:
+    """A :class:`Pool` for the template checks inside the block."""
+    pool = Pool()
+    token = _POOL.set(pool)
+    try:
+        yield pool
+    finally:
+        _POOL.reset(token)
+
+
+def render_affordable() -> bool:
+    """Whether a template check may render now (always, outside a :func:`shared_pool`)."""
+    pool = _POOL.get()
+    return pool is None or pool.affords_a_render()
+
+
 @contextmanager
 def budgeted() -> Iterator[Budget]:
-    """A fresh budget for the renders inside the block (one template render)."""
+    """A fresh budget for the renders inside the block (one template render); what it spends
+    is taken from the current :class:`Pool`, if any."""
     budget = Budget()
     token = _CURRENT.set(budget)
     try:
         yield budget
     finally:
         _CURRENT.reset(token)
+        pool = _POOL.get()
+        if pool is not None:
+            pool.steps_left -= MAX_STEPS - max(budget.steps_left, 0)
 
 
 def spend(steps: int = 1) -> None:

@@ -148,3 +148,14 @@ def test_a_batch_row_whose_template_is_too_costly_fails_alone(tmp_path: Path) ->
     records = {r["id"]: r for r in map(json.loads, (root / "out.jsonl").read_text().splitlines())}
     assert records["cheap"]["status"] == records["also_cheap"]["status"] == "done"
     assert records["costly"]["status"] == "failed" and "too much work" in records["costly"]["error"]
+
+
+def test_validating_many_costly_templates_spends_one_shared_budget(tmp_path: Path) -> None:
+    """Two hundred nested-loop bombs would take minutes to check one by one: the checks of one
+    validation share a pool (twenty renders' worth), the rest are left to the runs."""
+    bomb = BOMBS["nested loops"][0]
+    root = project(tmp_path / "p", {f"t{i}": f"goal: {json.dumps(bomb + str(i))}\n" for i in range(200)})
+    done = cli(root, "validate")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    refused = [line for line in (done.stdout + done.stderr).splitlines() if TOO_MUCH in line]
+    assert 1 <= len(refused) <= 20, len(refused)  # twenty at most (fewer if the pool's minute ran out first)
