@@ -13,7 +13,10 @@ makes a validation error, not a hang.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import cache
 from typing import Any
 
@@ -41,13 +44,32 @@ def compile_problem(pattern: str) -> str | None:
     return None
 
 
+_DEADLINE: ContextVar[float | None] = ContextVar("runner_regex_deadline", default=None)
+
+
+@contextmanager
+def shared_deadline(seconds: float = 2 * MATCH_SECONDS) -> Iterator[None]:
+    """The searches inside the block (one JSON Schema validation: a pattern may meet a thousand
+    strings of one answer) share ``seconds`` between them, on top of each one's own limit."""
+    token = _DEADLINE.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
 def search(pattern: str, text: str, *, ignore_case: bool = False) -> bool:
     """Whether ``pattern`` matches somewhere in ``text``; :class:`PatternTooSlow` after
-    :data:`MATCH_SECONDS`, ``ValueError`` for a pattern that does not compile."""
+    :data:`MATCH_SECONDS` (or once a :func:`shared_deadline` has passed), ``ValueError`` for
+    a pattern that does not compile."""
     import regex
 
+    deadline = _DEADLINE.get()
+    limit = MATCH_SECONDS if deadline is None else min(MATCH_SECONDS, deadline - time.monotonic())
+    if limit <= 0:
+        raise PatternTooSlow(pattern)
     try:
-        return regex.search(pattern, text, regex.IGNORECASE if ignore_case else 0, timeout=MATCH_SECONDS) is not None
+        return regex.search(pattern, text, regex.IGNORECASE if ignore_case else 0, timeout=limit) is not None
     except TimeoutError:
         raise PatternTooSlow(pattern) from None
     except regex.error as exc:

@@ -19,7 +19,7 @@ from urllib.parse import unquote
 
 from runner.config.sources import Document, escape_pointer_token
 from runner.errors import Problem, did_you_mean
-from runner.untrusted_regex import bounded_validator
+from runner.untrusted_regex import bounded_validator, shared_deadline
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
@@ -92,7 +92,8 @@ def validate_value(value: Any, json_schema: dict[str, Any]) -> list[str]:
 
     checker = bounded_validator(Draft202012Validator)(json_schema)
     try:
-        return [f"{_pointer(e)}: {e.message}" for e in checker.iter_errors(value)]
+        with shared_deadline():
+            return [f"{_pointer(e)}: {e.message}" for e in checker.iter_errors(value)]
     except Unresolvable as exc:
         return [f"the schema's reference {getattr(exc, 'ref', '')!r} cannot be resolved: only references inside it (#/$defs/...) are"]
 

@@ -84,3 +84,10 @@ def test_validate_refuses_an_output_schema_with_a_remote_reference(tmp_path: Pat
                           env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "agents.d/a.yaml:6:3: error: /output_schema: not a valid JSON Schema: $ref 'http://169.254.169.254/schema.json' does not point inside" in done.stdout + done.stderr
+
+
+def test_one_validation_shares_its_time_between_many_slow_matches() -> None:
+    """A thousand strings against a backtracking pattern would take a thousand seconds at one
+    second each (past pytest's timeout); one validation's matches share two seconds."""
+    problems = validate_value([TEXT] * 1000, {"type": "array", "items": {"type": "string", "pattern": SLOW}})
+    assert len(problems) == 1000 and all("took more than 1 s" in p for p in problems)
