@@ -176,3 +176,23 @@ def test_traces_turned_off_ignore_a_broken_endpoint(project_dir: Path) -> None:
     with ScriptedServer({"fallback": "Four."}) as model:
         done = runner(project_dir, model, "run", "sum", "-i", "a=2", OTEL_EXPORTER_OTLP_ENDPOINT="not a url", OTEL_SDK_DISABLED="true")
     assert done.returncode == 0 and NOTICE not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_explicit_flush_is_bounded_too(tmp_path: Path) -> None:
+    """What an Airflow task does before it ends (``runner.tracing.flush``): against a receiver
+    that drips its answer for ever it returns after the export timeout and says why once."""
+    script = (
+        "from runner.tracing import TraceSettings, flush\n"
+        "from runner.tracing.provider import tracer_for\n"
+        "with tracer_for(TraceSettings(None)).start_as_current_span('x'):\n"
+        "    pass\n"
+        "flush()\n"
+        "print('flushed', flush=True)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "OTEL_"))}
+    with HostileServer(drip(b"HTTP/1.1 200 OK\r\n", b"X-Slow: y\r\n", 0.2)) as otlp:
+        env.update(PYTHONPATH=str(Path(__file__).resolve().parents[2]), OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{otlp.port}",
+                   OTEL_EXPORTER_OTLP_TIMEOUT="2")  # fmt: skip
+        done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "flushed", done.stderr[-2000:]
+    assert done.stderr.count(NOTICE) == 1 and "Traceback" not in done.stderr
