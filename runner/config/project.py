@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from runner.config import specs
 from runner.config.compiled import CachedProject, ConfigFile, cache_key, prompts_digest, read_cache, write_cache
@@ -213,7 +214,20 @@ def _set_telemetry(project: Project, doc: Document) -> list[Problem]:
         return [doc.problem("/kind", f"a second Telemetry document (the first is at {where}); keep one per project")]
     project.telemetry = specs.build_telemetry(doc)
     project.documents[("Telemetry", "")] = doc
-    return []
+    return _telemetry_endpoint_problems(doc)
+
+
+def _telemetry_endpoint_problems(doc: Document) -> list[Problem]:
+    """The schema checks the endpoint's shape; a port outside 1-65535 or a bracket left open
+    only ``urlsplit`` sees (and a run would refuse)."""
+    endpoint = (doc.data.get("traces") or {}).get("endpoint")
+    if not isinstance(endpoint, str):
+        return []
+    try:
+        port = urlsplit(endpoint).port
+    except ValueError as exc:
+        return [doc.problem("/traces/endpoint", f"not a usable URL ({exc}); e.g. http://localhost:4318")]
+    return [doc.problem("/traces/endpoint", "port 0 is not a port; e.g. http://localhost:4318")] if port == 0 else []
 
 
 def _build(project: Project, documents: list[Document]) -> list[Problem]:
