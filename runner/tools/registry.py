@@ -10,7 +10,6 @@ listing or validating names builds nothing and a run builds only the tools it us
 from __future__ import annotations
 
 import asyncio
-import difflib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -32,6 +31,8 @@ class UnknownTool(InvalidToolCall):
     """A tool name that is not registered; ``suggestion`` is the closest known name."""
 
     def __init__(self, name: str, known: list[str]):
+        import difflib  # only for an unknown name
+
         self.name = name
         close = difflib.get_close_matches(name, known, n=1)
         self.suggestion = close[0] if close else None

@@ -15,7 +15,6 @@ Each provider turns a query into one HTTP request and its JSON response into
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -133,6 +132,8 @@ def _hit(item: Mapping[str, Any], provider: str) -> SearchHit | None:
 
 def _plain(text: str) -> str:
     """Text without HTML tags and entities (Brave marks matches with ``<strong>``), one line."""
+    import html  # its entity table is 0.3 MiB: loaded when a search returns, not with every run
+
     return " ".join(html.unescape(_TAG.sub("", text)).split())
 
 
