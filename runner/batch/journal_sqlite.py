@@ -42,6 +42,7 @@ from runner.batch.journal import (
 )
 from runner.core.usage import Usage
 from runner.errors import UsageError
+from runner.store.database import PAGE_CACHE_KIB
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batch (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -213,6 +214,7 @@ def _connect(path: Path, durable: bool) -> sqlite3.Connection:
     db.execute("PRAGMA journal_mode = WAL")
     db.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
     db.execute("PRAGMA busy_timeout = 5000")  # readers in other processes (progress, tests)
+    db.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
     db.executescript(_SCHEMA)
     if "warnings" not in {row[1] for row in db.execute("PRAGMA table_info(rows)")}:  # a journal from before the column
         db.execute("ALTER TABLE rows ADD COLUMN warnings TEXT")

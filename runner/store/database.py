@@ -29,6 +29,10 @@ from runner.errors import StoreUnavailable, UsageError
 from runner.redact import redact
 
 STORE_URL_ENV = "RUNNER_STORE_URL"
+PAGE_CACHE_KIB = 512
+"""SQLite's own page cache per connection (its default is 2,000 KiB). The run store and the
+batch journal write far more than they read back, and the operating system caches the file
+anyway: a smaller cache is 1.5 MiB less resident memory per connection at the same speed."""
 """The environment variable naming the shared database (``postgresql://user@host/db``)."""
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 Dialect = Literal["sqlite", "postgresql"]
@@ -163,6 +167,7 @@ class SqliteDatabase(Database):
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
         self._db.execute(f"PRAGMA busy_timeout={int(busy_seconds * 1000)}")
 
     def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
