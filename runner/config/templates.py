@@ -21,6 +21,8 @@ raised, becomes a :class:`TemplateError` naming the line of the template and, fo
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,10 +82,54 @@ def render(template: str, context: dict[str, Any]) -> str:
     """Render ``template``; any failure (undefined variable, sandbox refusal, an error in an
     expression, output too large) raises :class:`TemplateError`.
 
-    Plain text is returned as it is, without loading Jinja (see :func:`is_plain`); the
-    engine is :mod:`runner.config.template_engine`."""
+    Plain text is returned as it is and a template whose only syntax is ``{{ name.key }}``
+    over plain values is substituted, both without loading Jinja (see :func:`is_plain` and
+    :func:`substitute`); everything else goes to :mod:`runner.config.template_engine`."""
     if is_plain(template):
         return str(template)
+    substituted = substitute(template, context)
+    if substituted is not None:
+        return substituted
     from runner.config.template_engine import render_template
 
     return render_template(template, context)
+
+
+_NAME = r"[A-Za-z][A-Za-z0-9_]*"
+_SUBSTITUTION = re.compile(r"\{\{[ \t\n]*(" + _NAME + r"(?:\." + _NAME + r")*)[ \t\n]*\}\}")
+_JINJA_WORDS = frozenset({"true", "false", "none", "True", "False", "None", "and", "or", "not", "in", "is", "if", "else"})
+_PRINTED_AS_STR = (str, int, float, bool, type(None))
+_UNKNOWN = object()
+
+
+def substitute(template: str, context: Mapping[str, Any]) -> str | None:
+    """``template`` rendered as Jinja renders it, when its only syntax is ``{{ a.b.c }}`` whose
+    first name is in ``context`` and whose keys are keys of plain dicts (never their methods),
+    ending on a string, number, boolean or None (Jinja prints those with ``str``); ``None``
+    for anything else (filters, statements, comments, whitespace control, a carriage return,
+    a missing name, an output over the size cap): then Jinja must render it."""
+    if "\r" in template or "{%" in template or "{#" in template:
+        return None
+    parts: list[str] = []
+    position = 0
+    while (start := template.find("{{", position)) >= 0:  # where Jinja's lexer sees the next expression
+        match = _SUBSTITUTION.match(template, start)
+        value = _lookup(context, match.group(1).split(".")) if match else _UNKNOWN
+        if match is None or value is _UNKNOWN:
+            return None
+        parts += [template[position:start], str(value)]
+        position = match.end()
+    parts.append(template[position:])
+    rendered = "".join(parts)
+    return rendered if len(rendered) <= MAX_RENDERED_CHARS else None
+
+
+def _lookup(context: Mapping[str, Any], path: list[str]) -> Any:
+    if any(name in _JINJA_WORDS for name in path) or path[0] not in context:
+        return _UNKNOWN
+    value = context[path[0]]
+    for key in path[1:]:  # Jinja tries the attribute first: a dict's own methods go to Jinja
+        if type(value) is not dict or key not in value or hasattr(value, key):
+            return _UNKNOWN
+        value = value[key]
+    return value if type(value) in _PRINTED_AS_STR else _UNKNOWN
