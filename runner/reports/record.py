@@ -16,8 +16,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from runner.reports.schema_subset import conforms
-
 SCHEMA_VERSION = "runner.report/v1"
 USAGE_KEYS = (
     "input_tokens",
@@ -49,6 +47,8 @@ def validate_record(record: Mapping[str, Any]) -> None:
     the problems (see :mod:`runner.reports.schema_subset`: importing jsonschema costs a run
     about 4 MiB).
     """
+    from runner.reports.schema_subset import conforms  # only where records are validated (not in a batch)
+
     problems = [] if conforms(record, report_schema()) else _schema_problems(record)
     if not problems:
         problems = _cross_reference_problems(record)

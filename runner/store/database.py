@@ -29,10 +29,10 @@ from runner.errors import StoreUnavailable, UsageError
 from runner.redact import redact
 
 STORE_URL_ENV = "RUNNER_STORE_URL"
-PAGE_CACHE_KIB = 512
+PAGE_CACHE_KIB = 256
 """SQLite's own page cache per connection (its default is 2,000 KiB). The run store and the
 batch journal write far more than they read back, and the operating system caches the file
-anyway: a smaller cache is 1.5 MiB less resident memory per connection at the same speed."""
+anyway: a smaller cache is 1.75 MiB less resident memory per connection at the same speed."""
 """The environment variable naming the shared database (``postgresql://user@host/db``)."""
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 Dialect = Literal["sqlite", "postgresql"]
