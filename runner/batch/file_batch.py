@@ -5,7 +5,6 @@ Used by ``runner batch`` and by the Airflow fan-out (one call per shard).
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -89,6 +88,7 @@ class BatchRequest:
     via: str = "live"  # live | batch-api: each row one request in a provider batch (runner.batch.provider_batch)
     batch_fallback: str | None = None  # "live": rows the provider batch failed run through the live engine
     batch_poll_seconds: float = 30.0  # first wait between provider batch retrieves (grows up to 10 minutes)
+    provider_wait: bool = True  # False: return once the provider batch is out (summary "provider_pending"); run again to collect
 
 
 def _progress(kind: str, stream: IO[str], interval: float) -> Any:
@@ -163,10 +163,11 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
     source = _source(task, request)
     journal_path = _journal_path(project, task, request, source)
     output = request.output_path
-    if isinstance(output, Path):  # a URL is written in one request: no local file to check or lock
+    if isinstance(output, Path):  # a URL is written in one request: no local file to check
         check_output_target(output, input_path=source.path, journal_path=journal_path)
     holder = {"task": task.name, "input": str(source.path.resolve()), "journal": str(journal_path.resolve())}
-    with exclusive_output(output, holder) if isinstance(output, Path) else contextlib.nullcontext():
+    store = resolve_store(url=request.store_url, path=request.store_path, default=Path())  # a URL's lock lives there
+    with exclusive_output(output, holder, store_url=store if isinstance(store, str) else None):
         summary, records, markdown = await _run_locked(project, task, request, source, journal_path)
     return {
         "batch_id": summary.batch_id,
@@ -183,14 +184,15 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
         "stop_kind": summary.stop_kind,
         "exit_code": summary.exit_code,
         "output_path": str(request.output_path),
-        "report_path": str(markdown),
+        "report_path": None if markdown is None else str(markdown),
         "journal_path": str(journal_path),
+        "provider_pending": list(summary.pending),
     }
 
 
 async def _run_locked(
     project: Project, task: TaskSpec, request: BatchRequest, source: InputSource, journal_path: Path
-) -> tuple[BatchSummary, int, Location]:
+) -> tuple[BatchSummary, int, Location | None]:
     """The batch proper, while this process holds the output file: rows, output, report."""
     journal = _open_journal(task, request, source, journal_path)
     gate = SharedRateLimiter(requests_per_minute=request.requests_per_minute, tokens_per_minute=request.tokens_per_minute)
@@ -205,6 +207,8 @@ async def _run_locked(
         with current_span(project.telemetry, f"batch {task.name}", span) as note:  # the rows' runs are its children
             provider = await _via_provider(project, task, request, source, journal) if request.via == "batch-api" else None
             summary = provider
+            if provider is not None and provider.pending:  # out at the provider: no output or report until collected
+                return provider, 0, None
             if provider is None or _fall_back(request, provider):
                 # a row's provider attempt counts: the live engine still gets its --max-attempts
                 attempts = request.max_attempts + (provider is not None)
@@ -259,7 +263,7 @@ async def _via_provider(
     return await run_provider_batch(
         journal, _rows_between(read_rows(source, task.inputs), request.rows), builder, caps=request.batch_caps,
         row_caps=request.run_caps, max_attempts=request.max_attempts, poll=PollPolicy(first_seconds=request.batch_poll_seconds),
-        log=None if request.progress == "none" else sys.stderr,
+        log=None if request.progress == "none" else sys.stderr, wait=request.provider_wait,
     )
 
 

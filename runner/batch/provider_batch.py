@@ -78,9 +78,14 @@ async def run_provider_batch(
     max_attempts: int = 2,
     poll: PollPolicy | None = None,
     log: IO[str] | None = sys.stderr,
+    wait: bool = True,
 ) -> BatchSummary:
     """Send the journal's pending rows as one provider batch (or re-attach to the one it
-    recorded), wait for it and record every row; see the module doc."""
+    recorded), wait for it and record every row; see the module doc.
+
+    ``wait=False`` returns as soon as the provider batch is out and has not ended, with its id
+    in ``pending`` and its rows still ``running`` (an Airflow trigger waits for it instead);
+    calling again with the same journal re-attaches and collects it."""
     started = time.monotonic()
     if not journal.ingested:
         journal.ingest(rows)
@@ -96,6 +101,16 @@ async def run_provider_batch(
         elif log is not None:
             print(f"re-attaching to provider batch {provider_id}", file=log)
         if provider_id is not None:
+            if not wait:
+                batch = await _call(client, client.batches.retrieve(provider_id))
+                if batch.status not in FINISHED:
+                    if submission.stop_reason is not None:
+                        journal.mark_not_run(submission.stop_reason, submission.stop_kind or "stopped")
+                    return BatchSummary(
+                        batch_id=journal.batch_id, counts=journal.counts(), usage=journal.spent(),
+                        elapsed_seconds=round(time.monotonic() - started, 3), stop_reason=submission.stop_reason,
+                        stop_kind=submission.stop_kind, attempts_here=len(submission.lines), pending=(provider_id,),
+                    )
             batch = await _wait(client, provider_id, poll or PollPolicy(), log)
             await _collect(client, journal, batch, builder, submission.reservations, time.monotonic() - started)
             journal.provider_batch_collected()

@@ -36,6 +36,7 @@ class BatchSummary:
     stop_kind: str | None = None  # a cap name (max_cost_usd, ...) or 'failure_policy'
     interrupted_rows: int = 0  # rows found running after a crash, on this resume
     attempts_here: int = 0  # rows attempted by this call
+    pending: tuple[str, ...] = ()  # provider batches still out (``--via batch-api`` without waiting): collect by running again
 
     @property
     def total(self) -> int:
@@ -142,7 +143,22 @@ def render_markdown(report: dict[str, Any]) -> str:
         )
         lines += ["Held: calls in flight when the figures were read, or left by a worker that died (counted at their "
                   "worst case).", ""]  # fmt: skip
+        lines += _dead_holders(ledger)
     return "\n".join(lines)
+
+
+def _dead_holders(ledger: dict[str, Any]) -> list[str]:
+    """What workers that died still hold: a line, or none when they hold nothing."""
+    held = ledger.get("held_by_dead") or {}
+    if not held.get("model_calls"):
+        return []
+    who = ", ".join(ledger.get("dead_holders") or [])
+    return [
+        f"Held by workers that died ({who}): {held['model_calls']} call(s), ${float(held.get('cost_usd', 0)):.6f} at "
+        "their worst case. They stay counted (the endpoint may have billed them) until the rows they ran are "
+        "resumed, whose runs carry them forward as spend.",
+        "",
+    ]
 
 
 _LEDGER_FIGURE = {"max_steps": "model_calls", "max_tool_calls": "tool_calls", "max_input_tokens": "input_tokens",
