@@ -22,8 +22,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from runner.errors import ToolFailure
+from runner.tools.settings import SEARCH_PROVIDERS as PROVIDERS
 
-PROVIDERS = ("searxng", "brave", "tavily")
 DEFAULT_URLS = {
     "brave": "https://api.search.brave.com/res/v1/web/search",
     "tavily": "https://api.tavily.com/search",
