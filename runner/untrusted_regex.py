@@ -34,13 +34,17 @@ class PatternTooSlow(ValueError):
 
 
 def compile_problem(pattern: str) -> str | None:
-    """Why ``pattern`` is not a regular expression, or ``None``."""
+    """Why ``pattern`` is not a regular expression, or ``None``: in Python's ``re`` syntax, the
+    language the configuration documents (its messages), and one ``regex`` also reads."""
+    import re
+
     import regex
 
-    try:
-        regex.compile(pattern)
-    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
-        return str(exc)
+    for engine in (re, regex):
+        try:
+            engine.compile(pattern)
+        except (engine.error, ValueError, OverflowError, RecursionError) as exc:
+            return str(exc)
     return None
 
 
