@@ -17,8 +17,8 @@ from runner.config.specs import AgentSpec, TaskSpec
 from runner.errors import ConfigError, did_you_mean
 from runner.knowledge.base import KnowledgeBase, RefreshReport
 from runner.knowledge.memory import MemoryScope, MemoryStore, Notebook
+from runner.local_state import state_dir
 from runner.runs.options import RunOptions
-from runner.runs.workspace import RUN_DIR
 
 MEMORY_TOOLS = frozenset({"remember", "recall"})
 BROWSER_TOOLS = frozenset({"browse"})
@@ -26,7 +26,7 @@ BROWSER_TOOLS = frozenset({"browse"})
 
 def index_path(root: Path, name: str) -> Path:
     """Where the index of knowledge base ``name`` lives."""
-    return root / RUN_DIR / "knowledge" / f"{name}.sqlite3"
+    return state_dir(root) / "knowledge" / f"{name}.sqlite3"
 
 
 @dataclass
@@ -65,7 +65,7 @@ async def open_services(project: Project, task: TaskSpec, options: RunOptions, s
     services.knowledge, _ = await open_knowledge(project, names, options, stack, refresh=False)  # refreshed by the run, metered
     used = _tools_used(project, task)
     if used & MEMORY_TOOLS:
-        services.memory = MemoryStore(project.root / RUN_DIR / "memory.sqlite3")
+        services.memory = MemoryStore(state_dir(project.root) / "memory.sqlite3")
         stack.callback(services.memory.close)
     if used & BROWSER_TOOLS:
         from runner.tools.browser import Browser
