@@ -42,8 +42,8 @@ from runner.runs.secrets import known_secrets
 from runner.runs.services import RunServices, open_services
 from runner.runs.steps import StepRunner, preflight_prices, run_agent_step
 from runner.runs.tracing import traced_run
-from runner.runs.workspace import reusable_steps, run_workspace
 from runner.runs.workspace import default_workspace as default_workspace  # re-exported for callers
+from runner.runs.workspace import reusable_steps, run_workspace
 from runner.store.database import resolve_store
 from runner.store.recorder import RunRecorder
 from runner.store.runstore import RunStore, now_iso
