@@ -95,7 +95,7 @@ def fail_without_retry(what: str) -> Iterator[None]:
     except RunnerError as exc:
         if exc.exit_code != EXIT_CONFIG:
             raise
-        raise AirflowFailException(f"{what}: {exc}") from exc
+        raise AirflowFailException(f"{what}: {exc}") from None  # the message says it all: no runner traceback in the log
 
 
 def check_status(manifest: Mapping[str, Any], no_retry_statuses: Collection[str]) -> None:
@@ -161,11 +161,15 @@ class RunnerTaskOperator(BaseOperator):
             from runner.airflow.sources import source_urls
 
             urls = source_urls(root, task)  # SQL sources given as Airflow connections
+            from runner.airflow.progress import TaskLogProgress
+
+            progress = TaskLogProgress(self.log, [api_key, *urls.values()])  # the run's readable lines, in the task log
             manifest = run_task_for_airflow(
                 task, root=root, inputs=inputs, caps=caps or None, dag_id=dag_id, dag_run_id=dag_run_id,
                 task_id=task_id, map_index=map_index, store_path=self.store_path, reports_dir=reports_dir,
                 model_base_url=base_url, api_key=api_key, store_url=store_url, source_urls=urls,
                 trace_carrier=getattr(context["ti"], "context_carrier", None),  # the task's trace, when Airflow has one
+                events=progress,
             )  # fmt: skip
         self.log.info(
             "runner run %s: %s (exit %s, %.6f USD), report %s",
