@@ -28,9 +28,9 @@ from runner.tracing import flushed, joined
 
 if TYPE_CHECKING:
     from runner.batch.file_batch import BatchRequest
-    from runner.core.ports import EventSink
     from runner.config.project import Project
     from runner.config.specs import TaskSpec
+    from runner.core.ports import EventSink
 
 T = TypeVar("T")
 
