@@ -1,7 +1,6 @@
 """The built wheel, installed the way a deployer installs it: no source checkout on the path.
 
-The wheel is built from a copy of this checkout's package, ``pyproject.toml`` and README
-(``pip wheel --no-deps``, build isolation as a deployer's pip does it) and installed with ``pip install --no-deps --target``; every process below runs
+The wheel is built and installed by :func:`tests.wheel.build_and_install`; every process below runs
 from a directory outside the checkout with only that target ahead of the installed
 dependencies, and checks that ``runner`` was imported from it. What the code loads at run
 time (schemas, prompts, prices, tokenizer encodings, report and stats templates, the example
@@ -22,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.wheel import REPO, WheelUnavailable, build_and_install
+
 pytestmark = pytest.mark.timeout(600)
 
 
@@ -47,20 +47,10 @@ class Installed:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     base = tmp_path_factory.mktemp("wheel")
-    source = base / "source"  # what the build reads, copied: no build/ or *.egg-info left by an earlier build
-    shutil.copytree(REPO / "runner", source / "runner", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, source / name)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    built = subprocess.run([*pip, "wheel", "--no-deps", "-w", str(base / "dist"), str(source)],
-                           capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
-    if built.returncode != 0:
-        if "Could not find a version" in built.stderr or "No matching distribution" in built.stderr:
-            pytest.skip(f"cannot build the wheel here (no package index for setuptools): {built.stderr[-300:]}")
-        raise AssertionError(f"pip wheel failed:\n{built.stdout}\n{built.stderr}")
-    (wheel,) = (base / "dist").glob("runner-*.whl")
-    target = base / "site"
-    subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, timeout=300)
+    try:
+        wheel, target = build_and_install(base)
+    except WheelUnavailable as unavailable:
+        pytest.skip(f"cannot build the wheel here: {unavailable}")
     workdir = base / "elsewhere"
     workdir.mkdir()
     yield Installed(wheel, target, workdir)

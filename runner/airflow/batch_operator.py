@@ -43,7 +43,8 @@ deferred time included.
 Killing the task: marking a *deferred* task failed or successful, or clearing it, makes
 Airflow's triggerer call the trigger's ``on_kill`` (Airflow 3.3), which cancels the provider
 batches still out (``cancel_on_kill=False`` leaves them running); a cleared task's next try
-re-attaches, collects the rows that finished and resubmits only the others. A triggerer
+re-attaches and collects the rows that finished, and the others go as an expired batch's do
+(the try fails, the retry resubmits only them). A triggerer
 restart is no kill: the trigger is rebuilt from its stored arguments and waits for the
 same batches. A task killed while it runs in a worker (submitting, collecting, or waiting
 there with ``deferrable=False``) stops its process and leaves the provider batch running:

@@ -53,10 +53,22 @@ DEFAULT_NO_RETRY_STATUSES = ("capped", "stuck")
 
 
 def resolve_root(root: str | os.PathLike[str] | None) -> str:
-    value = str(root) if root not in (None, "") else os.environ.get(ROOT_ENV, "")
+    """The project root: ``root``, else ``$RUNNER_ROOT``; an absolute path (``~`` expanded).
+
+    A relative one is refused: a task starts in whatever directory its worker has (often
+    ``/``), so it would name a different directory on every worker."""
+    given = root not in (None, "")
+    value = str(root) if given else os.environ.get(ROOT_ENV, "")
     if not value:
         raise AirflowFailException(f"no runner project root: pass root=... or set ${ROOT_ENV} on the workers")
-    return value
+    expanded = os.path.expanduser(value)
+    if not os.path.isabs(expanded):
+        where = "root=" if given else f"${ROOT_ENV}"
+        raise AirflowFailException(
+            f"{where} {value!r} is a relative path; give the project's absolute path (a task starts in its worker's "
+            f"directory, here {os.getcwd()!r}, not in yours)"
+        )
+    return expanded
 
 
 def model_credentials(conn_id: str | None) -> tuple[str | None, str | None]:

@@ -107,7 +107,8 @@ class ProviderBatchTrigger(BaseTrigger):
         waits for. Airflow's triggerer calls this only for such a user action (Airflow 3.3
         does; a triggerer without ``BaseTrigger.on_kill`` never calls it), never when a triggerer stops or restarts: the trigger then moves to another
         triggerer and goes on waiting. A cleared task's next try re-attaches to the cancelled
-        batch, collects the rows it finished and submits only the others again.
+        batch and collects the rows it finished; the others are resubmitted by a retry, as an
+        expired batch's are.
         ``cancel_on_kill=False`` leaves the batches running. Failures are logged, never raised."""
         if not self.cancel_on_kill:
             self.log.info("task killed: provider batch(es) %s left running (cancel_on_kill=False)", ", ".join(self.batch_ids))

@@ -78,3 +78,21 @@ def test_a_store_connection_of_another_type_is_refused(monkeypatch: pytest.Monke
     monkeypatch.setenv("AIRFLOW_CONN_RUNNER_STORE", "mysql://runner:pw@db.internal/runs")
     with pytest.raises(UsageError, match="must be a postgres connection"):
         shared_store_url("runner_store")
+
+
+def test_the_project_root_must_be_absolute(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.airflow._compat import AirflowFailException
+    from runner.airflow.operator import resolve_root
+
+    monkeypatch.setenv("RUNNER_ROOT", "srv/project")
+    with pytest.raises(AirflowFailException, match=r"\$RUNNER_ROOT 'srv/project' is a relative path"):
+        resolve_root(None)
+    with pytest.raises(AirflowFailException, match=r"root= 'project' is a relative path"):
+        resolve_root("project")
+    monkeypatch.setenv("RUNNER_ROOT", "/srv/project")
+    assert resolve_root(None) == "/srv/project"
+    monkeypatch.setenv("HOME", "/home/airflow")
+    assert resolve_root("~/project") == "/home/airflow/project"
+    monkeypatch.delenv("RUNNER_ROOT")
+    with pytest.raises(AirflowFailException, match="no runner project root"):
+        resolve_root(None)
