@@ -17,8 +17,14 @@ reached through fsspec. Each test asserts on one part of what it did:
   to spend, the other two spend more than an even split would have let them);
 * the provider-batch DAG (``runner_batch_api``, a deferrable operator) submits one batch to a
   second model server with a slow Batch API, goes ``deferred`` (no worker slot held) while
-  ``airflow triggerer`` polls it, then succeeds with every row collected; the trigger Airflow
-  stored holds no key.
+  ``airflow triggerer`` polls it (and keeps polling it after the triggerer is restarted), then
+  succeeds with every row collected; the trigger Airflow stored holds no key; a second run's
+  deferred task marked failed through the REST API has its provider batch cancelled;
+* the deployment is a deployer's: the runner comes from its built wheel, every process starts
+  in ``/``, the project is on a read-only mount and the state in ``RUNNER_STATE_DIR``;
+* an operator's actions (:mod:`tests.airflow.deploy.operations`): a param only the runner can
+  refuse, a backfill of two logical dates, clearing a finished task, ``airflow tasks test``,
+  and a fan-out with a row no retry can fix (its DAG run fails).
 """
 
 from __future__ import annotations
@@ -279,7 +285,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
             batch = _deferred_batch(deployment)  # first, alone: while it waits, no task holds a worker slot
             deployment.timed("provider batch submitted and deferred", started)
             ops.restart = ops_.restart_triggerer(deployment, "runner_batch_api", batch.run_id,
-                                                 lambda: _retrieves(batch_api, "batch_000000"))  # fmt: skip
+                                                 lambda: _retrieves(batch_api))  # fmt: skip
             deployment.timed("triggerer restarted, the same batch polled again", started)
             ops_.kill_deferred_batch(deployment, ops, kill_api, "runner_model_kill")
             deployment.timed("a deferred task marked failed, its batch cancelled", started)
@@ -351,8 +357,9 @@ def _package_check(deployment: Deployment) -> dict[str, Any]:
     return {"import_errors": errors, "runner": found, "project_writable": writable, "stderr": done.stderr[-2000:]}
 
 
-def _retrieves(server: Any, batch_id: str) -> int:
-    return sum(1 for r in server.requests if r.method == "GET" and r.path.endswith(f"/batches/{batch_id}"))
+def _retrieves(server: Any) -> int:
+    """Status checks of the (one) provider batch on ``server``."""
+    return sum(1 for r in server.requests if r.method == "GET" and re.fullmatch(r"/v1/batches/[^/]+", r.path))
 
 
 def _parsed(deployment: Deployment) -> bool:
@@ -486,7 +493,8 @@ def test_the_model_server_saw_each_row_once_plus_the_retried_one(outcome: Outcom
     assert len(triage) == 40 + FLAKY_CALLS, "no row is paid for twice, not even after the disk was wiped"
     plain = [p for p in daily if not any(day in p for day in _extra_dates())]
     assert len(plain) == len(_plain_daily_runs(outcome)) - 1  # every run but the resume_check one
-    assert [sum(day in p for p in daily) for day in _extra_dates()] == [1, 1, 1]  # the cleared one was not paid again
+    cleared, other, tested = (sum(day in p for p in prompts) for day in _extra_dates())
+    assert cleared == other == tested > 0  # the cleared run's calls were not made again
     assert len(capped_calls) == len(set(capped_calls)), "a capped row is never sent twice"
 
 
@@ -639,7 +647,7 @@ def test_marking_a_deferred_batch_task_failed_cancels_its_provider_batch(outcome
     assert outcome.states[ops.killed_run] == {("batch_api", -1): ("failed", 1)}
     assert next(r for r in outcome.runs["runner_batch_api"] if r["dag_run_id"] == ops.killed_run)["state"] == "failed"
     cancels = [r.path for r in outcome.kill_requests if r.method == "POST" and r.path.endswith("/cancel")]
-    assert outcome.kill_batches_created == 1 and cancels == ["/v1/batches/batch_000000/cancel"]
+    assert outcome.kill_batches_created == 1 and len(cancels) == 1, cancels
 
 
 def test_a_param_only_the_runner_can_refuse_fails_once_with_its_message(outcome: Outcome) -> None:
@@ -664,8 +672,9 @@ def test_clearing_a_finished_task_resumes_its_run_and_pays_nothing_twice(outcome
     done, run_id = outcome.ops.cleared
     assert done.returncode == 0, done.stderr
     assert outcome.states[run_id] == {("daily_report", -1): ("success", 2)}
-    day = BACKFILL_DATES[0]
-    assert sum(day in p and "Write the summary" in p for p in _prompts(outcome)) == 1
+    day, other = BACKFILL_DATES
+    prompts = _prompts(outcome)
+    assert sum(day in p for p in prompts) == sum(other in p for p in prompts) > 0, "run twice, paid once"
     rows = [(a, s) for r, i, a, s in _store("SELECT run_id, inputs_json, attempts, status FROM runs WHERE task = 'daily_report'")
             if json.loads(i)["date"] == day]  # fmt: skip
     assert rows == [(2, "completed")]
