@@ -22,8 +22,10 @@ One interface, two implementations (:meth:`BatchJournal.open` picks one):
   another worker resumes it; one process at a time by a session-level advisory lock, which
   PostgreSQL drops when that session ends (its process died, or its host went silent).
 
-Both run the same transitions, each one statement (``UPDATE ... RETURNING``, a
-conditional ``UPDATE ... WHERE status = 'running'``) or one transaction.
+Both run the same transitions, written once in :mod:`runner.batch.journal_sql` over the
+run store's :class:`~runner.store.database.Database`: each one statement (``UPDATE ...
+RETURNING``, a conditional ``UPDATE ... WHERE status = 'running'``) or one transaction, safe
+to send again after a dropped PostgreSQL connection.
 """
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.agent.embedding_meter import LedgerEmbeddingMeter, embedding_pricer
-from runner.caps.budget import Budget
+from runner.caps.budget import Budget, Owner
 from runner.config.coerce import resolve_inputs
 from runner.config.project import Project
 from runner.config.specs import TaskSpec
@@ -118,7 +118,8 @@ async def _execute(
     attempt = store.start_run(run_id, task.name, inputs, chash, caps.as_dict())
     recorder = RunRecorder(store, run_id, attempt, options.events, known_secrets(project, options))
     try:
-        budget = options.parent_budget.child(caps, "task") if options.parent_budget else Budget(caps, scope="task")
+        owner = Owner(run_id, attempt)  # a shared scope records whose calls it holds
+        budget = options.parent_budget.child(caps, "task", owner=owner) if options.parent_budget else Budget(caps, "task", owner=owner)
         warnings = _carry_over(store, run_id, budget) if attempt > 1 else []
         completed = store.completed_steps(run_id) if options.resume and attempt > 1 else {}
         resumed, moved = reusable_steps(project, task, run_id, options, completed)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -17,6 +16,7 @@ import pytest
 
 from runner.model.batch_endpoints import BatchBehaviour
 from runner.model.server import ScriptedServer
+from tests.support.project import copy_shipped
 
 REPO = Path(__file__).resolve().parents[2]
 TRIAGE = {"category": "bug", "urgency": "high", "summary": "It crashes."}
@@ -27,10 +27,7 @@ SCRIPT: dict[str, Any] = {"fallback": {"content": json.dumps(TRIAGE), "usage": U
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    for part in ("agents.d", "tasks.d"):
-        shutil.copytree(REPO / part, root / part)
-    return root
+    return copy_shipped(tmp_path / "project")
 
 
 def tickets(root: Path, count: int, body: str = "It crashes on start") -> Path:

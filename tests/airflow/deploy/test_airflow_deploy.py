@@ -49,6 +49,7 @@ from runner.model.batch_endpoints import BatchBehaviour
 from tests.airflow.deploy import operations as ops_
 from tests.airflow.deploy.deployment import REPO, Deployment, free_port
 from tests.airflow.deploy.operations import BACKFILL_DATES, MISSPELT_TASK, TASKS_TEST_DATE, Operations
+from tests.support.project import copy_shipped
 from tests.wheel import build_and_install
 
 DATABASE_URL = os.environ.get("RUNNER_AIRFLOW_DEPLOY_DB", "")
@@ -150,13 +151,8 @@ def _bad_rows(project: Path) -> list[dict[str, str]]:
 
 def _project(base: Path) -> tuple[Path, list[dict[str, str]], list[dict[str, str]]]:
     """A runner project (the repository's agents and tasks, and ``resume_check``) with two ticket files."""
-    root = base / "project"
-    for part in ("agents.d", "tasks.d"):
-        shutil.copytree(REPO / part, root / part)
-    (root / "agents.d/plain.yaml").write_text(RESUME_AGENT)
-    (root / "tasks.d/resume_check.yaml").write_text(RESUME_TASK)
-    (root / "examples/data").mkdir(parents=True)
-    shutil.copy(REPO / "examples/data/sales.csv", root / "examples/data/sales.csv")
+    root = copy_shipped(base / "project", ("agents.d", "tasks.d", "examples/data/sales.csv"),
+                        {"agents.d/plain.yaml": RESUME_AGENT, "tasks.d/resume_check.yaml": RESUME_TASK})  # fmt: skip
     with (REPO / "examples/batch/tickets.csv").open(newline="") as handle:
         reader = csv.DictReader(handle)
         columns = list(reader.fieldnames or [])
