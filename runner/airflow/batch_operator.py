@@ -42,7 +42,9 @@ deferred time included.
 
 Killing the task: marking a *deferred* task failed or successful, or clearing it, makes
 Airflow's triggerer call the trigger's ``on_kill`` (Airflow 3.3), which cancels the provider
-batches still out (``cancel_on_kill=False`` leaves them running); a cleared task's next try
+batches still out (``cancel_on_kill=False`` leaves them running). Airflow calls it only on a
+trigger a triggerer runs: a kill before one has picked the trigger up leaves the batch out
+(its id is in the task log); a cleared task's next try
 re-attaches and collects the rows that finished, and the others go as an expired batch's do
 (the try fails, the retry resubmits only them). A triggerer
 restart is no kill: the trigger is rebuilt from its stored arguments and waits for the

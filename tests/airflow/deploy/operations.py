@@ -65,6 +65,13 @@ def kill_deferred_batch(deployment: Deployment, ops: Operations, server: Any, co
     conf = {"input_path": "tickets_batch.csv", "id_column": "id", "batch_poll_seconds": 1, "conn_id": conn_id}
     ops.killed_run = trigger(deployment, "runner_batch_api", "--conf", json.dumps(conf))
     wait_deferred(deployment, "runner_batch_api", ops.killed_run, "batch_api", ops.killed_states)
+
+    def polled_by_the_triggerer() -> bool:  # the worker checks the batch once before deferring; then the trigger polls
+        return sum(1 for r in server.requests if r.method == "GET" and "/v1/batches/" in r.path) >= 2
+
+    # Airflow calls on_kill only on a trigger a triggerer runs: a kill in the seconds before one picks it up
+    # never reaches it (README: "Killing it")
+    deployment.wait(polled_by_the_triggerer, 120, "the triggerer to run the killed task's trigger")
     path = f"dags/runner_batch_api/dagRuns/{ops.killed_run}/taskInstances/batch_api"
     deployment.api(path, method="PATCH", body={"new_state": "failed"})
 
