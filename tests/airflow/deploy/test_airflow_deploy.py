@@ -296,14 +296,15 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
             capped_conf = json.dumps({"input_path": "tickets_capped.csv", "id_column": "id", "num_shards": 3,
                                       "concurrency": 1, "max_cost_usd": CAP_USD, "max_failed_rows": 100})  # fmt: skip
             capped_run = _trigger(deployment, "runner_batch_fanout", "--conf", capped_conf)
-            ops.bad_row_run = _trigger(deployment, "runner_batch_fanout", "--conf", json.dumps(
-                {"input_path": "tickets_bad.csv", "id_column": "id", "num_shards": 2, "concurrency": 2}))  # fmt: skip
-            ops.misspelt_run = _trigger(deployment, "runner_daily_report", "--conf", json.dumps({"task": MISSPELT_TASK}))
-            ops.backfill = ops_.backfill(deployment)  # queued behind the runs above (max_active_runs=1)
             wiped = _wipe_between_tries(deployment, {
                 "daily": ("runner_daily_report", daily, -1),
                 "fanout": ("runner_batch_fanout", fanout, _flaky_shard(tickets)),
             })  # fmt: skip
+            # the operations start once the disk was wiped: a wipe would pull a running task's workspace away
+            ops.bad_row_run = _trigger(deployment, "runner_batch_fanout", "--conf", json.dumps(
+                {"input_path": "tickets_bad.csv", "id_column": "id", "num_shards": 2, "concurrency": 2}))  # fmt: skip
+            ops.misspelt_run = _trigger(deployment, "runner_daily_report", "--conf", json.dumps({"task": MISSPELT_TASK}))
+            ops.backfill = ops_.backfill(deployment)  # queued behind the runs above (max_active_runs=1)
             tasks_test = subprocess.Popen(  # in an operator's shell while the retries run (after the wipes: same disk)
                 deployment.argv("tasks", "test", "runner_daily_report", "daily_report", TASKS_TEST_DATE),
                 env=deployment.env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -665,16 +666,16 @@ def test_a_backfill_of_two_logical_dates_gives_each_its_own_run(outcome: Outcome
 
 
 def test_clearing_a_finished_task_resumes_its_run_and_pays_nothing_twice(outcome: Outcome) -> None:
-    done, run_id = outcome.ops.cleared
+    done, run_id, before = outcome.ops.cleared
     assert done.returncode == 0, done.stderr
-    assert outcome.states[run_id] == {("daily_report", -1): ("success", 2)}
+    assert outcome.states[run_id] == {("daily_report", -1): ("success", before + 1)}
     day, other = BACKFILL_DATES
     prompts = _prompts(outcome)
     assert sum(day in p for p in prompts) == sum(other in p for p in prompts) > 0, "run twice, paid once"
     rows = [(a, s) for r, i, a, s in _store("SELECT run_id, inputs_json, attempts, status FROM runs WHERE task = 'daily_report'")
             if json.loads(i)["date"] == day]  # fmt: skip
-    assert rows == [(2, "completed")]
-    log = _task_log(outcome, "runner_daily_report", "daily_report", -1, 2, run_id)
+    assert rows == [(before + 1, "completed")]
+    log = _task_log(outcome, "runner_daily_report", "daily_report", -1, before + 1, run_id)
     assert "[summary] reused from an earlier attempt (completed)" in log  # the run's progress, in the task log
     assert re.search(r"run daily_report-af-\w+ completed \(exit 0\): \d+ model call", log)  # its summary
 
