@@ -96,17 +96,18 @@ def backfilled_runs(deployment: Deployment) -> list[dict[str, Any]]:
     return [r for r in deployment.runs("runner_daily_report") if r["run_type"] == "backfill"]
 
 
-def clear_first_backfilled(deployment: Deployment) -> tuple[subprocess.CompletedProcess[str], str, int]:
-    """``airflow tasks clear`` the (finished) task of the first backfilled run, wait for it to run
-    again; ``(the command, the dag run id, the try number before the clear)``."""
+def clear_first_backfilled(deployment: Deployment) -> tuple[Any, str, int]:
+    """Clear the (finished) task of the first backfilled run as the UI's Clear does (the REST
+    API, by dag run), wait for it to run again; ``(the API's answer, the dag run id, the try
+    number before the clear)``."""
     run = next(r for r in backfilled_runs(deployment) if r["logical_date"].startswith(BACKFILL_DATES[0]))
     _, before = task_state(deployment, "runner_daily_report", run["dag_run_id"], "daily_report")
-    day = BACKFILL_DATES[0]
-    done = deployment.airflow("tasks", "clear", "runner_daily_report", "-t", "^daily_report$", "-s", day, "-e", day, "-y")
+    body = {"dry_run": False, "dag_run_id": run["dag_run_id"], "task_ids": ["daily_report"], "only_failed": False}
+    answer = deployment.api("dags/runner_daily_report/clearTaskInstances", method="POST", body=body)
 
     def ran_again() -> bool:
         state, attempt = task_state(deployment, "runner_daily_report", run["dag_run_id"], "daily_report")
         return state in ("success", "failed") and attempt > before
 
     deployment.wait(ran_again, 300, "the cleared task to run again")
-    return done, str(run["dag_run_id"]), before
+    return answer, str(run["dag_run_id"]), before
