@@ -101,7 +101,7 @@ def read_cache(root: Path, key: str) -> CachedProject | None:
     if secret is None:
         return None
     try:
-        wrapper = json.loads(_read_own_file(cache_file(root), MAX_CACHE_BYTES))
+        wrapper = json.loads(read_own_file(cache_file(root), MAX_CACHE_BYTES))
         body = wrapper["body"]
         if wrapper["format"] != FORMAT or not hmac.compare_digest(wrapper["mac"], _mac(secret, body)):
             return None
@@ -134,7 +134,7 @@ def write_cache(
     try:
         body = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         text = json.dumps({"format": FORMAT, "mac": _mac(secret, body), "body": body}, ensure_ascii=False)
-        _write_private(cache_file(root), text.encode("utf-8"))
+        write_private(cache_file(root), text.encode("utf-8"))
     except (OSError, ValueError, TypeError):
         return
 
@@ -162,16 +162,21 @@ def user_key(*, create: bool) -> bytes | None:
         path = _key_path()
         if create and not path.exists():
             _create_key(path)
-        key = _read_own_file(path, KEY_BYTES + 1)
+        key = read_own_file(path, KEY_BYTES + 1)
     except (OSError, RuntimeError, ValueError):
         return None
     return key if len(key) == KEY_BYTES else None
 
 
-def _key_path() -> Path:
+def user_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/runner`` (else ``~/.cache/runner``): the key and other per-user caches."""
     base = os.environ.get("XDG_CACHE_HOME") or ""
     root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
-    return root / "runner" / "project-cache.key"
+    return root / "runner"
+
+
+def _key_path() -> Path:
+    return user_cache_dir() / "project-cache.key"
 
 
 def _create_key(path: Path) -> None:
@@ -187,7 +192,7 @@ def _create_key(path: Path) -> None:
         os.unlink(temporary)
 
 
-def _read_own_file(path: Path, limit: int) -> bytes:
+def read_own_file(path: Path, limit: int) -> bytes:
     """The bytes of ``path``: a regular file (not a link), owned by this user, that no one else
     may write; ``OSError``/``ValueError`` otherwise."""
     descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -200,7 +205,7 @@ def _read_own_file(path: Path, limit: int) -> bytes:
         return stream.read(limit + 1)
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
     """Write ``path`` (mode 0600) through a temporary file and a rename."""
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

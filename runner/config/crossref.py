@@ -26,7 +26,8 @@ from runner.config.template_check import (
     sample_inputs,
     static_problems,
 )
-from runner.config.templates import Reference, TemplateError, environment, references
+from runner.config.template_engine import environment, references
+from runner.config.templates import Reference, TemplateError
 from runner.errors import Problem, did_you_mean
 
 if TYPE_CHECKING:

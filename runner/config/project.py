@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.config import specs
 from runner.config.compiled import CachedProject, ConfigFile, cache_key, prompts_digest, read_cache, write_cache
-from runner.config.evals import EvalSpec, build_eval
 from runner.config.prices import default_prices
 from runner.config.project_files import workspace_file_problem
 from runner.config.sources import Document, YamlError, read_config_bytes
@@ -21,6 +21,9 @@ from runner.config.specs import AgentSpec, Price, TaskSpec, TelemetrySpec, ToolS
 from runner.errors import ConfigError, Problem, did_you_mean
 from runner.knowledge.spec import KnowledgeSpec
 from runner.tools.sql.source import SqlSource
+
+if TYPE_CHECKING:
+    from runner.config.evals import EvalSpec
 
 CONFIG_DIRS = ("agents.d", "tasks.d", "tools.d", "evals.d", "knowledge.d", "sources.d")
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -244,6 +247,8 @@ def _build(project: Project, documents: list[Document]) -> list[Problem]:
 
             project.sources[name] = source_document(doc, project.root)
         elif kind == "Eval":
+            from runner.config.evals import build_eval  # a project with evals only
+
             project.evals[name], refused = build_eval(doc, project.root)
             problems.extend(refused)
         elif kind == "Knowledge":

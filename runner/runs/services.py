@@ -10,15 +10,17 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.config.project import Project
 from runner.config.specs import AgentSpec, TaskSpec
 from runner.errors import ConfigError, did_you_mean
-from runner.knowledge.base import KnowledgeBase, RefreshReport
-from runner.knowledge.memory import MemoryScope, MemoryStore, Notebook
 from runner.local_state import state_dir
 from runner.runs.options import RunOptions
+
+if TYPE_CHECKING:  # loaded by the runs that open a knowledge base or memory, not by every run
+    from runner.knowledge.base import KnowledgeBase, RefreshReport
+    from runner.knowledge.memory import MemoryStore, Notebook
 
 MEMORY_TOOLS = frozenset({"remember", "recall"})
 BROWSER_TOOLS = frozenset({"browse"})
@@ -53,6 +55,8 @@ class RunServices:
         """The memory an agent reads and writes, in its declared scope."""
         if self.memory is None:
             return None
+        from runner.knowledge.memory import MemoryScope, Notebook
+
         policy = agent.memory
         key = {"agent": f"agent:{agent.name}", "task": f"task:{task.name}", "project": "project"}[policy.scope]
         return Notebook(self.memory, MemoryScope(key, policy.max_entries, policy.max_age_days))
@@ -65,6 +69,8 @@ async def open_services(project: Project, task: TaskSpec, options: RunOptions, s
     services.knowledge, _ = await open_knowledge(project, names, options, stack, refresh=False)  # refreshed by the run, metered
     used = _tools_used(project, task)
     if used & MEMORY_TOOLS:
+        from runner.knowledge.memory import MemoryStore
+
         services.memory = MemoryStore(state_dir(project.root) / "memory.sqlite3")
         stack.callback(services.memory.close)
     if used & BROWSER_TOOLS:
@@ -84,6 +90,8 @@ async def open_knowledge(
     use, then incrementally), embeddings requests metered by ``meter_for(name)`` when given."""
     bases: dict[str, KnowledgeBase] = {}
     reports: dict[str, RefreshReport] = {}
+    if names:
+        from runner.knowledge.base import KnowledgeBase
     for name in names:
         spec = project.knowledge.get(name)
         if spec is None:

@@ -38,6 +38,10 @@ from runner.store.schema import Schema
 
 STORE_URL_ENV = "RUNNER_STORE_URL"
 """The environment variable naming the shared database (``postgresql://user@host/db``)."""
+PAGE_CACHE_KIB = 256
+"""SQLite's own page cache per connection (its default is 2,000 KiB). The run store and the
+batch journal write far more than they read back, and the operating system caches the file
+anyway: a smaller cache is 1.75 MiB less resident memory per connection at the same speed."""
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 T = TypeVar("T")
 
@@ -250,6 +254,7 @@ class SqliteDatabase(Database):
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'FULL' else 'NORMAL'}")
+        self._db.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
         self._db.execute(f"PRAGMA busy_timeout={int(busy_seconds * 1000)}")
 
     @contextlib.contextmanager

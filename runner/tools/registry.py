@@ -10,7 +10,7 @@ listing or validating names builds nothing and a run builds only the tools it us
 from __future__ import annotations
 
 import asyncio
-import difflib
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -32,6 +32,8 @@ class UnknownTool(InvalidToolCall):
     """A tool name that is not registered; ``suggestion`` is the closest known name."""
 
     def __init__(self, name: str, known: list[str]):
+        import difflib  # only for an unknown name
+
         self.name = name
         close = difflib.get_close_matches(name, known, n=1)
         self.suggestion = close[0] if close else None
@@ -136,12 +138,19 @@ class ToolRegistry:
 
 def default_registry() -> ToolRegistry:
     """A new registry holding every built-in tool (each built when first looked up)."""
+    registry = ToolRegistry()
+    for pending in _builtins():
+        registry.register(pending)
+    return registry
+
+
+@functools.cache
+def _builtins() -> tuple[PendingTool, ...]:
+    """One frozen entry per built-in, shared by every registry (a batch makes one registry per
+    row; each row building its own twenty entries was memory held by every row in flight)."""
     from runner.tools.builtins import BUILTINS
 
-    registry = ToolRegistry()
-    for entry in BUILTINS:
-        registry.register_lazy(entry.name, entry.source, entry.settings_schema, entry.build)
-    return registry
+    return tuple(PendingTool(entry.name, entry.source, entry.settings_schema, entry.build) for entry in BUILTINS)
 
 
 def _built(pending: PendingTool) -> Tool:
