@@ -110,4 +110,5 @@ def clear_first_backfilled(deployment: Deployment) -> tuple[Any, str, int]:
         return state in ("success", "failed") and attempt > before
 
     deployment.wait(ran_again, 300, "the cleared task to run again")
+    deployment.wait_for_run("runner_daily_report", run["dag_run_id"], 120)  # the run's state follows its task's
     return answer, str(run["dag_run_id"]), before
