@@ -306,11 +306,14 @@ class BatchJournal(ABC):
 
 
 def default_journal_path(root: Path, task: str, input_path: Path) -> Path:
-    """``<root>/.runner/batches/<task>-<hash of the input path>.sqlite3``: same command, same journal."""
+    """``<state dir>/batches/<task>-<hash of the input path>.sqlite3`` (:func:`runner.local_state.state_dir`,
+    by default ``<root>/.runner``): same command, same journal."""
     import hashlib
 
     key = hashlib.sha256(str(input_path.resolve()).encode()).hexdigest()[:12]
-    return root / ".runner" / "batches" / f"{task}-{key}.sqlite3"
+    from runner.local_state import state_dir
+
+    return state_dir(root) / "batches" / f"{task}-{key}.sqlite3"
 
 
 # --- what both implementations share ---------------------------------------------------

@@ -37,7 +37,7 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.option("--max-wall-seconds", type=CapValue("max_wall_seconds"), help="Batch cap: wall-clock seconds for this invocation (more than 0).")
 @click.option("--row-max-cost-usd", type=CapValue("max_cost_usd"), help="Per-row cap: US dollars (tightens the YAML).")
 @click.option("--row-max-steps", type=CapValue("max_steps"), help="Per-row cap: model calls (tightens the YAML).")
-@click.option("--journal", "journal_path", type=click.Path(dir_okay=False, path_type=Path), help="Resume journal, an SQLite file (default: .runner/batches/<task>-<input>.sqlite3, or in $RUNNER_STORE_URL when set).")
+@click.option("--journal", "journal_path", type=click.Path(dir_okay=False, path_type=Path), help="Resume journal, an SQLite file (default: .runner/batches/<task>-<input>.sqlite3 ($RUNNER_STATE_DIR/batches/... when set), or in $RUNNER_STORE_URL when set).")
 @click.option("--restart", is_flag=True, help="Discard the journal and start over (default: resume).")
 @click.option("--no-cache", is_flag=True, help="Bypass the result cache (cache: {ttl} in the YAML): every call goes to the endpoint or tool.")
 @click.option("--dedupe", is_flag=True, help="Run rows with identical inputs once; each row still gets its own output record.")
@@ -66,6 +66,7 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
     3 a batch cap stopped the batch, 130 interrupted (rerun to resume).
     """
     from runner.batch.file_batch import BatchRequest, run_batch_file
+    from runner.batch.local_dirs import check_batch_dirs
 
     root = (root or find_root(Path(task) if task.endswith((".yaml", ".yml")) else Path.cwd())).resolve()
     project = load_project_or_raise(root)
@@ -82,6 +83,7 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
     )
     if batch_fallback and via != "batch-api":
         raise click.UsageError("--batch-fallback only applies with --via batch-api")
+    check_batch_dirs(project, request)  # a read-only project fails here, before any row is paid for
     try:
         summary = asyncio.run(run_batch_file(project, spec, request))
     except KeyboardInterrupt:

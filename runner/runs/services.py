@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from runner.config.project import Project
 from runner.config.specs import AgentSpec, TaskSpec
 from runner.errors import ConfigError, did_you_mean
+from runner.local_state import state_dir
 from runner.runs.options import RunOptions
-from runner.runs.workspace import RUN_DIR
 
 if TYPE_CHECKING:  # loaded by the runs that open a knowledge base or memory, not by every run
     from runner.knowledge.base import KnowledgeBase, RefreshReport
@@ -28,7 +28,7 @@ BROWSER_TOOLS = frozenset({"browse"})
 
 def index_path(root: Path, name: str) -> Path:
     """Where the index of knowledge base ``name`` lives."""
-    return root / RUN_DIR / "knowledge" / f"{name}.sqlite3"
+    return state_dir(root) / "knowledge" / f"{name}.sqlite3"
 
 
 @dataclass
@@ -71,7 +71,7 @@ async def open_services(project: Project, task: TaskSpec, options: RunOptions, s
     if used & MEMORY_TOOLS:
         from runner.knowledge.memory import MemoryStore
 
-        services.memory = MemoryStore(project.root / RUN_DIR / "memory.sqlite3")
+        services.memory = MemoryStore(state_dir(project.root) / "memory.sqlite3")
         stack.callback(services.memory.close)
     if used & BROWSER_TOOLS:
         from runner.tools.browser import Browser
