@@ -5,6 +5,7 @@ non-numbers are refused with exit 2 and a message naming the flag or key."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,14 @@ from runner.config.specs import CAP_NAMES, Caps
 from runner.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]
-PROJECT = REPO / "tests/runs/project"
+SOURCE = REPO / "tests/runs/project"
+PROJECT = SOURCE  # a copy while this module's tests run (_copied_project): runs write state into their root
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _copied_project(tmp_path_factory: pytest.TempPathFactory) -> None:
+    global PROJECT
+    PROJECT = shutil.copytree(SOURCE, tmp_path_factory.mktemp("cap_values") / "project")
 RUN_FLAGS = [(name, "--" + name.replace("_", "-")) for name, _ in CAP_FLAGS]
 BATCH_FLAGS = [("max_cost_usd", "--max-cost-usd"), ("max_tokens", "--max-tokens"),
                ("max_wall_seconds", "--max-wall-seconds"), ("max_cost_usd", "--row-max-cost-usd"),

@@ -55,7 +55,7 @@ def copy_shipped(
 
 def copy_project(source: Path, root: Path, files: Mapping[str, str] | None = None) -> Path:
     """The test project ``source`` copied to ``root``, then ``files`` written over it; returns ``root``."""
-    shutil.copytree(source, root)
+    shutil.copytree(source, root, ignore=shutil.ignore_patterns(".runner", "reports"))  # never a source tree's run state
     return write_project(root, files or {})
 
 
