@@ -35,6 +35,7 @@ import re
 import signal
 import sys
 import threading
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -75,13 +76,13 @@ class ScriptedServer:
         batch: BatchBehaviour | None = None,
     ) -> None:
         self.script = script if isinstance(script, Script) else Script.from_obj(script or [])
-        self.batches = BatchEndpoints(self.script, batch or BatchBehaviour(), self.bill)
         self._address = (host, port)
         self._record_path = Path(record_path) if record_path else None
         self._requests: list[RecordedRequest] = []
         self._billed: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
         self.closing = threading.Event()
+        self.batches = BatchEndpoints(self.script, batch or BatchBehaviour(), self.bill, self.closing)
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -183,7 +184,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         owner = self.server.owner
         route = self._route()
-        if route.startswith(("/v1/files/", "/v1/batches/")):
+        if route.startswith(("/v1/files/", "/v1/batches")):
             return self._batch_api("GET", route)
         if route != "/v1/models":
             return self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
@@ -228,6 +229,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif parts == ["batches"] and method == "POST":
             body = _json_object(raw)
             status, answer = endpoints.create(body)
+        elif parts == ["batches"] and method == "GET":
+            query = dict(urllib.parse.parse_qsl(self.path.partition("?")[2]))
+            status, answer, body = *endpoints.list(query), None
         elif parts[0] == "batches" and len(parts) == 2 and method == "GET":
             status, answer, body = *endpoints.retrieve(parts[1]), None
         elif parts[0] == "batches" and parts[2:] == ["cancel"] and method == "POST":
