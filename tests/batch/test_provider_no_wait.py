@@ -1,7 +1,8 @@
 """A provider batch run without waiting: submit, return its id, collect it on the next call.
 
-This is what the deferrable Airflow operator does between its tries: the rows stay running
-while the batch is out, and the same request run again re-attaches to the same batch.
+This is what the deferrable Airflow operator does between its tries: the rows wait (``not_run``,
+``provider_pending``) while a round is out, and the same request run again re-attaches to the
+same batch, collects it and goes on to the next round.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from runner.model.server import ScriptedServer
 
 REPO = Path(__file__).resolve().parents[2]
 TRIAGE = {"category": "bug", "urgency": "high", "summary": "It crashes."}
-SCRIPT: dict[str, Any] = {"fallback": {"content": json.dumps(TRIAGE), "usage": {"prompt_tokens": 100, "completion_tokens": 20}}}
+USAGE = {"prompt_tokens": 100, "completion_tokens": 20}
+SCRIPT: dict[str, Any] = {"fallback": {"content": json.dumps(TRIAGE), "usage": USAGE}}
+BATCH_COST = (100 * 0.15 + 20 * 0.60) / 1_000_000 / 2  # one call at the batch price
 
 
 @pytest.fixture
@@ -47,12 +50,31 @@ def _run(root: Path, server: ScriptedServer, *, wait: bool) -> dict[str, Any]:
 def test_without_waiting_the_batch_id_comes_back_and_the_next_call_collects_it(project: Path) -> None:
     with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=3)) as server:
         first = _run(project, server, wait=False)
-        assert len(first["provider_pending"]) == 1 and first["counts"]["running"] == 3
+        (pending,) = first["provider_pending"]
+        assert first["counts"]["not_run"] == 3 and server.batches.batches[pending].status == "in_progress"
         assert not (project / "out.jsonl").exists()  # nothing to write until the rows are answered
+        again = _run(project, server, wait=False)  # still running: nothing sent again
+        assert again["provider_pending"] == [pending] and server.batches.batches_created == 1
         second = _run(project, server, wait=True)
         assert server.batches.batches_created == 1  # re-attached, not submitted again
     assert second["provider_pending"] == [] and second["counts"]["done"] == 3 and second["exit_code"] == 0
-    assert len((project / "out.jsonl").read_text().splitlines()) == 3
+    rows = [json.loads(line) for line in (project / "out.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all(r["output"] == TRIAGE for r in rows)
+    assert all(r["cost_usd"] == pytest.approx(BATCH_COST) for r in rows)  # answered after the caller returned: still counted once
+
+
+def test_each_call_without_waiting_collects_the_round_out_and_sends_the_next(project: Path) -> None:
+    script = {"rules": [{"when": {"last_message": "Ticket 1"}, "times": 1, "reply": {"content": "not json", "usage": USAGE}}], **SCRIPT}
+    with ScriptedServer(script, batch=BatchBehaviour(polls=2)) as server:
+        first = _run(project, server, wait=False)
+        second = _run(project, server, wait=False)  # collects round 1; the repair turn of ticket 1 goes out
+        third = _run(project, server, wait=False)
+        assert server.batches.batches_created == 2
+    assert first["provider_pending"] != second["provider_pending"] and len(second["provider_pending"]) == 1
+    assert (second["counts"]["done"], second["counts"]["not_run"]) == (2, 1)
+    assert third["provider_pending"] == [] and third["counts"]["done"] == 3 and third["exit_code"] == 0
+    rows = {r["id"]: r for r in map(json.loads, (project / "out.jsonl").read_text().splitlines())}
+    assert rows["t1"]["cost_usd"] == pytest.approx(2 * BATCH_COST) and rows["t2"]["cost_usd"] == pytest.approx(BATCH_COST)
 
 
 def test_a_batch_that_already_ended_is_collected_in_the_same_call(project: Path) -> None:
