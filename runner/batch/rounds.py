@@ -115,7 +115,8 @@ class RoundCollector:
         self.poll, self.wait, self.fallback_live = poll or PollPolicy(), wait, fallback_live
         self.secrets, self.log = secrets or [], log
         self.deferral: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting: dict[str, set[asyncio.Future[Answer]]] = {}  # run id -> its calls' futures, for each row in flight
+        self._waiting: dict[str, int] = {}  # run id -> its calls not answered yet, for each row in flight
+        self._blocked = 0  # rows in flight with a call not answered yet
         self._queue: dict[str, _Call] = {}  # custom id -> call, for the next round
         self._flight: list[_Call] = []  # the calls of the round out now
         self._changed = asyncio.Event()  # a row entered or left, or a call joined the queue
@@ -135,12 +136,21 @@ class RoundCollector:
 
     def enter(self, run_id: str) -> None:
         """A row's run started: rounds wait for it to reach its next call or end."""
-        self._waiting[run_id] = set()
+        self._waiting[run_id] = 0
         self._touch()
 
     def leave(self, run_id: str) -> None:
-        self._waiting.pop(run_id, None)
+        if self._waiting.pop(run_id, 0):
+            self._blocked -= 1
         self._touch()
+
+    def _waits(self, run_id: str, change: int) -> None:
+        """``run_id`` has ``change`` more (or fewer) calls not answered yet."""
+        if run_id not in self._waiting:
+            return
+        before = self._waiting[run_id]
+        self._waiting[run_id] = before + change
+        self._blocked += (self._waiting[run_id] > 0) - (before > 0)
 
     async def send(self, endpoint: Endpoint, request: ModelRequest, ledger_id: int | None) -> Answer:
         """Wait for the answer to ``request`` from the next round (the caller's row is :data:`CURRENT_RUN`)."""
@@ -152,14 +162,14 @@ class RoundCollector:
         call = self._queued(run_id, fingerprint, endpoint, request)
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         call.waiters.append(future)
-        self._waiting[run_id].add(future)
+        self._waits(run_id, +1)
         self._touch()
         try:
             return await future
         finally:
-            self._waiting.get(run_id, set()).discard(future)
             if not future.done():  # cancelled while waiting (a deadline, or the command returning)
                 future.cancel()
+                self._waits(run_id, -1)
                 self._gone.set()
 
     def _queued(self, run_id: str, fingerprint: str, endpoint: Endpoint, request: ModelRequest) -> _Call:
@@ -225,20 +235,23 @@ class RoundCollector:
                 await self._changed.wait()
                 self._changed.clear()
                 if self._sealable() and await self._steady():
-                    await self._round(self._seal())
-                elif self._closing and not self._waiting:
+                    calls = self._seal()
+                    if calls:
+                        await self._round(calls)
+                if self._closing and not self._waiting and not self._queue:
                     return
         except BaseException as exc:
             for call in [*self._queue.values(), *self._flight]:
                 for waiter in call.waiters:
                     if not waiter.done():
                         waiter.set_exception(RuntimeError(f"the provider batch rounds stopped: {exc!r}"))
+                        self._waits(call.run_id, -1)
             raise
 
     def _sealable(self) -> bool:
-        """Some call is queued and every row in flight is waiting on one."""
-        blocked = all(any(not f.done() for f in futures) for futures in self._waiting.values())
-        return blocked and any(call.waited() for call in self._queue.values())
+        """Some call is queued and every row in flight is waiting on one (when no round is out,
+        every call not answered yet is in the queue)."""
+        return bool(self._queue) and self._blocked == len(self._waiting)
 
     async def _steady(self) -> bool:
         version = self._version
@@ -247,7 +260,7 @@ class RoundCollector:
         return version == self._version and self._sealable()
 
     def _seal(self) -> list[_Call]:
-        calls = [call for call in self._queue.values() if call.waited()]
+        calls = [call for call in self._queue.values() if call.waited()]  # a call whose callers all left is not sent
         self._queue.clear()
         return calls
 
@@ -341,8 +354,9 @@ class RoundCollector:
                     self._say(f"provider batch {provider_id}: {batch.status}{_answered(batch)}")
                 if not wanted(members) and provider_id not in cancelled:
                     self._say(f"provider batch {provider_id}: nobody waits for it any more (a wall-clock cap); cancelling it")
-                    await self._client(part.endpoint).cancel(provider_id)
                     cancelled[provider_id] = time.monotonic() + self.poll.cancel_grace_seconds
+                    with contextlib.suppress(ModelError):  # it may have ended meanwhile; the next look tells
+                        await self._client(part.endpoint).cancel(provider_id)
                 elif provider_id in cancelled and time.monotonic() > cancelled[provider_id]:
                     self._say(f"provider batch {provider_id} did not end after its cancel; run the command again to collect it")
                     del out[provider_id]
@@ -436,6 +450,7 @@ class RoundCollector:
         for waiter in call.waiters:
             if not waiter.done():
                 waiter.set_result(answer)
+                self._waits(call.run_id, -1)
 
     def _run_of(self, custom_id: str) -> tuple[str, str] | None:
         row_id, dot, fingerprint = custom_id.rpartition(".")
