@@ -10,18 +10,35 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from runner.model.batch_endpoints import BatchBehaviour
 from runner.model.server import ScriptedServer
-from tests.cli.batch_api_project import batch_inputs, chat_calls, command, live_cost, provider_state, records, row_of, via_api, wait_until
-from tests.cli.test_batch_api_rounds_cli import ROUNDS, SCRIPT, numbers, project  # noqa: F401  (a fixture)
+from tests.cli.batch_api_project import (
+    batch_inputs,
+    chat_calls,
+    command,
+    live_cost,
+    provider_state,
+    records,
+    row_of,
+    via_api,
+    wait_until,
+)
+from tests.cli.rounds_project import ROUNDS, SCRIPT, numbers, rounds_project
 
 pytestmark = pytest.mark.timeout(300)
 ROWS = 3
 EXACT = ROUNDS * live_cost(100, 10) / 2  # what each row costs at the batch price
+
+
+@pytest.fixture
+def project() -> Iterator[Path]:
+    with rounds_project() as root:
+        yield root
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:
@@ -50,7 +67,7 @@ POINTS = {"upload": False, "create": False, "created": True, "output": True}
 
 
 @pytest.mark.parametrize("point", sorted(POINTS))
-def test_kill_9_in_the_second_round_then_resume_submits_no_round_twice(project: Path, point: str) -> None:  # noqa: F811
+def test_kill_9_in_the_second_round_then_resume_submits_no_round_twice(project: Path, point: str) -> None:
     source, out, journal = numbers(project, ROWS), project / "out.jsonl", project / "journal.sqlite3"
     after = 2 if point in ("created", "output") else 1  # the second round's request (one batch exists, or two)
     with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=1, hold=frozenset({point}), hold_after=after)) as server:
@@ -74,7 +91,7 @@ def test_kill_9_in_the_second_round_then_resume_submits_no_round_twice(project: 
         assert all(r["cost_usd"] > EXACT and any("in flight" in w for w in r["warnings"]) for r in rows.values())
 
 
-def test_kill_9_while_polling_then_resume_reattaches_to_the_same_batch(project: Path) -> None:  # noqa: F811
+def test_kill_9_while_polling_then_resume_reattaches_to_the_same_batch(project: Path) -> None:
     source, out, journal = numbers(project, ROWS), project / "out.jsonl", project / "journal.sqlite3"
     with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=10_000)) as server:
         argv, env = command(project, server, "compute", *via_api(source, out, "--journal", str(journal)))

@@ -6,73 +6,23 @@ and the wall-clock cap holds while waiting on the provider."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from runner.model.batch_endpoints import BatchBehaviour
 from runner.model.server import ScriptedServer
-from tests.cli.batch_api_project import batch_inputs, chat_calls, live_cost, records, row_of, run, via_api, write_rows
+from tests.cli.batch_api_project import batch_inputs, chat_calls, live_cost, records, row_of, run, via_api
+from tests.cli.rounds_project import ROUNDS, SCRIPT, TASK, numbers, rounds_project
 
 pytestmark = pytest.mark.timeout(300)
-AGENT = """\
-apiVersion: runner/v1
-kind: Agent
-name: calc
-model: {id: gpt-4o-mini, max_tokens: 50}
-system_prompt: Compute with the python tool, then answer with JSON.
-tools: [python]
-sandbox: {mode: bwrap, wall_seconds: 30}
-checks: {max_repairs: 1}
-caps: {max_steps: 6}
-"""
-TASK = """\
-apiVersion: runner/v1
-kind: Task
-name: compute
-inputs:
-  n: {type: integer}
-agent: calc
-goal: "Compute {{ inputs.n }} times 6."
-output_schema:
-  type: object
-  required: [answer]
-  properties: {answer: {type: integer}}
-caps: {max_cost_usd: 0.01}
-"""
-USAGE = {"prompt_tokens": 100, "completion_tokens": 10}
-SCRIPT: dict[str, Any] = {
-    "fallback": None,
-    "rules": [
-        {"name": "tool", "when": {"last_role": "user", "last_message": "^Compute (\\d+)"},
-         "reply": {"tool_calls": [{"name": "python", "arguments": {"code": "import sys; print(7 * 6)"}}], "usage": USAGE}},
-        {"name": "unparsable", "when": {"last_role": "tool"}, "reply": {"content": "forty-two", "usage": USAGE}},
-        {"name": "repaired", "when": {"last_role": "user", "last_message": "must be JSON"},
-         "reply": {"content": "{\"answer\": 42}", "usage": USAGE}},
-    ],
-}  # fmt: skip
-ROUNDS = 3  # the tool call, an answer the output schema refuses, the repaired answer
 
 
 @pytest.fixture
 def project() -> Iterator[Path]:
-    """A project under /tmp: its workspaces must be reachable by the sandbox user."""
-    root = Path(tempfile.mkdtemp(prefix="runner-rounds-", dir="/tmp"))
-    root.chmod(0o755)
-    (root / "agents.d").mkdir()
-    (root / "tasks.d").mkdir()
-    (root / "agents.d/calc.yaml").write_text(AGENT)
-    (root / "tasks.d/compute.yaml").write_text(TASK)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def numbers(root: Path, count: int) -> Path:
-    return write_rows(root / "numbers.jsonl", [{"id": f"r{i}", "n": i} for i in range(1, count + 1)])
+    with rounds_project() as root:
+        yield root
 
 
 def test_each_round_of_every_row_is_one_provider_batch(project: Path) -> None:
@@ -156,3 +106,16 @@ def test_the_wall_clock_cap_cancels_the_batch_and_keeps_what_it_answered(project
     assert {r["status"] for r in rows.values()} == {"not_run"}
     spent = sorted(r["cost_usd"] for r in rows.values())  # the answered calls at what they used, the others nothing
     assert spent == pytest.approx([0, 0, live_cost(100, 10) / 2, live_cost(100, 10) / 2])
+
+
+def test_a_rows_own_wall_clock_cap_holds_while_its_call_waits_on_the_provider(project: Path) -> None:
+    (project / "tasks.d/compute.yaml").write_text(TASK.replace("caps: {max_cost_usd: 0.01}", "caps: {max_cost_usd: 0.01, max_wall_seconds: 2}"))
+    source, out = numbers(project, 3), project / "out.jsonl"
+    with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=10_000)) as server:
+        result = run(project, server, "compute", *via_api(source, out))
+        (batch,) = server.batches.batches.values()
+    assert result.returncode == 1, result.stderr  # rows capped by their own cap fail; the batch itself was not capped
+    assert batch.status == "cancelled"
+    rows = records(out)
+    assert {(r["status"], r["error_kind"]) for r in rows.values()} == {("failed", "max_wall_seconds")}
+    assert all("task cap max_wall_seconds=2 reached" in r["error"] and r["cost_usd"] == 0 for r in rows.values())
