@@ -81,3 +81,31 @@ def test_a_batch_that_already_ended_is_collected_in_the_same_call(project: Path)
     with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=1)) as server:
         result = _run(project, server, wait=False)
     assert result["provider_pending"] == [] and result["counts"]["done"] == 3
+
+
+def test_shards_sharing_a_cap_scope_each_send_their_rows_in_provider_batches(project: Path) -> None:
+    from runner.batch.file_batch import SharedScope
+    from runner.config.specs import Caps
+    from runner.store.cap_ledger import CapLedger
+    from runner.store.database import open_database
+
+    scope = SharedScope("fan-out:test", Caps(max_cost_usd=1.0), sqlite_path=project / "ledger.sqlite3")
+    project_spec = load_project_or_raise(project)
+    with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=1)) as server:
+        results = []
+        for first, last in ((1, 2), (3, 3)):
+            request = BatchRequest(
+                input_path=project / "tickets.jsonl", output_path=project / f"out-{first}.jsonl", id_column="id",
+                via="batch-api", batch_poll_seconds=0.01, progress="none", base_url_override=server.base_url,
+                api_key="sk-test-shards", store_path=project / "runs.sqlite", rows=(first, last), shared_scope=scope,
+                batch_caps=Caps(max_cost_usd=1.0), journal_path=project / f"journal-{first}.sqlite3",
+            )
+            results.append(asyncio.run(run_batch_file(project_spec, project_spec.tasks["triage_ticket"], request)))
+        assert server.batches.batches_created == 2
+    assert [r["counts"]["done"] for r in results] == [2, 1] and all(r["exit_code"] == 0 for r in results)
+    ledger = CapLedger(open_database(project / "ledger.sqlite3"))
+    try:
+        spent = ledger.scope("fan-out:test").spent
+    finally:
+        ledger.db.close()
+    assert spent.cost_usd == pytest.approx(3 * BATCH_COST) and spent.model_calls == 3
