@@ -55,6 +55,8 @@ from runner.store.runstore import RunStore
 
 CURRENT_RUN: ContextVar[str | None] = ContextVar("runner_provider_batch_run", default=None)
 """The run id of the row a model call belongs to (set for each row's task)."""
+CANCEL_POLL_SECONDS = 5.0
+"""How often a cancelled provider batch is looked at (at most) until it ends."""
 STEADY_TURNS = 3
 """Event-loop turns a sealable round must stay so: a row just handed out by the engine has
 registered by then (registering happens before its first await)."""
@@ -167,7 +169,7 @@ class RoundCollector:
         try:
             return await future
         finally:
-            if not future.done():  # cancelled while waiting (a deadline, or the command returning)
+            if future.cancelled() or not future.done():  # the caller was cancelled (a deadline, the command returning)
                 future.cancel()
                 self._waits(run_id, -1)
                 self._gone.set()
@@ -336,34 +338,48 @@ class RoundCollector:
     async def _await(
         self, out: dict[str, tuple[BatchPart, list[_Call] | None]], wanted: Callable[[list[_Call] | None], bool]
     ) -> bool:
-        """Poll the batches ``out`` until each has ended and is collected; one nobody wants any
-        more is cancelled (and what it answered collected). Not waiting: ``False`` as soon as one
-        is still running after the first look."""
+        """Poll the batches ``out`` with backoff until each has ended and is collected. One nobody
+        wants any more (its callers cut off at a wall-clock cap) is cancelled at once, then looked
+        at every few seconds until it ends (what it answered is collected) or its grace runs
+        out. Not waiting: ``False`` as soon as one is still running after the first look."""
         waits, seen = self.poll.waits(), dict.fromkeys(out, "")
-        cancelled: dict[str, float] = {}
+        cancelled: dict[str, float] = {}  # provider id -> when to stop waiting for it to end
+        look = time.monotonic()
         while out:
-            for provider_id, (part, members) in list(out.items()):
-                batch = await self._retrieve(part, provider_id, members)
-                if batch is None or batch.status in FINISHED:
-                    if batch is not None:
-                        await self._collect(batch, part, members)
-                    del out[provider_id]
-                    continue
-                if batch.status != seen[provider_id]:
-                    seen[provider_id] = batch.status
-                    self._say(f"provider batch {provider_id}: {batch.status}{_answered(batch)}")
-                if not wanted(members) and provider_id not in cancelled:
+            if time.monotonic() >= look:
+                for provider_id, (part, members) in list(out.items()):
+                    if await self._looked(provider_id, part, members, seen):
+                        del out[provider_id]
+                    elif provider_id in cancelled and time.monotonic() > cancelled[provider_id]:
+                        self._say(f"provider batch {provider_id} did not end after its cancel; run the command again to collect it")
+                        del out[provider_id]
+                if out and not self.wait and not cancelled:
+                    return False
+                look = time.monotonic() + (self._cancel_poll() if cancelled else next(waits))
+            for provider_id, (part, members) in out.items():
+                if provider_id not in cancelled and not wanted(members):
                     self._say(f"provider batch {provider_id}: nobody waits for it any more (a wall-clock cap); cancelling it")
                     cancelled[provider_id] = time.monotonic() + self.poll.cancel_grace_seconds
                     with contextlib.suppress(ModelError):  # it may have ended meanwhile; the next look tells
                         await self._client(part.endpoint).cancel(provider_id)
-                elif provider_id in cancelled and time.monotonic() > cancelled[provider_id]:
-                    self._say(f"provider batch {provider_id} did not end after its cancel; run the command again to collect it")
-                    del out[provider_id]
-            if out and not self.wait and not cancelled:
-                return False
+                    look = min(look, time.monotonic() + self._cancel_poll())
             if out:
-                await self._nap(next(waits))
+                await self._nap(look - time.monotonic())
+        return True
+
+    def _cancel_poll(self) -> float:
+        return min(self.poll.first_seconds, CANCEL_POLL_SECONDS)
+
+    async def _looked(self, provider_id: str, part: BatchPart, members: list[_Call] | None, seen: dict[str, str]) -> bool:
+        """Look at one batch; ``True`` when it has ended (and is collected) or cannot be looked at."""
+        batch = await self._retrieve(part, provider_id, members)
+        if batch is not None and batch.status not in FINISHED:
+            if batch.status != seen[provider_id]:
+                seen[provider_id] = batch.status
+                self._say(f"provider batch {provider_id}: {batch.status}{_answered(batch)}")
+            return False
+        if batch is not None:
+            await self._collect(batch, part, members)
         return True
 
     async def _retrieve(self, part: BatchPart, provider_id: str, members: list[_Call] | None) -> Any | None:
@@ -383,6 +399,7 @@ class RoundCollector:
         deadline, now = self.deadline.deadline(), time.monotonic()
         if deadline is not None and deadline.at > now:
             seconds = min(seconds, deadline.at - now)
+        seconds = max(seconds, 0.0)
         self._gone.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._gone.wait(), seconds)
@@ -491,4 +508,4 @@ class _Unknown:
 
 def _answered(batch: Any) -> str:
     counts = getattr(batch, "request_counts", None)
-    return f" ({counts.completed + counts.failed}/{counts.total} answered)" if counts is not None else ""
+    return f" ({counts.completed} answered, {counts.failed} not, of {counts.total})" if counts is not None else ""
