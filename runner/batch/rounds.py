@@ -72,6 +72,10 @@ class LineError:
     def error(self) -> ModelError:
         return ModelError(self.kind, self.message)
 
+    @classmethod
+    def of(cls, error: ModelError) -> LineError:
+        return cls(error.kind, str(error).removeprefix(f"model endpoint error ({error.kind}): "))
+
 
 Answer = dict[str, Any] | LineError
 """A completion body, or why there is none."""
@@ -240,7 +244,7 @@ class RoundCollector:
                     calls = self._seal()
                     if calls:
                         await self._round(calls)
-                if self._closing and not self._waiting and not self._queue:
+                if self._closing and not self._waiting:  # no row in flight: what is queued has nobody waiting
                     return
         except BaseException as exc:
             for call in [*self._queue.values(), *self._flight]:
@@ -252,8 +256,9 @@ class RoundCollector:
 
     def _sealable(self) -> bool:
         """Some call is queued and every row in flight is waiting on one (when no round is out,
-        every call not answered yet is in the queue)."""
-        return bool(self._queue) and self._blocked == len(self._waiting)
+        every call not answered yet is in the queue); none once the command is returning with
+        a round out (its rows are stopping)."""
+        return bool(self._queue) and self._blocked == len(self._waiting) and not self.deferral.done()
 
     async def _steady(self) -> bool:
         version = self._version
@@ -317,7 +322,7 @@ class RoundCollector:
             found = await self._created_anyway(client, metadata, intent)
             if found is None:
                 for call in members:
-                    self._answer(call, LineError(exc.kind, str(exc)))
+                    self._answer(call, LineError.of(exc))
                 return None
             provider_id = found
         self.state.created(intent, provider_id)
@@ -391,7 +396,7 @@ class RoundCollector:
             if exc.kind in RETRYABLE_KINDS:
                 return _Unknown()
             for call in members or ():
-                self._answer(call, LineError(exc.kind, str(exc)))
+                self._answer(call, LineError.of(exc))
             return None
 
     async def _nap(self, seconds: float) -> None:
@@ -418,7 +423,7 @@ class RoundCollector:
             found = [*await client.lines(batch.output_file_id), *await client.lines(batch.error_file_id)]
         except ModelError as exc:
             for call in members or ():
-                self._answer(call, LineError(exc.kind, str(exc)))
+                self._answer(call, LineError.of(exc))
             return  # still out: a rerun collects it
         lines = {str(line.get("custom_id")): line for line in found}
         if members is None:  # re-attached: every line, none waited on
@@ -438,7 +443,7 @@ class RoundCollector:
         answer: Answer
         usage: Usage | None = None
         if isinstance(outcome, ModelError):
-            answer = LineError(outcome.kind, str(outcome).removeprefix(f"model endpoint error ({outcome.kind}): "))
+            answer = LineError.of(outcome)
         else:
             body: dict[str, Any] = redact_secrets(outcome, self.secrets)
             try:
