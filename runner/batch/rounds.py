@@ -34,6 +34,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
+from runner.agent.ledger import BILLABLE_FAULTS
 from runner.batch.journal import BatchJournal
 from runner.batch.provider_api import FINISHED, PollPolicy, ProviderClient, line_outcome
 from runner.batch.provider_state import BatchPart, ProviderState
@@ -225,6 +226,7 @@ class RoundCollector:
                 self._say(f"found provider batch {found} (round {intent.round}) created before the last process ended")
                 self.state.created(intent, found)
             else:
+                self._never_sent(intent)
                 self.state.dropped(intent)
         out = {batch.id: batch.part for batch in self.state.out}
         if out:
@@ -313,6 +315,7 @@ class RoundCollector:
         """Upload and create one provider batch (intent first, id right after); on failure its
         calls get the error (a batch the failed create may still have made is looked for)."""
         client = self._client(part.endpoint)
+        self.answers.in_part([(c.run_id, c.fingerprint) for c in members], self._part_key(part))
         intent = self.state.intend(part)
         metadata = part.metadata(self.journal.batch_id)
         try:
@@ -321,13 +324,26 @@ class RoundCollector:
         except ModelError as exc:
             found = await self._created_anyway(client, metadata, intent)
             if found is None:
+                failed = LineError.of(exc)
+                if exc.kind in BILLABLE_FAULTS:  # surely not created: nothing was processed, nothing billed
+                    failed = LineError("batch_not_created", f"the provider batch could not be created: {failed.message}")
                 for call in members:
-                    self._answer(call, LineError.of(exc))
+                    self._answer(call, failed)
                 return None
             provider_id = found
         self.state.created(intent, provider_id)
         self._say(f"round {part.round}: provider batch {provider_id} with {len(members)} request(s) ({part.model})")
         return provider_id
+
+    def _part_key(self, part: BatchPart) -> str:
+        return f"{self.journal.batch_id}:{part.key}"
+
+    def _never_sent(self, intent: BatchPart) -> None:
+        """The calls of a batch that was never created (its process died first) were not sent:
+        settle their reservations at nothing."""
+        for run_id, ledger_id in self.answers.unanswered_in(self._part_key(intent)):
+            self._settle(ledger_id, intent.model, None, LineError("batch_not_created", "its provider batch was never created"))
+            self._settled.add(run_id)
 
     async def _created_anyway(self, client: ProviderClient, metadata: dict[str, str], intent: BatchPart) -> str | None:
         """The batch a failed upload or create may still have made, or ``None`` (the intent is
@@ -337,7 +353,7 @@ class RoundCollector:
         except ModelError:
             return None
         if found is None:
-            self.state.dropped(intent)
+            self.state.dropped(intent)  # (its calls' callers are still here: they settle them)
         return found
 
     async def _await(

@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS provider_answers (
   run_id TEXT NOT NULL,
   fingerprint TEXT NOT NULL,
   ledger_id BIGINT,
+  batch_part TEXT,
   body_json TEXT,
   sent_at TEXT NOT NULL,
   answered_at TEXT,
@@ -45,6 +46,20 @@ class ProviderAnswers:
             " ON CONFLICT (run_id, fingerprint) DO UPDATE SET ledger_id = excluded.ledger_id, sent_at = excluded.sent_at",
             (run_id, fingerprint, ledger_id, now_iso()),
         )
+
+    def in_part(self, keys: list[tuple[str, str]], part: str) -> None:
+        """Note that these calls (run id, fingerprint) are about to go out in the provider batch ``part``."""
+        self._db.executemany(
+            "UPDATE provider_answers SET batch_part = ? WHERE run_id = ? AND fingerprint = ?", [(part, *key) for key in keys]
+        )
+
+    def unanswered_in(self, part: str) -> list[tuple[str, int]]:
+        """``(run id, reservation id)`` of the calls of ``part`` that have no answer."""
+        rows = self._db.rows(
+            "SELECT run_id, ledger_id FROM provider_answers WHERE batch_part = ? AND body_json IS NULL AND ledger_id IS NOT NULL",
+            (part,),
+        )
+        return [(str(row["run_id"]), int(row["ledger_id"])) for row in rows]
 
     def answered(self, run_id: str, fingerprint: str, body: dict[str, Any]) -> None:
         """Keep the body of the completion that answered the call (already redacted)."""
