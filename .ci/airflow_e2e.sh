@@ -2,8 +2,9 @@
 # CI: the Airflow provider under a real scheduler. Starts PostgreSQL (the package is installed by
 # .ci/run), gives Airflow a database on it and the runner another (its shared store: run store,
 # shard journals, cap ledger), and runs tests/airflow/deploy: LocalExecutor, separate scheduler,
-# dag-processor and api-server processes, both example DAGs triggered with `airflow dags trigger`,
-# retries on a wiped local disk, a fan-out cost cap across shards. Prints how long it took.
+# dag-processor, api-server and triggerer processes, the example DAGs triggered with `airflow dags
+# trigger`, retries on a wiped local disk, a fan-out cost cap across shards, a provider batch
+# waited for in the triggerer (the task deferred). Prints how long it took.
 # Usage: .ci/airflow_e2e.sh [PYTHON]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,4 +32,4 @@ export RUNNER_AIRFLOW_DEPLOY_DB="postgresql+psycopg://${name}:$password@127.0.0.
 export RUNNER_AIRFLOW_DEPLOY_STORE="postgresql://${name}:$password@127.0.0.1:$port/${name}_store"
 
 "$python" -m pytest tests/airflow/deploy -m airflow_deploy -p no:cacheprovider -q -ra -s
-echo "ci: airflow e2e (PostgreSQL + scheduler + dag-processor + api-server) in $(( $(date +%s) - start ))s"
+echo "ci: airflow e2e (PostgreSQL + scheduler + dag-processor + api-server + triggerer) in $(( $(date +%s) - start ))s"

@@ -19,6 +19,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -27,6 +28,8 @@ from runner.tracing import flushed, joined
 
 if TYPE_CHECKING:
     from runner.batch.file_batch import BatchRequest
+    from runner.config.project import Project
+    from runner.config.specs import TaskSpec
 
 T = TypeVar("T")
 
@@ -187,14 +190,34 @@ def run_batch_for_airflow(
     Raises what the batch raises for invalid configuration, inputs or flags (before any row
     runs); a batch that started returns a manifest whatever happened to its rows.
     """
-    from runner.batch.file_batch import open_journal, run_batch_file
     from runner.config.project import load_project_or_raise
 
     project = load_project_or_raise(Path(root))
-    spec = project.task_for(task)
+    return batch_step_for_airflow(project, project.task_for(task), request, trace_carrier).manifest
+
+
+@dataclass(frozen=True)
+class BatchStep:
+    """What one call of a batch left: its manifest, its rows by outcome, the provider batches
+    still out (``runner batch --via batch-api`` without waiting) and the batch's age."""
+
+    manifest: dict[str, Any]
+    left: RowsLeft
+    pending: tuple[str, ...]
+    age_seconds: float
+
+
+def batch_step_for_airflow(
+    project: Project, spec: TaskSpec, request: BatchRequest, trace_carrier: Mapping[str, str] | None = None
+) -> BatchStep:
+    """Run (always resuming) the batch ``request`` once: to its end, or, with
+    ``request.provider_wait=False``, until its provider batch is out (see :class:`BatchStep`)."""
+    from runner.batch.file_batch import open_journal, run_batch_file
+
     with joined(trace_carrier), flushed():
         summary = call_blocking(lambda: asyncio.run(run_batch_file(project, spec, request)))
     journal, _ = open_journal(project, spec, request)
     with journal:
-        left = rows_left(journal)
-    return batch_manifest(summary, left)
+        left, age = rows_left(journal), journal.age_seconds()
+    pending = tuple(str(p) for p in summary.get("provider_pending") or ())
+    return BatchStep(batch_manifest(summary, left), left, pending, age)

@@ -198,7 +198,7 @@ class RunnerShardOperator(_FanoutStep):
 
         left = RowsLeft(shard.rows, manifest["done"], manifest["failed"], manifest["invalid"], manifest["skipped"],
                         manifest["retryable"])  # fmt: skip
-        message = f"{shard.describe()}: " + rows_failure(_report(plan.report_dir(shard)), left)
+        message = f"{shard.describe()}: " + rows_failure(read_batch_report(plan.report_dir(shard)), left)
         ti = context["ti"]
         if left.retryable and ti.try_number <= getattr(ti, "max_tries", self.retries or 0):
             ti.xcom_push(key="manifest", value=manifest)
@@ -344,7 +344,7 @@ def _open_shared_caps(plan: FanoutPlan, shards: Sequence[ShardSpec]) -> None:
             ledger.db.close()
 
 
-def _report(report_dir: Location) -> dict[str, Any]:
+def read_batch_report(report_dir: Location) -> dict[str, Any]:
     """A shard's ``batch_report.json`` (empty if it could not be read: the counts still tell the story)."""
     import json
 

@@ -5,10 +5,20 @@ for ``--id-column``, ``map`` for ``--map``, ``rpm`` for ``--rpm``, ...); see
 :data:`OPTION_NAMES`. Three do not carry over, by design: ``--journal`` (each shard keeps
 its own journal in the dag run's work directory), ``--restart`` (a new dag run starts
 over; a retry always resumes) and ``--progress`` (progress lines go to the task log).
-Nor does provider batch mode (``--via batch-api``, ``--batch-fallback``,
-``--batch-poll-seconds``): a provider batch already runs every row at once, on the provider's
-side, so there is nothing to shard; run it as one ``runner batch`` task (its wait belongs in a
-deferrable operator, not yet provided).
+Nor does provider batch mode (``via``, ``batch_fallback``, ``batch_poll_seconds``): a fan-out
+refuses them with a clear error. A provider batch already runs every row at once, on the
+provider's side, so there is nothing to shard; and its rows are reserved at batch prices
+before it is submitted, in its own journal, not in a fan-out's shared cap scope. Run it as
+one task: :class:`runner.airflow.batch_operator.RunnerBatchOperator` with ``via="batch-api"``
+and ``deferrable=True`` waits for it in the triggerer.
+
+That operator takes these same options (``options={...}``). With ``via="batch-api"`` the
+provider batch uses ``input_format``, ``output_format``, ``map``, ``id_column``,
+``max_attempts``, ``durable``, ``model``, the batch caps (``max_cost_usd`` and ``max_tokens``
+reserved at batch prices; ``max_wall_seconds`` counted from the batch's start, across tries:
+when a deferrable task reaches it, the trigger cancels what is still out) and the row caps. The options of the live
+engine (:data:`LIVE_ENGINE_OPTIONS`) apply only to rows run live by
+``batch_fallback="live"``; without it they are refused.
 
 Caps that add up over a whole batch (``max_cost_usd``, ``max_tokens``, the other summed
 caps) hold across every shard on every worker: they are one shared scope in the cap ledger
@@ -48,6 +58,10 @@ OPTION_NAMES = (
     "durable", "model", "no_cache", "dedupe", "caps", "row_caps",
 )  # fmt: skip
 """The ``runner batch`` flags a fan-out takes, plus ``caps``/``row_caps`` mappings of any cap names."""
+PROVIDER_BATCH_OPTIONS = ("via", "batch_fallback", "batch_poll_seconds")
+"""Provider batch mode: not in a fan-out (see the module doc); arguments of ``RunnerBatchOperator``."""
+LIVE_ENGINE_OPTIONS = ("concurrency", "rpm", "tpm", "stop_after_failures", "no_cache", "dedupe")
+"""Options only the live engine uses: with ``via="batch-api"``, only for ``batch_fallback="live"`` rows."""
 
 
 
@@ -120,10 +134,30 @@ class FanoutOptions:
 def check_option_names(values: Mapping[str, Any], where: str = "options") -> None:
     """Refuse names that are not fan-out options (a typo would otherwise be ignored)."""
     for name in values:
+        if name in PROVIDER_BATCH_OPTIONS:
+            raise UsageError(
+                f"{where}: '{name}' is not an option here: a provider batch (via='batch-api') is not sharded, since "
+                "the provider already runs every row at once; run it as one task with "
+                "runner.airflow.batch_operator.RunnerBatchOperator(via='batch-api', deferrable=True, ...), which takes "
+                f"'{name}' as an argument"
+            )
         if name not in OPTION_NAMES:
             raise UsageError(
                 f"{where}: unknown option '{name}'{did_you_mean(str(name), OPTION_NAMES)} "
                 f"(options: {', '.join(OPTION_NAMES)})"
+            )
+
+
+def check_provider_batch_options(values: Mapping[str, Any], fallback: str | None, where: str = "options") -> None:
+    """Refuse live-engine options for a provider batch that runs no row live (they would do nothing);
+    ``None`` and ``False`` count as not given."""
+    if fallback == "live":
+        return
+    for name in values:
+        if name in LIVE_ENGINE_OPTIONS and values[name] is not None and values[name] is not False:
+            raise UsageError(
+                f"{where}.{name}: only the live engine uses it; with via='batch-api' it applies to the rows "
+                "batch_fallback='live' runs live: give batch_fallback='live', or drop the option"
             )
 
 

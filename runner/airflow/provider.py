@@ -30,12 +30,17 @@ def get_provider_info() -> dict[str, Any]:
         "package-name": "runner",
         "name": "Runner",
         "description": "Run YAML-configured LLM agent tasks and batches from Airflow: "
-        "an operator, a mapped shard operator and a model-endpoint connection type.",
+        "an operator, a mapped shard operator, a deferrable provider-batch operator and its trigger, "
+        "and a model-endpoint connection type.",
         "versions": [_version()],
         "integrations": [{"integration-name": INTEGRATION, "tags": ["software"]}],
         "operators": [
-            {"integration-name": INTEGRATION, "python-modules": ["runner.airflow.operator", "runner.airflow.fanout"]}
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["runner.airflow.operator", "runner.airflow.fanout", "runner.airflow.batch_operator"],
+            }
         ],
+        "triggers": [{"integration-name": INTEGRATION, "python-modules": ["runner.airflow.triggers"]}],
         "hooks": [{"integration-name": INTEGRATION, "python-modules": ["runner.airflow.hook"]}],
         "connection-types": [
             {

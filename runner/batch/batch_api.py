@@ -61,6 +61,18 @@ def check_batch_api(
     return endpoints
 
 
+def batch_api_agent(project: Project, task: TaskSpec) -> AgentSpec:
+    """The agent whose model the task's provider batches are for (the first the task runs),
+    or :class:`UsageError` (exit 2) when the task has none, or one of its agents is on the
+    embedded local model, which has no Batch API."""
+    agents = _agents(project, task)
+    local = [agent.name for agent in agents if agent.model.provider == "local"]
+    if not agents or local:
+        why = f"its agent '{local[0]}' uses the embedded local model, which has no Batch API" if local else "it runs no agent"
+        raise UsageError(f"task '{task.name}' cannot run with --via batch-api: {why}; run it live (--via live)")
+    return agents[0]
+
+
 def _agents(project: Project, task: TaskSpec) -> list[AgentSpec]:
     """Every agent whose model a row may call: the task's, and their judges."""
     names = list(task.agents_used())

@@ -19,7 +19,8 @@ from the script; ``batch=BatchBehaviour(...)`` sets when and how batches end),
 sharing words are close, so retrieval can be tested for real) and ``GET /v1/models``. Replies, faults, delays and hangs come from the rules described in
 :mod:`runner.model.script_rules`. Each request is recorded with its JSON body and headers;
 credentials (``Authorization``, ``api-key``, cookies) are never stored, only whether
-one was sent and a short SHA-256 fingerprint of it.
+one was sent and a short SHA-256 fingerprint of it. ``ScriptedServer(..., api_key="sk-...")``
+answers every request without that bearer key with OpenAI's 401 ``invalid_api_key``.
 
 Requests are served on threads (one per connection, HTTP/1.0, so no idle keep-alive);
 closing the server wakes every pending delay or hang at once.
@@ -74,8 +75,10 @@ class ScriptedServer:
         port: int = 0,
         record_path: str | Path | None = None,
         batch: BatchBehaviour | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.script = script if isinstance(script, Script) else Script.from_obj(script or [])
+        self.api_key = api_key  # when set, any other key (or none) is answered 401, as OpenAI answers a bad key
         self._address = (host, port)
         self._record_path = Path(record_path) if record_path else None
         self._requests: list[RecordedRequest] = []
@@ -183,6 +186,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         owner = self.server.owner
+        if self._unauthorized():
+            return
         route = self._route()
         if route.startswith(("/v1/files/", "/v1/batches")):
             return self._batch_api("GET", route)
@@ -194,6 +199,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         owner = self.server.owner
+        if self._unauthorized():
+            return
         if self._route() == "/v1/files" or self._route().startswith("/v1/batches"):
             return self._batch_api("POST", self._route())
         if self._route() in ("/v1/embeddings", "/embeddings"):
@@ -212,6 +219,19 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send_json(400, {"error": {"message": str(exc), "type": "bad_request"}})
         owner.record(self, body, match.rule)
         self._answer(body, match)
+
+    def _unauthorized(self) -> bool:
+        """Answer 401 (OpenAI's ``invalid_api_key``) when the server wants a key and this request
+        does not carry it; the request is recorded with rule ``unauthorized``."""
+        wanted = self.server.owner.api_key
+        if wanted is None or self.headers.get("Authorization") == f"Bearer {wanted}":
+            return False
+        if self.command == "POST":
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.owner.record(self, None, "unauthorized")
+        error = {"message": "Incorrect API key provided.", "type": "invalid_request_error", "code": "invalid_api_key"}
+        self._send_json(401, {"error": {**error, "param": None}})
+        return True
 
     def _batch_api(self, method: str, route: str) -> None:
         """The files and batches endpoints (:class:`~runner.model.batch_endpoints.BatchEndpoints`)."""

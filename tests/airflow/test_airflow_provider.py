@@ -14,7 +14,10 @@ pytest.importorskip("airflow", reason="apache-airflow is not installed (pip inst
 
 from runner.airflow.provider import get_provider_info  # noqa: E402
 
-EXAMPLE_MODULES = ("runner.airflow.example_dags.daily_report", "runner.airflow.example_dags.batch_fanout")
+EXAMPLE_MODULES = (
+    "runner.airflow.example_dags.daily_report", "runner.airflow.example_dags.batch_fanout",
+    "runner.airflow.example_dags.batch_api",
+)  # fmt: skip
 
 
 def test_provider_info_matches_airflows_runtime_schema() -> None:

@@ -171,3 +171,14 @@ def test_cli_reports_a_bad_script(tmp_path: Path):
     )
     assert result.returncode == 2
     assert "unknown key 'tool_call'. Did you mean 'tool_calls'?" in result.stderr
+
+
+@pytest.mark.parametrize("sent", [None, "Bearer sk-wrong", "Bearer sk-right-x", "sk-right"])
+def test_a_server_that_wants_a_key_answers_401_to_any_other(sent: str | None) -> None:
+    with ScriptedServer({"fallback": "hi"}, api_key="sk-right") as srv:
+        headers = {"Authorization": sent} if sent else {}
+        status, _, payload = post(srv.base_url + "/chat/completions", chat("x"), headers)
+        good, _, _ = post(srv.base_url + "/chat/completions", chat("x"), {"Authorization": "Bearer sk-right"})
+        rules = [r.rule for r in srv.requests]
+    assert (status, json.loads(payload)["error"]["code"]) == (401, "invalid_api_key") and good == 200
+    assert rules[0] == "unauthorized" and rules[1] != "unauthorized"

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG
 
+from runner.airflow.batch_operator import RunnerBatchOperator
 from runner.airflow.fanout import batch_fanout
 from runner.airflow.operator import RunnerTaskOperator
 
@@ -72,3 +73,48 @@ with DAG(
     default_args={"retries": 2, "retry_delay": timedelta(seconds=0)},
 ) as templated_caps_dag:
     RunnerTaskOperator(task_id="classify", task="classify", inputs={"text": "x"}, caps={"max_cost_usd": "{{ params.cap }}"})
+
+BATCH_API_PARAMS = {"input_path": "", "via": "batch-api", "batch_fallback": None, "max_wall_seconds": None, "poll": 0.01}
+
+with DAG(
+    dag_id="runner_test_batch_api",
+    schedule=None,
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
+    catchup=False,
+    params=BATCH_API_PARAMS,
+    render_template_as_native_obj=True,
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=0)},
+) as batch_api_dag:
+    # A provider batch the task defers on (dag.test() runs the trigger in line).
+    RunnerBatchOperator(
+        task_id="classify_batch", task="classify", input_path="{{ params.input_path }}", via="{{ params.via }}",
+        deferrable=True, batch_fallback="{{ params.batch_fallback }}", batch_poll_seconds="{{ params.poll }}",
+        options={"id_column": "id", "max_wall_seconds": "{{ params.max_wall_seconds }}"},
+        execution_timeout=timedelta(hours=1),
+    )  # fmt: skip
+
+with DAG(
+    dag_id="runner_test_batch_waiting",
+    schedule=None,
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
+    catchup=False,
+    params=BATCH_API_PARAMS,
+    render_template_as_native_obj=True,
+) as batch_waiting_dag:
+    # The same batch, not deferrable: the worker waits (via="batch-api") or runs it live (via="live").
+    RunnerBatchOperator(
+        task_id="classify_batch", task="classify", input_path="{{ params.input_path }}", via="{{ params.via }}",
+        deferrable=False, batch_poll_seconds="{{ params.poll }}", options={"id_column": "id"},
+    )  # fmt: skip
+
+with DAG(
+    dag_id="runner_test_batch_api_mapped",
+    schedule=None,
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
+    catchup=False,
+) as batch_api_mapped_dag:
+    # One provider batch per map index, each with its own journal (inputs relative to $RUNNER_ROOT).
+    RunnerBatchOperator.partial(
+        task_id="classify_batch", task="classify", via="batch-api", deferrable=True, batch_poll_seconds=0.01,
+        options={"id_column": "id"},
+    ).expand(input_path=["rows_a.jsonl", "rows_b.jsonl"])  # fmt: skip

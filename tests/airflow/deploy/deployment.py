@@ -1,5 +1,6 @@
 """A real Airflow deployment for tests: PostgreSQL metadata DB, LocalExecutor, and separate
-``airflow api-server``, ``airflow scheduler`` and ``airflow dag-processor`` processes.
+``airflow api-server``, ``airflow scheduler``, ``airflow dag-processor`` and ``airflow triggerer``
+processes.
 
 The databases are made by ``.ci/airflow_e2e.sh`` (it starts PostgreSQL and passes the URLs in
 ``RUNNER_AIRFLOW_DEPLOY_DB``, Airflow's, and ``RUNNER_AIRFLOW_DEPLOY_STORE``, the runner's
@@ -32,7 +33,7 @@ import runner.airflow
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE_DAGS = Path(runner.airflow.__file__).resolve().parent / "example_dags"
-SERVICES = ("api-server", "scheduler", "dag-processor")
+SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 TERMINAL = {"success", "failed"}
 
 
@@ -100,9 +101,9 @@ class Deployment:
         return done
 
     def install_dags(self) -> None:
-        """What the README says: copy the two example DAG files (not the package's __init__.py)."""
+        """What the README says: copy the example DAG files (not the package's __init__.py)."""
         self.dags.mkdir(parents=True, exist_ok=True)
-        for name in ("daily_report.py", "batch_fanout.py"):
+        for name in ("daily_report.py", "batch_fanout.py", "batch_api.py"):
             shutil.copy(EXAMPLE_DAGS / name, self.dags / name)
 
     # --- the services -------------------------------------------------------------------

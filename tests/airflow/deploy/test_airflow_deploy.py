@@ -14,7 +14,11 @@ reached through fsspec. Each test asserts on one part of what it did:
 * the fan-out's flaky shard is retried the same way, after the same wipe, and pays for no
   finished row again;
 * a second fan-out has a batch cost cap: it holds across its shards (one shard has nothing
-  to spend, the other two spend more than an even split would have let them).
+  to spend, the other two spend more than an even split would have let them);
+* the provider-batch DAG (``runner_batch_api``, a deferrable operator) submits one batch to a
+  second model server with a slow Batch API, goes ``deferred`` (no worker slot held) while
+  ``airflow triggerer`` polls it, then succeeds with every row collected; the trigger Airflow
+  stored holds no key.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 import pytest
 import yaml
 
+from runner.model.batch_endpoints import BatchBehaviour
 from tests.airflow.deploy.deployment import REPO, Deployment, free_port
 
 DATABASE_URL = os.environ.get("RUNNER_AIRFLOW_DEPLOY_DB", "")
@@ -51,6 +56,8 @@ FLAKY_CALLS = 4  # the SDK's 3 retries + the first call
 CAPPED_FREE = 25  # the capped fan-out: 25 rows without a body (invalid: shard 0 has nothing to spend) ...
 CAPPED_PAID = 50  # ... then 50 tickets no other run sends
 CAP_USD = 0.0012  # about 42 of those tickets' calls (~0.0000287 USD each; each reserves ~0.000135 first)
+BATCH_TICKETS = 12  # the provider batch: the first 12 tickets, through a second model server ...
+BATCH_POLLS = 8  # ... whose batches end at the 8th retrieve: about 20 s of polling in the triggerer
 RESUME_DATE = "2026-03-02"
 RESUME_AGENT = """\
 apiVersion: runner/v1
@@ -86,6 +93,19 @@ report:
 
 
 @dataclass
+class BatchApiOutcome:
+    """What the provider-batch DAG run did, and what was seen while it was deferred."""
+
+    run_id: str
+    states_seen: list[str]
+    pool: dict[str, Any]  # default_pool while the task was deferred
+    triggers: list[tuple[str, str]]  # Airflow's trigger table while it was deferred: (classpath, stored kwargs)
+    batches_created: int = 0
+    uploads: int = 0
+    chat_calls: int = 0
+
+
+@dataclass
 class Outcome:
     """What the deployment did, for the tests to check."""
 
@@ -98,6 +118,7 @@ class Outcome:
     daily_run: str
     requests: list[Any]
     refused: Any = None
+    batch: BatchApiOutcome | None = None
     connection_tests: dict[str, Any] = field(default_factory=dict)
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by dag id, read before the services stop
     states: dict[str, Any] = field(default_factory=dict)  # by dag run id: {(task_id, map_index): (state, try)}
@@ -129,6 +150,7 @@ def _project(base: Path) -> tuple[Path, list[dict[str, str]], list[dict[str, str
     free = [{**every[0], "id": f"F-{i:03d}", "body": ""} for i in range(CAPPED_FREE)]
     capped = free + paid[:CAPPED_PAID]
     _write(root / "tickets_capped.csv", columns, capped)
+    _write(root / "tickets_batch.csv", columns, rows[:BATCH_TICKETS])
     return root, rows, capped
 
 
@@ -206,7 +228,9 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
     project, tickets, capped = _project(base)
     deployment = Deployment(base, DATABASE_URL, project)
     begun = time.monotonic()
-    with ScriptedServer(_script(tickets)) as server:
+    triage = yaml.safe_load((REPO / "examples/batch/triage_script.yaml").read_text())
+    batch_api = ScriptedServer(triage, batch=BatchBehaviour(polls=BATCH_POLLS), api_key=KEY)
+    with ScriptedServer(_script(tickets)) as server, batch_api:
         started = time.monotonic()
         deployment.airflow("db", "migrate", timeout=600)
         deployment.timed("airflow db migrate", started)
@@ -216,15 +240,19 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
         closed = f"http://127.0.0.1:{free_port()}/v1"
         deployment.airflow("connections", "add", "runner_model_closed", "--conn-type", "runner_model",
                            "--conn-host", closed, "--conn-password", KEY)  # fmt: skip
+        deployment.airflow("connections", "add", "runner_model_batch", "--conn-type", "runner_model",
+                           "--conn-host", batch_api.base_url, "--conn-password", KEY)  # fmt: skip
         deployment.add_store_connection(STORE_URL)
         tests = {name: deployment.airflow("connections", "test", name, check=False)
                  for name in ("runner_model_default", "runner_model_closed")}  # fmt: skip
         started = time.monotonic()
         deployment.start()
         try:
-            deployment.wait(lambda: _parsed(deployment), 300, "both example DAGs to be parsed")
+            deployment.wait(lambda: _parsed(deployment), 300, "the example DAGs to be parsed")
             deployment.timed("services up, DAGs parsed", started)
             started = time.monotonic()
+            batch = _deferred_batch(deployment)  # first, alone: while it waits, no task holds a worker slot
+            deployment.timed("provider batch submitted and deferred", started)
             deployment.airflow("dags", "unpause", "runner_daily_report")
             deployment.airflow("dags", "unpause", "runner_batch_fanout")
             refused = _trigger(deployment, "runner_batch_fanout", check=False)
@@ -244,17 +272,24 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
                 deployment.wait_for_run("runner_batch_fanout", run_id, 900)
             for run in deployment.runs("runner_daily_report"):
                 deployment.wait_for_run("runner_daily_report", run["dag_run_id"], 600)
+            deployment.wait_for_run("runner_batch_api", batch.run_id, 600)
             deployment.timed("every DAG run, triggered to finished", started)
-            runs = {dag_id: deployment.runs(dag_id) for dag_id in ("runner_daily_report", "runner_batch_fanout")}
+            runs = {dag_id: deployment.runs(dag_id) for dag_id in DAG_IDS}
             states = {r["dag_run_id"]: deployment.task_states(dag_id, r["dag_run_id"])
                       for dag_id, found in runs.items() for r in found}  # fmt: skip
             requests = server.requests
+            batch.batches_created = batch_api.batches.batches_created
+            batch.uploads = sum(1 for f in batch_api.batches.files.values() if f.purpose == "batch")
+            batch.chat_calls = sum(1 for r in batch_api.requests if r.path.endswith("/chat/completions"))
         finally:
             deployment.stop()
     deployment.timed("whole deployment test", begun)
-    yield Outcome(deployment, project, tickets, capped, fanout, capped_run, daily, requests, refused, tests, runs,
-                  states, wiped)  # fmt: skip
+    yield Outcome(deployment, project, tickets, capped, fanout, capped_run, daily, requests, refused, batch, tests,
+                  runs, states, wiped)  # fmt: skip
     print(f"\nairflow deploy timings (s): {json.dumps(deployment.timings)}")
+
+
+DAG_IDS = ("runner_daily_report", "runner_batch_fanout", "runner_batch_api")
 
 
 def _parsed(deployment: Deployment) -> bool:
@@ -262,7 +297,36 @@ def _parsed(deployment: Deployment) -> bool:
         ids = {dag["dag_id"] for dag in deployment.api("dags")["dags"]}
     except OSError:
         return False
-    return {"runner_daily_report", "runner_batch_fanout"} <= ids
+    return set(DAG_IDS) <= ids
+
+
+def _deferred_batch(deployment: Deployment) -> BatchApiOutcome:
+    """Trigger the provider-batch DAG and wait until its task is deferred; what was seen then."""
+    deployment.airflow("dags", "unpause", "runner_batch_api")
+    conf = {"input_path": "tickets_batch.csv", "id_column": "id", "batch_poll_seconds": 1, "conn_id": "runner_model_batch"}
+    batch = BatchApiOutcome(_trigger(deployment, "runner_batch_api", "--conf", json.dumps(conf)), [], {}, [])
+
+    def deferred() -> bool:
+        state, _ = deployment.task_states("runner_batch_api", batch.run_id).get(("batch_api", -1), (None, 0))
+        if state and (not batch.states_seen or batch.states_seen[-1] != state):
+            batch.states_seen.append(state)
+        if state in ("success", "failed"):
+            raise AssertionError(f"the batch_api task ended {state} without deferring: {batch.states_seen}")
+        if state != "deferred":
+            return False
+        batch.pool = deployment.api("pools/default_pool")
+        batch.triggers = _airflow_db("SELECT classpath, kwargs FROM trigger")
+        return True
+
+    deployment.wait(deferred, 300, "the batch_api task to defer")
+    return batch
+
+
+def _airflow_db(sql: str) -> list[tuple[Any, ...]]:
+    import psycopg
+
+    with psycopg.connect(DATABASE_URL.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as db:
+        return db.execute(sql).fetchall()
 
 
 def _prompts(outcome: Outcome) -> list[str]:
@@ -328,7 +392,8 @@ def test_the_merged_output_has_one_record_per_input_row_with_its_id(outcome: Out
     report = json.loads((work / "batch_report.json").read_text())
     assert report["rows"] == 40 and report["counts"]["done"] == 40 and len(report["shards"]) == 3
     assert not (work / "journals").exists()  # the journals are in the shared store
-    journals = dict(_store("SELECT journal, COUNT(*) FROM journal_rows GROUP BY journal"))
+    found = dict(_store("SELECT journal, COUNT(*) FROM journal_rows GROUP BY journal"))
+    journals = {name: rows for name, rows in found.items() if not name.startswith("runner_batch_api/")}
     assert len(journals) == 6 and all(name.startswith("runner_batch_fanout/") for name in journals)  # 2 fan-outs x 3 shards
     assert sum(journals.values()) == len(outcome.tickets) + len(outcome.capped)
 
@@ -390,7 +455,8 @@ def test_no_log_holds_a_secret(outcome: Outcome) -> None:
     from urllib.parse import urlsplit
 
     password = urlsplit(STORE_URL).password
-    logs = [p for p in (outcome.deployment.home / "logs").rglob("*") if p.is_file()]
+    home = outcome.deployment.home
+    logs = [p for part in ("logs", "service-logs") for p in (home / part).rglob("*") if p.is_file()]
     assert logs and password
     leaked = [p for p in logs if KEY in p.read_text(errors="replace") or password in p.read_text(errors="replace")]
     assert leaked == []
@@ -418,3 +484,48 @@ def _task_log(outcome: Outcome, dag_id: str, task_id: str, map_index: int, attem
     found = list(root.glob(f"run_id=*/task_id={task_id}/{mapped}attempt={attempt}.log"))
     assert found, sorted(str(p) for p in root.rglob("*.log"))
     return "\n".join(p.read_text(errors="replace") for p in found)
+
+
+def test_the_provider_batch_waited_in_the_triggerer_holding_no_worker_slot(outcome: Outcome) -> None:
+    batch = outcome.batch
+    assert batch is not None
+    assert "deferred" in batch.states_seen, batch.states_seen
+    assert outcome.states[batch.run_id] == {("batch_api", -1): ("success", 1)}
+    assert batch.pool["deferred_slots"] == 1 and batch.pool["running_slots"] == 0, batch.pool  # no worker slot held
+    first_try = _task_log(outcome, "runner_batch_api", "batch_api", -1, 1)
+    assert "deferring to the triggerer" in first_try
+
+
+def test_the_provider_saw_one_batch_and_every_row_was_collected(outcome: Outcome) -> None:
+    from runner.airflow.plan import run_key
+
+    batch = outcome.batch
+    assert batch is not None
+    assert (batch.batches_created, batch.uploads, batch.chat_calls) == (1, 1, 0), "one provider batch, submitted once"
+    work = outcome.deployment.work / run_key("runner_batch_api", batch.run_id, "batch_api")
+    records = [json.loads(line) for line in (work / "output.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["status"]) for r in records] == [(t["id"], "done") for t in outcome.tickets[:BATCH_TICKETS]]
+    assert all(r["output"]["category"] in ("billing", "bug", "account", "other") for r in records)
+    assert json.loads((work / "batch_report.json").read_text())["counts"]["done"] == BATCH_TICKETS
+    journals = dict(_store("SELECT journal, COUNT(*) FROM journal_rows WHERE status = 'done' GROUP BY journal"))
+    assert [rows for name, rows in journals.items() if name.startswith("runner_batch_api/")] == [BATCH_TICKETS]
+
+
+def test_the_trigger_airflow_stored_names_the_connection_never_the_key(outcome: Outcome) -> None:
+    batch = outcome.batch
+    assert batch is not None and batch.triggers, "the deferred task had a trigger row"
+    ((classpath, stored),) = batch.triggers
+    kwargs = _decrypted(outcome.deployment, stored)
+    assert classpath == "runner.airflow.triggers.ProviderBatchTrigger"
+    assert "runner_model_batch" in kwargs and "batch_0" in kwargs  # readable: the check below means something
+    assert KEY not in kwargs and KEY not in stored
+
+
+def _decrypted(deployment: Deployment, stored: str) -> str:
+    """A trigger's stored kwargs as text (decrypted when the deployment has a Fernet key)."""
+    key = deployment.airflow("config", "get-value", "core", "fernet_key", check=False).stdout.strip()
+    if not key or "batch_0" in stored:
+        return stored
+    from cryptography.fernet import Fernet
+
+    return Fernet(key.encode()).decrypt(stored.encode()).decode()

@@ -1,0 +1,302 @@
+"""RunnerBatchOperator: one runner batch as one Airflow task; with a provider batch, deferrable.
+
+::
+
+    from runner.airflow.batch_operator import RunnerBatchOperator
+
+    RunnerBatchOperator(
+        task_id="triage",
+        task="triage_ticket",
+        input_path="in/tickets.csv",             # relative to the project root, or a URL
+        output_path="out/triage.jsonl",           # default: <work dir>/output.jsonl
+        via="batch-api",                          # one provider batch (about half price), or "live"
+        deferrable=True,                          # wait in the triggerer, no worker slot held
+        options={"id_column": "id", "max_cost_usd": 5, "max_wall_seconds": 86400},
+        conn_id="runner_model_default",           # a runner_model connection (base URL + API key)
+        store_conn_id="runner_store",             # the shared PostgreSQL store (or $RUNNER_STORE_CONN_ID)
+        retries=2,
+    )
+
+``options`` are ``runner batch``'s options by flag name (:mod:`runner.airflow.options` says
+which apply to a provider batch). Every argument but ``deferrable`` may be a template.
+
+Deferrable, step by step: ``execute`` runs the batch without waiting for the provider
+(``BatchRequest.provider_wait=False``): the rows are reserved at batch prices, submitted,
+their provider batch id recorded in the batch's journal; if the batch is still out, the
+task defers on :class:`~runner.airflow.triggers.ProviderBatchTrigger` and leaves the worker.
+When the trigger fires, ``execute_complete`` runs the same request again, which re-attaches
+to the recorded batch and collects it (or submits the next round and defers again), until
+nothing is out. The journal is named after the dag run and task (in the shared store when
+there is one), so a retry on any worker re-attaches to the batch already out and never
+submits it again.
+
+Status policy (both modes): every row done succeeds, returning the batch manifest
+(counts, spend, paths; no row data). Rows not done fail the try while another try may
+finish them (retryable errors, e.g. an expired provider batch: the retry resubmits only
+those rows) and tries remain; otherwise the task succeeds if at most ``max_failed_rows``
+rows are not done, and fails without retries if more. A cap (``max_cost_usd``, the wall
+cap ``max_wall_seconds``, which cancels what is still out) is never retried. The trigger's
+errors: ``unreachable`` fails the try (a retry re-attaches); ``auth``, ``not_found``,
+``bad_request`` and ``no_key`` fail without retries. ``execution_timeout`` bounds each try,
+deferred time included.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.sdk import BaseOperator
+
+from runner.airflow._compat import AirflowException, AirflowFailException
+from runner.airflow.operator import dag_run_identity, fail_without_retry, model_credentials, resolve_root
+from runner.airflow.options import FanoutOptions, check_option_names, check_provider_batch_options
+from runner.airflow.provider import DEFAULT_CONN_ID
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from runner.airflow.batch_wait import BatchWaitEvent
+    from runner.airflow.execution import BatchStep
+    from runner.batch.file_batch import BatchRequest
+    from runner.config.project import Project
+    from runner.config.specs import TaskSpec
+
+VIAS = ("live", "batch-api")
+FINAL_TRIGGER_ERRORS = frozenset({"auth", "not_found", "bad_request", "no_key"})
+"""Trigger errors another try cannot cure; ``unreachable`` may pass."""
+
+
+def _default_deferrable() -> bool:
+    """Airflow's ``[operators] default_deferrable`` (the convention for deferrable operators)."""
+    from airflow.sdk import conf
+
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """One call's rendered, typed arguments: the project, the task, its batch request, the
+    connection whose key the request carries, and how many rows may end not done."""
+
+    project: Project
+    spec: TaskSpec
+    request: BatchRequest
+    conn_id: str | None
+    max_failed_rows: int
+
+
+class RunnerBatchOperator(BaseOperator):
+    """Run (or resume) the runner batch of ``task`` over ``input_path``; return its manifest."""
+
+    template_fields: Sequence[str] = (
+        "task", "input_path", "output_path", "report_dir", "options", "via", "batch_fallback", "batch_poll_seconds",
+        "max_failed_rows", "root", "work_dir", "conn_id", "store_conn_id", "store_path",
+    )  # fmt: skip
+    template_fields_renderers: ClassVar[dict[str, str]] = {"options": "json"}
+    ui_color = "#e6f4ea"
+
+    def __init__(
+        self,
+        *,
+        task: str,
+        input_path: str,
+        output_path: str | None = None,
+        report_dir: str | None = None,
+        via: str = "batch-api",
+        deferrable: bool | None = None,
+        options: Mapping[str, Any] | None = None,
+        batch_fallback: str | None = None,
+        batch_poll_seconds: float | str = 30.0,
+        unreachable_seconds: float = 1800.0,
+        max_failed_rows: int | str | None = 0,
+        root: str | None = None,
+        work_dir: str | None = None,
+        conn_id: str | None = DEFAULT_CONN_ID,
+        store_conn_id: str | None = None,
+        store_path: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        check_option_names(options or {}, f"{self.task_id}: options")  # a misspelt option fails when the DAG is parsed
+        self.task = task
+        self.input_path = input_path
+        self.output_path = output_path
+        self.report_dir = report_dir
+        self.via = via
+        self.deferrable = deferrable  # None: Airflow's [operators] default_deferrable
+        self.options = dict(options or {})
+        self.batch_fallback = batch_fallback
+        self.batch_poll_seconds = batch_poll_seconds
+        self.unreachable_seconds = unreachable_seconds
+        self.max_failed_rows = max_failed_rows
+        self.root = root
+        self.work_dir = work_dir
+        self.conn_id = conn_id
+        self.store_conn_id = store_conn_id
+        self.store_path = store_path
+
+    # --- the steps Airflow calls --------------------------------------------------------
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        return self._step(context)
+
+    def execute_complete(self, context: Context, event: Any = None) -> dict[str, Any]:
+        """Resume after the trigger fired: check its event, then collect (or defer again)."""
+        from runner.airflow.batch_wait import BatchWaitEvent
+
+        with fail_without_retry(f"runner batch {self.task!r}"):
+            waited = BatchWaitEvent.from_payload(event)
+        self._check_event(waited)
+        return self._step(context, waited)
+
+    def _step(self, context: Context, waited: BatchWaitEvent | None = None) -> dict[str, Any]:
+        from runner.airflow.execution import batch_step_for_airflow
+
+        with fail_without_retry(f"runner batch {self.task!r}"):
+            batch = self._batch(context)
+            step = batch_step_for_airflow(
+                batch.project, batch.spec, batch.request, getattr(context["ti"], "context_carrier", None)
+            )
+        if step.pending:
+            self._defer(context, batch, step)
+        return self._finish(context, batch, step, waited)
+
+    # --- preparing a call ---------------------------------------------------------------
+
+    def _batch(self, context: Context) -> _Batch:
+        """The rendered arguments, typed and checked (a bad one raises a runner ``UsageError``)."""
+        from runner.airflow.plan import FanoutPlan, run_key, run_work_dir
+        from runner.airflow.store import shared_store_url
+        from runner.airflow.typed import choice, optional_int, optional_number, optional_text, required_text
+        from runner.errors import UsageError
+
+        dag_id, dag_run_id, task_id, map_index = dag_run_identity(context)
+        via = choice(self.via, "via", VIAS) or "batch-api"
+        fallback = choice(self.batch_fallback, "batch_fallback", ("live",))
+        if via == "live" and (self.deferrable or fallback):
+            raise UsageError(
+                "deferrable=True and batch_fallback need via='batch-api' (a live batch runs in the worker)"
+            )
+        deferrable = _default_deferrable() if self.deferrable is None else bool(self.deferrable)
+        if via == "batch-api":
+            check_provider_batch_options(self.options, fallback)
+        name = task_id if map_index < 0 else f"{task_id}-{map_index}"
+        root = Path(resolve_root(self.root))
+        plan = FanoutPlan(
+            task=required_text(self.task, "task"), root=root, input_path=root / required_text(self.input_path, "input_path"),
+            work=run_work_dir(optional_text(self.work_dir, "work_dir"), dag_id, dag_run_id, name),
+            options=FanoutOptions.from_mapping(self.options), key=run_key(dag_id, dag_run_id, name),
+            store_url=shared_store_url(optional_text(self.store_conn_id, "store_conn_id")),
+        )  # fmt: skip
+        output = plan.merged_output_path(optional_text(self.output_path, "output_path"))
+        plan.check_merged_output(output)
+        project, spec = plan.load()
+        base_url, api_key = model_credentials(self.conn_id)
+        store = optional_text(self.store_path, "store_path")
+        request = replace(
+            plan.request(try_number=context["ti"].try_number, model_base_url=base_url, api_key=api_key,
+                         store_path=Path(store) if store else None),
+            output_path=output, output_format=plan.options.output_format,
+            report_dir=plan.merged_report_dir(optional_text(self.report_dir, "report_dir")), via=via,
+            batch_fallback=fallback, provider_wait=not deferrable,
+            batch_poll_seconds=optional_number(self.batch_poll_seconds, "batch_poll_seconds", positive=True) or 30.0,
+        )  # fmt: skip
+        allowed = optional_int(self.max_failed_rows, "max_failed_rows", minimum=0) or 0
+        return _Batch(project, spec, request, self.conn_id if api_key else None, allowed)
+
+    # --- deferring ----------------------------------------------------------------------
+
+    def _defer(self, context: Context, batch: _Batch, step: BatchStep) -> None:
+        """Leave the worker until the provider batches ``step.pending`` have ended."""
+        from runner.airflow.deferral import DeadlinePassed, cancel_at, defer_timeout, key_source
+        from runner.airflow.triggers import ProviderBatchTrigger
+
+        wall = batch.request.batch_caps.max_wall_seconds
+        cancel = cancel_at(wall, step.age_seconds, time.time())
+        with fail_without_retry(f"runner batch {self.task!r}"):  # the key's source, the trigger's arguments
+            where = key_source(batch.project, batch.spec, batch.request, batch.conn_id)
+            trigger = ProviderBatchTrigger(
+                step.pending, where.base_url, conn_id=where.conn_id, api_key_env=where.api_key_env,
+                poll_seconds=batch.request.batch_poll_seconds, unreachable_seconds=self.unreachable_seconds,
+                cancel_at=cancel, cancel_reason=None if wall is None else f"max_wall_seconds={wall:g}",
+            )  # fmt: skip
+        try:
+            timeout = defer_timeout(self._try_deadline(context), cancel, dt.datetime.now(dt.UTC))
+        except DeadlinePassed as passed:
+            raise AirflowException(
+                f"{passed} while provider batch {', '.join(step.pending)} is out; a retry re-attaches to it"
+            ) from None
+        self.log.info(
+            "provider batch %s is out (%d row(s) running); deferring to the triggerer", ", ".join(step.pending),
+            step.manifest["counts"].get("running", 0),
+        )  # fmt: skip
+        self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
+
+    def _try_deadline(self, context: Context) -> dt.datetime | None:
+        """When this try's ``execution_timeout`` ends (Airflow keeps a try's start across deferrals)."""
+        started = getattr(context["ti"], "start_date", None)
+        if self.execution_timeout is None or started is None:
+            return None
+        return started + self.execution_timeout
+
+    def _check_event(self, waited: BatchWaitEvent) -> None:
+        """Fail on a trigger error: without retries unless another try may pass (``unreachable``)."""
+        if waited.status != "error":
+            if waited.cancelled_for:
+                self.log.warning(
+                    "%s reached: provider batch(es) %s cancelled", waited.cancelled_for, dict(waited.batches)
+                )
+            return
+        message = f"runner batch {self.task!r}: waiting for provider batch(es) failed: {waited.kind}: {waited.message}"
+        if waited.kind in FINAL_TRIGGER_ERRORS:
+            raise AirflowFailException(message)
+        raise AirflowException(message + "; a retry re-attaches to the batch")
+
+    # --- finishing ----------------------------------------------------------------------
+
+    def _finish(
+        self, context: Context, batch: _Batch, step: BatchStep, waited: BatchWaitEvent | None
+    ) -> dict[str, Any]:
+        """Apply the status policy (see the module doc) to the batch's rows; return its manifest."""
+        from runner.airflow.failures import rows_failure
+        from runner.airflow.fanout import read_batch_report
+        from runner.config.specs import CAP_NAMES
+        from runner.errors import EXIT_CAPPED
+
+        manifest, left = dict(step.manifest), step.left
+        wall = batch.request.batch_caps.max_wall_seconds
+        if left.not_done and wall is not None and step.age_seconds >= wall and manifest.get("stop_kind") is None:
+            reason = (waited.cancelled_for if waited else None) or f"max_wall_seconds={wall:g}"
+            manifest.update(stop_reason=f"{reason} reached", stop_kind="max_wall_seconds", exit_code=EXIT_CAPPED)
+        self.log.info(
+            "runner batch %s: %s done, %s failed, %s invalid, %s not run; %.6f USD; output %s",
+            manifest["batch_id"], left.done, left.failed, left.invalid, left.not_run, manifest["cost_usd"],
+            manifest["output_path"],
+        )  # fmt: skip
+        if not left.not_done:
+            return manifest
+        assert batch.request.report_dir is not None
+        message = rows_failure(read_batch_report(batch.request.report_dir), left)
+        ti = context["ti"]
+        if manifest.get("stop_kind") in CAP_NAMES:
+            message += f"; stopped: {manifest.get('stop_reason')}"
+        elif left.retryable and ti.try_number <= getattr(ti, "max_tries", self.retries or 0):
+            ti.xcom_push(key="manifest", value=manifest)
+            raise AirflowException(
+                f"{message}. {left.retryable} of them may succeed on another try: the retry resumes the batch"
+            )
+        if left.not_done > batch.max_failed_rows:
+            ti.xcom_push(key="manifest", value=manifest)
+            raise AirflowFailException(
+                f"{message}. That is more than max_failed_rows={batch.max_failed_rows}; every row is in "
+                f"{manifest['output_path']} and the report in {batch.request.report_dir}"
+            )
+        self.log.warning(
+            "%s. No further try can finish them; at most max_failed_rows=%d may be", message, batch.max_failed_rows
+        )
+        return manifest
