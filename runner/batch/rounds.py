@@ -165,6 +165,9 @@ class RoundCollector:
         if run_id is None or run_id not in self._waiting:
             raise RuntimeError("a provider batch call outside a registered row")  # our bug: rows always register
         fingerprint = request_fingerprint(request)
+        kept = self.answers.take_error(run_id, fingerprint)
+        if kept is not None:  # its line failed after an earlier caller had gone: this one fails as that one would have
+            return LineError(*kept)
         self.answers.sent(run_id, fingerprint, ledger_id)  # before it is handed over: a late answer can settle it
         call = self._queued(run_id, fingerprint, endpoint, request)
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
@@ -369,7 +372,7 @@ class RoundCollector:
         while out:
             if time.monotonic() >= look:
                 for provider_id, (part, members) in list(out.items()):
-                    if await self._looked(provider_id, part, members, seen):
+                    if await self._looked(provider_id, part, members, seen, cut_off=provider_id in cancelled):
                         del out[provider_id]
                     elif provider_id in cancelled and time.monotonic() > cancelled[provider_id]:
                         self._say(f"provider batch {provider_id} did not end after its cancel; run the command again to collect it")
@@ -391,8 +394,11 @@ class RoundCollector:
     def _cancel_poll(self) -> float:
         return min(self.poll.first_seconds, CANCEL_POLL_SECONDS)
 
-    async def _looked(self, provider_id: str, part: BatchPart, members: list[_Call] | None, seen: dict[str, str]) -> bool:
-        """Look at one batch; ``True`` when it has ended (and is collected) or cannot be looked at."""
+    async def _looked(
+        self, provider_id: str, part: BatchPart, members: list[_Call] | None, seen: dict[str, str], *, cut_off: bool
+    ) -> bool:
+        """Look at one batch; ``True`` when it has ended (and is collected) or cannot be looked at.
+        ``cut_off``: this process cancelled it (its callers were cut off at a cap)."""
         batch = await self._retrieve(part, provider_id, members)
         if batch is not None and batch.status not in FINISHED:
             if batch.status != seen[provider_id]:
@@ -400,7 +406,7 @@ class RoundCollector:
                 self._say(f"provider batch {provider_id}: {batch.status}{_answered(batch)}")
             return False
         if batch is not None:
-            await self._collect(batch, part, members)
+            await self._collect(batch, part, members, keep_failures=not cut_off)
         return True
 
     async def _retrieve(self, part: BatchPart, provider_id: str, members: list[_Call] | None) -> Any | None:
@@ -431,9 +437,10 @@ class RoundCollector:
 
     # --- collecting --------------------------------------------------------------------
 
-    async def _collect(self, batch: Any, part: BatchPart, members: list[_Call] | None) -> None:
+    async def _collect(self, batch: Any, part: BatchPart, members: list[_Call] | None, *, keep_failures: bool) -> None:
         """Keep every line of an ended batch, answer the calls waiting on it, settle the ones
-        whose caller has gone; then it is no longer out."""
+        whose caller has gone (and keep their failures for the next attempt, unless this
+        process cancelled the batch); then it is no longer out."""
         client = self._client(part.endpoint)
         try:
             found = [*await client.lines(batch.output_file_id), *await client.lines(batch.error_file_id)]
@@ -446,16 +453,20 @@ class RoundCollector:
             for custom_id, line in lines.items():
                 run = self._run_of(custom_id)
                 if run is not None:
-                    self._keep(run[0], run[1], part.model, line_outcome(line, batch), waited=False)
+                    self._keep(run[0], run[1], part.model, line_outcome(line, batch), waited=False, keep_failure=keep_failures)
         for call in members or ():
-            answer = self._keep(call.run_id, call.fingerprint, part.model, line_outcome(lines.get(call.custom_id), batch), call.waited())
+            outcome = line_outcome(lines.get(call.custom_id), batch)
+            answer = self._keep(call.run_id, call.fingerprint, part.model, outcome, call.waited(), keep_failure=keep_failures)
             self._answer(call, answer)
         self.state.collected(batch.id)
         self._say(f"provider batch {batch.id}: {batch.status}{_answered(batch)}, collected")
 
-    def _keep(self, run_id: str, fingerprint: str, model: str, outcome: dict[str, Any] | ModelError, waited: bool) -> Answer:
+    def _keep(
+        self, run_id: str, fingerprint: str, model: str, outcome: dict[str, Any] | ModelError, waited: bool, *, keep_failure: bool
+    ) -> Answer:
         """Store an answered call's body (redacted) before anyone uses it; when its caller has
-        gone, settle its reservation with what the provider billed (nothing for a failed line)."""
+        gone, settle its reservation with what the provider billed (nothing for a failed line)
+        and, with ``keep_failure``, keep the failure for its next attempt to take."""
         answer: Answer
         usage: Usage | None = None
         if isinstance(outcome, ModelError):
@@ -469,7 +480,11 @@ class RoundCollector:
             else:
                 self.answers.answered(run_id, fingerprint, body)
                 answer = body
-        ledger_id = None if waited else self.answers.ledger_id(run_id, fingerprint)
+        if waited:
+            return answer
+        if isinstance(answer, LineError) and keep_failure:
+            self.answers.failed(run_id, fingerprint, answer.kind, answer.message)
+        ledger_id = self.answers.ledger_id(run_id, fingerprint)
         if ledger_id is not None:
             self._settle(ledger_id, model, usage, answer)
             self._settled.add(run_id)

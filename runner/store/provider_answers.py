@@ -5,9 +5,9 @@ request's fingerprint (:mod:`runner.model.fingerprint`): written when the call i
 a batch (with the run store id of the call's reservation, so an answer that comes back after
 the caller is gone can still settle it), then completed with the answer's body when its line
 is collected. A resumed run whose request matches a stored answer is served from here
-(:class:`runner.agent.replay.ReplayCache`) instead of being sent again. Only answered calls
-are replayed; a failed line is not kept. Bodies are redacted before they are written, like
-everything else in the store.
+(:class:`runner.agent.replay.ReplayCache`) instead of being sent again. A failed line whose
+caller had gone is kept too, until the resumed call takes it (it fails as the caller would
+have: once). Bodies are redacted before they are written, like everything else in the store.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ CREATE TABLE IF NOT EXISTS provider_answers (
   ledger_id BIGINT,
   batch_part TEXT,
   body_json TEXT,
+  error_kind TEXT,
+  error_message TEXT,
   sent_at TEXT NOT NULL,
   answered_at TEXT,
   PRIMARY KEY (run_id, fingerprint)
@@ -68,6 +70,27 @@ class ProviderAnswers:
             "INSERT INTO provider_answers (run_id, fingerprint, body_json, sent_at, answered_at) VALUES (?, ?, ?, ?, ?)"
             " ON CONFLICT (run_id, fingerprint) DO UPDATE SET body_json = excluded.body_json, answered_at = excluded.answered_at",
             (run_id, fingerprint, json.dumps(body, ensure_ascii=False), now, now),
+        )
+
+    def failed(self, run_id: str, fingerprint: str, kind: str, message: str) -> None:
+        """Keep why the call was not answered, for its caller's next attempt to take."""
+        self._set_error(run_id, fingerprint, kind, message)
+
+    def take_error(self, run_id: str, fingerprint: str) -> tuple[str, str] | None:
+        """The failure kept for this call, forgotten as it is taken (``None``: none kept)."""
+        row = self._db.row(
+            "SELECT error_kind, error_message FROM provider_answers WHERE run_id = ? AND fingerprint = ? AND error_kind IS NOT NULL",
+            (run_id, fingerprint),
+        )
+        if row is None:
+            return None
+        self._set_error(run_id, fingerprint, None, None)
+        return str(row["error_kind"]), str(row["error_message"] or "")
+
+    def _set_error(self, run_id: str, fingerprint: str, kind: str | None, message: str | None) -> None:
+        self._db.execute(
+            "UPDATE provider_answers SET error_kind = ?, error_message = ? WHERE run_id = ? AND fingerprint = ?",
+            (kind, message, run_id, fingerprint),
         )
 
     def answer(self, run_id: str, fingerprint: str) -> dict[str, Any] | None:

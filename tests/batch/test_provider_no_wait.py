@@ -109,3 +109,14 @@ def test_shards_sharing_a_cap_scope_each_send_their_rows_in_provider_batches(pro
     finally:
         ledger.db.close()
     assert spent.cost_usd == pytest.approx(3 * BATCH_COST) and spent.model_calls == 3
+
+
+def test_a_round_that_expired_while_nobody_waited_fails_its_rows_once_instead_of_resending(project: Path) -> None:
+    with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=2, outcome="expired")) as server:
+        first = _run(project, server, wait=False)
+        second = _run(project, server, wait=False)  # collects the expired round: each row fails as its caller would have
+        assert server.batches.batches_created == 1
+    assert len(first["provider_pending"]) == 1 and second["provider_pending"] == []
+    assert second["counts"]["failed"] == 3 and second["exit_code"] == 1
+    rows = [json.loads(line) for line in (project / "out.jsonl").read_text().splitlines()]
+    assert {(r["status"], r["error_kind"]) for r in rows} == {("failed", "batch_expired")} and all(r["cost_usd"] == 0 for r in rows)
