@@ -4,7 +4,9 @@
 # shard journals, cap ledger), and runs tests/airflow/deploy: LocalExecutor, separate scheduler,
 # dag-processor, api-server and triggerer processes, the example DAGs triggered with `airflow dags
 # trigger`, retries on a wiped local disk, a fan-out cost cap across shards, a provider batch
-# waited for in the triggerer (the task deferred). Prints how long it took.
+# waited for in the triggerer (the task deferred, the triggerer restarted), a deferred task marked
+# failed, a backfill, a cleared task, `airflow tasks test`; the runner installed from its built wheel,
+# the project read-only. About 4 minutes. Prints how long it took.
 # Usage: .ci/airflow_e2e.sh [PYTHON]
 set -euo pipefail
 cd "$(dirname "$0")/.."

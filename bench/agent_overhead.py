@@ -14,7 +14,8 @@ the same run; ratios, not absolute times, are what to compare across machines.
   (target: CPU <= 1.5x).
 - **runner run, one process per task**: ``python -m runner run calc`` vs
   ``python floor.py``, each a fresh interpreter: CPU and peak RSS per process
-  (target: peak RSS <= 1.1x).
+  (target: peak RSS <= 1.1x); also ``runner run --no-report``, to show what writing the
+  three report formats adds (the floor writes none).
 - **start-up**: ``runner validate`` and ``runner list`` on the same project and on this
   repository's own project, wall seconds (target: <= 0.3 s), with ``runner --help`` for scale.
 
@@ -293,6 +294,7 @@ def per_process(root: Path, base_url: str, n: int) -> dict[str, tuple[float, flo
     commands = {
         "runner run": ([*runner, "run", "calc", "--base-url", base_url], root),
         "floor script": (floor, root),
+        "runner run --no-report": ([*runner, "run", "calc", "--no-report", "--base-url", base_url], root),
         "runner validate": ([*runner, "validate"], root),
         "runner list": ([*runner, "list"], root),
         "runner validate (repo)": ([*runner, "validate"], REPO),
@@ -359,11 +361,13 @@ def report(
     print(f"  ratio CPU runner run/floor = {cli_cpu / floor_cpu:.2f}x (target <= 1.5x)")
     print("one process per task (median wall, CPU and peak RSS per process)")
     for name, (wall, cpu, rss) in processes.items():
-        print(f"  {name:22s}: {wall:6.3f} s wall  {cpu:6.3f} s CPU  {rss:6.1f} MiB peak RSS")
+        print(f"  {name:24s}: {wall:6.3f} s wall  {cpu:6.3f} s CPU  {rss:6.1f} MiB peak RSS")
     _, run_proc_cpu, run_rss = processes["runner run"]
     _, floor_proc_cpu, floor_rss = processes["floor script"]
+    bare_rss = processes["runner run --no-report"][2]
     print(f"  ratio CPU     runner run/floor script = {run_proc_cpu / floor_proc_cpu:.2f}x")
     print(f"  ratio peak RSS runner run/floor script = {run_rss / floor_rss:.2f}x (target <= 1.1x)")
+    print(f"  ratio peak RSS runner run --no-report/floor script = {bare_rss / floor_rss:.2f}x (target <= 1.1x)")
     for name in ("runner validate", "runner list", "runner validate (repo)", "runner list (repo)"):
         print(f"  {name}: {processes[name][0]:.3f} s wall (target <= 0.3 s)")
 

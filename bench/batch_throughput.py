@@ -14,20 +14,26 @@ in a fresh process so peak RSS is its own:
   per call (no HTTP): the engine's scheduling against the physical limit itself;
 - ``run``: the first ``--run-rows`` rows one ``runner run`` each, in turn (the command as the
   command line runs it, minus interpreter start-up: project, store, client, run, report):
-  what a row costs when a shell loop calls ``runner run`` instead of ``runner batch``.
+  what a row costs when a shell loop calls ``runner run`` instead of ``runner batch``;
+- ``cli``: ``runner batch`` itself as a process (``--restart`` each time): the command a user
+  runs, with its start-up, output file and batch report; measured from outside (``wait4``).
 
-Printed per mode: rows/s, fraction of the physical limit, ratio to ``hand``, CPU per row
-and its ratio to ``hand``, peak RSS and its ratio to ``hand``, and how much it grew while rows ran (``ru_maxrss``: flat memory means the growth does not
-scale with ``--rows``; ``--tracemalloc`` adds the Python heap peak and slows every mode).
-Only the row phase is timed (for the engine: ingesting the input, running, journaling),
-not interpreter start, imports or project loading. The project is compiled once before the
-modes run (as its first run would leave it), so each mode loads it from the cache.
+Modes run in ``--rounds`` rounds, every mode once per round in turn, so load on the machine
+hits them alike; each figure is the median over the rounds. Printed per mode: rows/s,
+fraction of the physical limit, ratio to ``hand``, CPU per row and its ratio to ``hand``,
+peak RSS and its ratio to ``hand``, and how much it grew while rows ran (``ru_maxrss``: flat
+memory means the growth does not scale with ``--rows``; ``--tracemalloc`` adds the Python
+heap peak and slows every mode); then the peak RSS ratios against the target (<= 1.1x).
+Only the row phase is timed for the in-process modes (for the engine: ingesting the input,
+running, journaling), not interpreter start, imports or project loading; ``cli`` is timed
+whole. The project is compiled once before the modes run (as its first run would leave it),
+so each mode loads it from the cache. No mode imports what only the set-up needs (YAML).
 
 The loopback server and the SDK's per-request connection handling (the server speaks
 HTTP/1.0, so every call opens a connection) can themselves stay well under the limit;
 the ratio to ``hand`` is the engine's figure of merit.
 
-    .venv/bin/python bench/batch_throughput.py [--rows 2000] [--concurrency 64] [--latency 0.1] [--run-rows 50]
+    .venv/bin/python bench/batch_throughput.py [--rows 2000] [--concurrency 64] [--latency 0.1] [--run-rows 50] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -36,7 +42,9 @@ import argparse
 import asyncio
 import csv
 import json
+import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,8 +53,6 @@ import tracemalloc
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 MODEL = "gpt-4o-mini"
 SYSTEM = "You triage support tickets: answer with a category."
@@ -73,6 +79,8 @@ TASK = {
 
 def write_fixtures(root: Path, rows: int, latency: float) -> tuple[Path, Path]:
     """The project (agent + task), the input CSV and the server script, under ``root``."""
+    import yaml  # here only: the measured modes must not carry it
+
     (root / "agents.d").mkdir(parents=True)
     (root / "tasks.d").mkdir()
     (root / "agents.d/triager.yaml").write_text(yaml.safe_dump(AGENT), encoding="utf-8")
@@ -117,6 +125,8 @@ def warm_server(base_url: str) -> None:
 
 
 def run_mode(mode: str, args: argparse.Namespace, root: Path, base_url: str) -> dict[str, Any]:
+    if mode == "cli":
+        return run_cli(args, root, base_url)
     command = [sys.executable, __file__, "--child", mode, "--root", str(root), "--base-url", base_url]
     command += ["--rows", str(args.rows), "--concurrency", str(args.concurrency), "--calls", str(args.calls)]
     command += ["--latency", str(args.latency), "--run-rows", str(args.run_rows)]
@@ -125,6 +135,27 @@ def run_mode(mode: str, args: argparse.Namespace, root: Path, base_url: str) -> 
     if done.returncode != 0:
         raise SystemExit(f"mode {mode} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_cli(args: argparse.Namespace, root: Path, base_url: str) -> dict[str, Any]:
+    """``runner batch`` as a user runs it, in its own process; peak RSS and CPU from ``wait4``."""
+    command = [sys.executable, "-m", "runner", "batch", "triage", "--input", "tickets.csv", "--id-column", "id"]
+    command += ["--output", "out.jsonl", "--concurrency", str(args.concurrency), "--restart", "--progress", "none"]
+    command += ["--base-url", base_url]
+    env = {**os.environ, "OPENAI_API_KEY": "sk-bench"}
+    started = time.perf_counter()
+    with open(os.devnull, "wb") as sink:
+        child = subprocess.Popen(command, cwd=root, env=env, stdout=sink, stderr=subprocess.PIPE)
+        assert child.stderr is not None
+        errors = child.stderr.read()
+        _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise SystemExit(f"runner batch exited {child.returncode}:\n{errors.decode(errors='replace')[-3000:]}")
+    return {
+        "rows": args.rows, "seconds": time.perf_counter() - started, "cpu_seconds": usage.ru_utime + usage.ru_stime,
+        "rss_before_mb": 0.0, "peak_rss_mb": usage.ru_maxrss / 1024, "heap_peak_mb": None,
+    }
 
 
 # --- modes (child process) ----------------------------------------------------------------
@@ -308,7 +339,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--latency", type=float, default=0.1, help="server latency per call, seconds")
     parser.add_argument("--calls", type=int, default=1, help="model calls per row (the engine's task makes 1)")
-    parser.add_argument("--modes", default="hand,engine-sdk,engine,engine-sleep,run")
+    parser.add_argument("--modes", default="hand,engine-sdk,engine,engine-sleep,run,cli")
+    parser.add_argument("--rounds", type=int, default=3, help="every mode runs once per round; figures are medians")
     parser.add_argument("--run-rows", type=int, default=50, help="rows the 'run' mode runs, one `runner run` each")
     parser.add_argument("--tracemalloc", action="store_true", help="also report the Python heap peak (slower)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -318,8 +350,8 @@ def main() -> None:
     if args.child:
         return child(args)
     modes = args.modes.split(",")
-    if ("engine" in modes or "run" in modes) and args.calls != 1:
-        raise SystemExit("--calls must be 1 with the 'engine' and 'run' modes (the bench task answers in one call)")
+    if {"engine", "run", "cli"} & set(modes) and args.calls != 1:
+        raise SystemExit("--calls must be 1 with the 'engine', 'run' and 'cli' modes (the bench task answers in one call)")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         _, script = write_fixtures(root, args.rows, args.latency)
@@ -327,16 +359,29 @@ def main() -> None:
         server, base_url = start_server(script)
         try:
             warm_server(base_url)
-            results = {mode: run_mode(mode, args, root, base_url) for mode in modes}
+            rounds: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+            for _ in range(args.rounds):  # interleaved: each round runs every mode once
+                for mode in modes:
+                    rounds[mode].append(run_mode(mode, args, root, base_url))
+            results = {mode: _median(samples) for mode, samples in rounds.items()}
         finally:
             server.terminate()
             server.wait(timeout=10)
     report(args, results)
 
 
+def _median(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's median over the rounds (rows/s from the median time)."""
+    return {
+        key: statistics.median(s[key] for s in samples) if samples[0][key] is not None else None
+        for key in samples[0]
+    }
+
+
 def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
     limit = args.concurrency / (args.calls * args.latency)
-    print(f"rows {args.rows}, concurrency {args.concurrency}, {args.calls} call(s)/row, latency {args.latency}s")
+    print(f"rows {args.rows}, concurrency {args.concurrency}, {args.calls} call(s)/row, latency {args.latency}s, "
+          f"median of {args.rounds} interleaved round(s)")
     print(f"physical limit: {limit:.1f} rows/s; the 'run' mode runs {args.run_rows} rows one at a time")
     hand = results.get("hand")
     for mode, r in results.items():
@@ -346,9 +391,27 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None
         print(
             f"{mode:12s}: {rate:8.1f} rows/s = {rate / limit:5.1%} of the limit, {ratio:>10s}, "
             f"{cpu * 1000:6.2f} ms CPU/row{_ratio(cpu, hand, 'cpu')}, "
-            f"peak RSS {r['peak_rss_mb']:.0f} MiB{_ratio(r['peak_rss_mb'], hand, 'rss')} "
-            f"(+{r['peak_rss_mb'] - r['rss_before_mb']:.0f} during the rows){heap}"
+            f"peak RSS {r['peak_rss_mb']:.1f} MiB{_ratio(r['peak_rss_mb'], hand, 'rss')}"
+            f"{_growth(r)}{heap}"
         )
+    if hand:
+        print("peak RSS against the hand-written loop (target <= 1.1x)")
+        names = {
+            "engine": "runner batch's engine (in process)",
+            "cli": "runner batch (the command)",
+            "engine-sdk": "the engine with the SDK call",
+            "run": "runner run per row (in process)",
+        }
+        for mode, name in names.items():
+            if mode in results:
+                peak = results[mode]["peak_rss_mb"]
+                print(f"  {name:36s}: {peak:6.1f} / {hand['peak_rss_mb']:.1f} MiB = {peak / hand['peak_rss_mb']:.2f}x")
+
+
+def _growth(r: dict[str, Any]) -> str:
+    if not r["rss_before_mb"]:
+        return " (whole process)"
+    return f" (+{r['peak_rss_mb'] - r['rss_before_mb']:.0f} during the rows)"
 
 
 def _ratio(value: float, hand: dict[str, Any] | None, what: str) -> str:

@@ -17,7 +17,6 @@ Exit codes (documented in the README):
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -151,6 +150,8 @@ class Problem:
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """``". Did you mean 'x'?"`` for the closest of ``choices``, or ``""``."""
+    import difflib  # only when a name was not found
+
     matches = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
     return f". Did you mean '{matches[0]}'?" if matches else ""
 

@@ -21,5 +21,5 @@ def no_real_model_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def no_shared_store(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("RUNNER_STORE_URL", "RUNNER_STORE_CONN_ID", "RUNNER_REPORTS_DIR"):
+    for name in ("RUNNER_STORE_URL", "RUNNER_STORE_CONN_ID", "RUNNER_REPORTS_DIR", "RUNNER_STATE_DIR"):
         monkeypatch.delenv(name, raising=False)

@@ -54,14 +54,33 @@ class Cluster:
             for path in (self.base, self.socket):
                 os.chown(path, record.pw_uid, record.pw_gid)
         self._call(initdb, "-D", str(self.data), "-U", "runner", "--auth=trust", "-E", "UTF8", "--no-sync")
-        options = f"-k {self.socket} -c listen_addresses='' -c fsync=off -c max_connections=200"
-        self._call(self.pg_ctl, "-D", str(self.data), "-o", options, "-l", str(self.base / "log"), "-w", "start")
+        self._options = f"-k {self.socket} -c listen_addresses='' -c fsync=off -c max_connections=200"
+        self.resume()
         self.admin_url = f"postgresql://runner@/postgres?host={self.socket}"
 
     def stop(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):
             self._call(self.pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "stop")
         shutil.rmtree(self.base, ignore_errors=True)
+
+    def halt(self) -> None:
+        """Stop the server (fast shutdown: every session is ended), keeping its data."""
+        self._call(self.pg_ctl, "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start the server again after :meth:`halt`, with the options it was first started with."""
+        self._call(self.pg_ctl, "-D", str(self.data), "-o", self._options, "-l", str(self.base / "log"), "-w", "start")
+
+    def running(self) -> bool:
+        """Whether the server is up (``pg_ctl status``)."""
+        command = ["runuser", "-u", self.user, "--"] if self.user else []
+        status = [*command, str(self.pg_ctl), "-D", str(self.data), "status"]
+        return subprocess.run(status, capture_output=True, timeout=60, cwd=self.base, check=False).returncode == 0
+
+    def restart(self) -> None:
+        """Restart the server, as an administrator or a crash would: every session ends."""
+        self.halt()
+        self.resume()
 
     def _run_as(self) -> str | None:
         if os.geteuid() != 0:
@@ -78,10 +97,11 @@ class Cluster:
 
 
 @pytest.fixture(scope="session")
-def postgres_admin_url() -> Iterator[str]:
-    """A URL of a PostgreSQL database from which test databases are created (skip if there is none)."""
+def postgres_server() -> Iterator[Cluster | None]:
+    """The private cluster the tests started (``None`` when ``$RUNNER_TEST_POSTGRES_URL`` names
+    a server of someone else's: tests that restart the server skip then)."""
     if os.environ.get(URL_ENV):
-        yield os.environ[URL_ENV]
+        yield None
         return
     try:
         cluster = Cluster()
@@ -89,9 +109,27 @@ def postgres_admin_url() -> Iterator[str]:
         detail = exc.stderr.decode(errors="replace") if isinstance(exc, subprocess.CalledProcessError) and exc.stderr else exc
         pytest.skip(f"no PostgreSQL for the postgresql cases: {detail}")
     try:
-        yield cluster.admin_url
+        yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url(postgres_server: Cluster | None) -> str:
+    """A URL of a PostgreSQL database from which test databases are created (skip if there is none)."""
+    return postgres_server.admin_url if postgres_server is not None else os.environ[URL_ENV]
+
+
+@pytest.fixture
+def postgres_cluster(postgres_server: Cluster | None) -> Iterator[Cluster]:
+    """The private cluster, for a test that stops or restarts it (running again after the test)."""
+    if postgres_server is None:
+        pytest.skip(f"${URL_ENV} names a server these tests must not restart")
+    try:
+        yield postgres_server
+    finally:
+        if not postgres_server.running():
+            postgres_server.resume()
 
 
 @pytest.fixture

@@ -39,6 +39,19 @@ cap ``max_wall_seconds``, which cancels what is still out) is never retried. The
 errors: ``unreachable`` fails the try (a retry re-attaches); ``auth``, ``not_found``,
 ``bad_request`` and ``no_key`` fail without retries. ``execution_timeout`` bounds each try,
 deferred time included.
+
+Killing the task: marking a *deferred* task failed or successful, or clearing it, makes
+Airflow's triggerer call the trigger's ``on_kill`` (Airflow 3.3), which cancels the provider
+batches still out (``cancel_on_kill=False`` leaves them running). Airflow calls it only on a
+trigger a triggerer runs: a kill before one has picked the trigger up leaves the batch out
+(its id is in the task log); a cleared task's next try
+re-attaches and collects the rows that finished, and the others go as an expired batch's do
+(the try fails, the retry resubmits only them). A triggerer
+restart is no kill: the trigger is rebuilt from its stored arguments and waits for the
+same batches. A task killed while it runs in a worker (submitting, collecting, or waiting
+there with ``deferrable=False``) stops its process and leaves the provider batch running:
+the journal records it, and the next try re-attaches to it (cancel it at the provider if
+nobody will run the task again).
 """
 
 from __future__ import annotations
@@ -119,6 +132,7 @@ class RunnerBatchOperator(BaseOperator):
         conn_id: str | None = DEFAULT_CONN_ID,
         store_conn_id: str | None = None,
         store_path: str | None = None,
+        cancel_on_kill: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -139,8 +153,16 @@ class RunnerBatchOperator(BaseOperator):
         self.conn_id = conn_id
         self.store_conn_id = store_conn_id
         self.store_path = store_path
+        self.cancel_on_kill = cancel_on_kill
 
     # --- the steps Airflow calls --------------------------------------------------------
+
+    def on_kill(self) -> None:
+        """In a worker, a kill leaves the provider batch running for the next try (see the module doc)."""
+        self.log.warning(
+            "runner batch %r killed in the worker: a provider batch already submitted keeps running and the "
+            "next try re-attaches to it; the batch's journal names it", self.task,
+        )  # fmt: skip
 
     def execute(self, context: Context) -> dict[str, Any]:
         return self._step(context)
@@ -224,6 +246,7 @@ class RunnerBatchOperator(BaseOperator):
                 step.pending, where.base_url, conn_id=where.conn_id, api_key_env=where.api_key_env,
                 poll_seconds=batch.request.batch_poll_seconds, unreachable_seconds=self.unreachable_seconds,
                 cancel_at=cancel, cancel_reason=None if wall is None else f"max_wall_seconds={wall:g}",
+                cancel_on_kill=bool(self.cancel_on_kill),
             )  # fmt: skip
         try:
             timeout = defer_timeout(self._try_deadline(context), cancel, dt.datetime.now(dt.UTC))

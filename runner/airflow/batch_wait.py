@@ -106,6 +106,18 @@ async def wait_for_batches(client: Any, batch_ids: Sequence[str], policy: WaitPo
         await asyncio.sleep(_next_wait(waits, None if cancelled else policy.cancel_at))
 
 
+async def cancel_batches(client: Any, batch_ids: Sequence[str]) -> list[str]:
+    """Ask the provider to cancel each of ``batch_ids`` once (one that already ended refuses,
+    which is fine); what could not be asked, as redacted messages (empty: every request went out)."""
+    problems = []
+    for batch_id in batch_ids:
+        try:
+            await _cancel(client, [batch_id])
+        except _Fault as fault:
+            problems.append(f"provider batch {batch_id} could not be cancelled: {fault.message}")
+    return problems
+
+
 def _next_wait(waits: Iterator[float], cancel_at: float | None) -> float:
     """The next backoff wait, cut short so a cancel happens on time."""
     wait = next(waits)

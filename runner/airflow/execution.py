@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from runner.batch.file_batch import BatchRequest
     from runner.config.project import Project
     from runner.config.specs import TaskSpec
+    from runner.core.ports import EventSink
 
 T = TypeVar("T")
 
@@ -149,6 +150,7 @@ def run_task_for_airflow(
     store_url: str | None = None,
     trace_carrier: Mapping[str, str] | None = None,
     source_urls: Mapping[str, str] | None = None,
+    events: EventSink | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) one runner task for one Airflow task instance; return the small manifest.
 
@@ -178,6 +180,7 @@ def run_task_for_airflow(
             model_base_url=model_base_url or None,
             api_key=api_key or None,
             source_urls=dict(source_urls or {}),
+            events=events,
         )
     return task_manifest(manifest, [api_key, *(source_urls or {}).values()])
 

@@ -5,10 +5,17 @@ is completed from ``port``, ``schema`` as the path and ``extra.scheme``, default
 its **password** is the API key. The key is registered with Airflow's secrets masker before
 it is returned, so it is redacted from task logs, and it is never put in XCom.
 
-Define one with an environment variable, e.g.::
+Define one with an environment variable, as JSON::
 
     AIRFLOW_CONN_RUNNER_MODEL_DEFAULT='{"conn_type": "runner_model",
                                         "host": "https://api.openai.com/v1", "password": "sk-..."}'
+
+or as a URI, whose scheme is the type with a hyphen (``runner-model``: a URI scheme cannot hold
+``_``, and Airflow then reads the whole value as garbage, which :meth:`RunnerModelHook.get_conn`
+refuses), the key URL-encoded::
+
+    AIRFLOW_CONN_RUNNER_MODEL_DEFAULT='runner-model://:sk-...@api.openai.com/v1'
+    AIRFLOW_CONN_LOCAL_MODEL='runner-model://:KEY@127.0.0.1:8000/v1?scheme=http'
 """
 
 from __future__ import annotations
@@ -59,8 +66,19 @@ class RunnerModelHook(BaseHook):
         }
 
     def get_conn(self) -> tuple[str | None, str | None]:
-        """``(base_url, api_key)``; either may be None (the runner then uses the agent's or env settings)."""
+        """``(base_url, api_key)``; either may be None (the runner then uses the agent's or env settings).
+
+        A connection without a type (a URI written ``runner_model://...``, which Airflow cannot
+        parse) raises a :class:`~runner.errors.UsageError` saying how to write it."""
         conn = self.get_connection(self.runner_model_conn_id)
+        if not conn.conn_type:
+            from runner.errors import UsageError
+
+            raise UsageError(
+                f"connection {self.runner_model_conn_id!r} has no type: a URI connection must start with "
+                f"'{CONN_TYPE.replace('_', '-')}://' (a URI scheme cannot hold '_'), e.g. "
+                f"'{CONN_TYPE.replace('_', '-')}://:KEY@api.openai.com/v1', or use the JSON form"
+            )
         api_key = conn.password or None
         if api_key:
             mask_secret(api_key)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.airflow.failures import RowsLeft, rows_left
@@ -165,13 +164,11 @@ def shared_ledger_figures(plan: FanoutPlan) -> dict[str, Any] | None:
 
 
 def _output_lock(task: TaskSpec, plan: FanoutPlan, output_path: Location) -> contextlib.AbstractContextManager[Any]:
-    """The merged output's lock (a local file only: a URL is written in one request)."""
+    """The merged output's lock: a local file's, or a URL's (in the PostgreSQL store when there is one)."""
     from runner.batch.output import exclusive_output
 
-    if not isinstance(output_path, Path):
-        return contextlib.nullcontext()
     holder = {"task": task.name, "input": str(plan.input_path), "journal": plan.run_key}
-    return exclusive_output(output_path, holder)
+    return exclusive_output(output_path, holder, store_url=plan.store_url)
 
 
 def _meta(task: TaskSpec, plan: FanoutPlan, shards: Sequence[ShardSpec]) -> dict[str, str]:

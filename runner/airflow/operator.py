@@ -53,10 +53,22 @@ DEFAULT_NO_RETRY_STATUSES = ("capped", "stuck")
 
 
 def resolve_root(root: str | os.PathLike[str] | None) -> str:
-    value = str(root) if root not in (None, "") else os.environ.get(ROOT_ENV, "")
+    """The project root: ``root``, else ``$RUNNER_ROOT``; an absolute path (``~`` expanded).
+
+    A relative one is refused: a task starts in whatever directory its worker has (often
+    ``/``), so it would name a different directory on every worker."""
+    given = root not in (None, "")
+    value = str(root) if given else os.environ.get(ROOT_ENV, "")
     if not value:
         raise AirflowFailException(f"no runner project root: pass root=... or set ${ROOT_ENV} on the workers")
-    return value
+    expanded = os.path.expanduser(value)
+    if not os.path.isabs(expanded):
+        where = "root=" if given else f"${ROOT_ENV}"
+        raise AirflowFailException(
+            f"{where} {value!r} is a relative path; give the project's absolute path (a task starts in its worker's "
+            f"directory, here {os.getcwd()!r}, not in yours)"
+        )
+    return expanded
 
 
 def model_credentials(conn_id: str | None) -> tuple[str | None, str | None]:
@@ -95,7 +107,7 @@ def fail_without_retry(what: str) -> Iterator[None]:
     except RunnerError as exc:
         if exc.exit_code != EXIT_CONFIG:
             raise
-        raise AirflowFailException(f"{what}: {exc}") from exc
+        raise AirflowFailException(f"{what}: {exc}") from None  # the message says it all: no runner traceback in the log
 
 
 def check_status(manifest: Mapping[str, Any], no_retry_statuses: Collection[str]) -> None:
@@ -161,11 +173,15 @@ class RunnerTaskOperator(BaseOperator):
             from runner.airflow.sources import source_urls
 
             urls = source_urls(root, task)  # SQL sources given as Airflow connections
+            from runner.airflow.progress import TaskLogProgress
+
+            progress = TaskLogProgress(self.log, [api_key, *urls.values()])  # the run's readable lines, in the task log
             manifest = run_task_for_airflow(
                 task, root=root, inputs=inputs, caps=caps or None, dag_id=dag_id, dag_run_id=dag_run_id,
                 task_id=task_id, map_index=map_index, store_path=self.store_path, reports_dir=reports_dir,
                 model_base_url=base_url, api_key=api_key, store_url=store_url, source_urls=urls,
                 trace_carrier=getattr(context["ti"], "context_carrier", None),  # the task's trace, when Airflow has one
+                events=progress,
             )  # fmt: skip
         self.log.info(
             "runner run %s: %s (exit %s, %.6f USD), report %s",

@@ -48,6 +48,7 @@ class ProviderBatchTrigger(BaseTrigger):
         unreachable_seconds: float = 1800.0,
         cancel_at: float | None = None,
         cancel_reason: str | None = None,
+        cancel_on_kill: bool = True,
     ) -> None:
         super().__init__()
         if not batch_ids or not all(isinstance(b, str) and b for b in batch_ids):
@@ -64,6 +65,7 @@ class ProviderBatchTrigger(BaseTrigger):
         self.base_url = base_url
         self.conn_id = conn_id
         self.api_key_env = api_key_env
+        self.cancel_on_kill = bool(cancel_on_kill)
         self.policy = WaitPolicy(
             first_seconds=float(poll_seconds), max_seconds=float(max_poll_seconds),
             unreachable_seconds=float(unreachable_seconds), cancel_at=cancel_at, cancel_reason=cancel_reason,
@@ -77,6 +79,7 @@ class ProviderBatchTrigger(BaseTrigger):
             "api_key_env": self.api_key_env, "poll_seconds": policy.first_seconds,
             "max_poll_seconds": policy.max_seconds, "unreachable_seconds": policy.unreachable_seconds,
             "cancel_at": policy.cancel_at, "cancel_reason": policy.cancel_reason,
+            "cancel_on_kill": self.cancel_on_kill,
         }  # fmt: skip
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -97,6 +100,39 @@ class ProviderBatchTrigger(BaseTrigger):
             await client.close()
         self.log.info("provider batch(es) %s: %s", ", ".join(self.batch_ids), event.status)
         yield TriggerEvent(event.as_payload())
+
+    async def on_kill(self) -> None:
+        """A user marked the deferred task failed or succeeded, or cleared it: cancel the
+        provider batches still out, so nothing more runs (or is billed) for a task nobody
+        waits for. Airflow's triggerer calls this only for such a user action (Airflow 3.3
+        does; a triggerer without ``BaseTrigger.on_kill`` never calls it), never when a triggerer stops or restarts: the trigger then moves to another
+        triggerer and goes on waiting. A cleared task's next try re-attaches to the cancelled
+        batch and collects the rows it finished; the others are resubmitted by a retry, as an
+        expired batch's are.
+        ``cancel_on_kill=False`` leaves the batches running. Failures are logged, never raised."""
+        if not self.cancel_on_kill:
+            self.log.info("task killed: provider batch(es) %s left running (cancel_on_kill=False)", ", ".join(self.batch_ids))
+            return
+        try:
+            key = await self._api_key()
+        except _NoKey as missing:
+            self.log.warning("task killed, but provider batch(es) %s cannot be cancelled: %s", ", ".join(self.batch_ids), missing)
+            return
+        import openai
+
+        from runner.airflow.batch_wait import cancel_batches
+
+        client = openai.AsyncOpenAI(
+            base_url=self.base_url, api_key=key or "not-needed", max_retries=1, timeout=REQUEST_TIMEOUT_SECONDS / 4
+        )
+        try:
+            problems = await cancel_batches(client, self.batch_ids)
+        finally:
+            await client.close()
+        for problem in problems:
+            self.log.warning("task killed; %s", problem)
+        if not problems:
+            self.log.info("task killed: provider batch(es) %s cancelled", ", ".join(self.batch_ids))
 
     async def _api_key(self) -> str | None:
         """The key, from the connection or the environment variable named; ``None`` when neither is named."""

@@ -111,8 +111,9 @@ async def run_batch(
     if not journal.ingested:
         journal.ingest(rows)
     resumed = journal.prepare_resume()
-    if ledger is not None:
-        for number, run_id in resumed.interrupted_runs:
+    for number, run_id in resumed.interrupted_runs:
+        budget.take_over(run_id)  # what a dead worker held for the row in a shared scope: counted once, as spent
+        if ledger is not None:
             journal.correct_usage(number, ledger.spent(run_id))
     budget.add_spend(journal.spent())
     budget.count_from(journal.age_seconds())

@@ -5,7 +5,6 @@ Used by ``runner batch`` and by the Airflow fan-out (one call per shard).
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -170,10 +169,11 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
     source = _source(task, request)
     journal_path = _journal_path(project, task, request, source)
     output = request.output_path
-    if isinstance(output, Path):  # a URL is written in one request: no local file to check or lock
+    if isinstance(output, Path):  # a URL is written in one request: no local file to check
         check_output_target(output, input_path=source.path, journal_path=journal_path)
     holder = {"task": task.name, "input": str(source.path.resolve()), "journal": str(journal_path.resolve())}
-    with exclusive_output(output, holder) if isinstance(output, Path) else contextlib.nullcontext():
+    store = resolve_store(url=request.store_url, path=request.store_path, default=Path())  # a URL's lock lives there
+    with exclusive_output(output, holder, store_url=store if isinstance(store, str) else None):
         summary, records, markdown = await _run_locked(project, task, request, source, journal_path)
     return {
         "batch_id": summary.batch_id,

@@ -22,8 +22,10 @@ One interface, two implementations (:meth:`BatchJournal.open` picks one):
   another worker resumes it; one process at a time by a session-level advisory lock, which
   PostgreSQL drops when that session ends (its process died, or its host went silent).
 
-Both run the same transitions, each one statement (``UPDATE ... RETURNING``, a
-conditional ``UPDATE ... WHERE status = 'running'``) or one transaction.
+Both run the same transitions, written once in :mod:`runner.batch.journal_sql` over the
+run store's :class:`~runner.store.database.Database`: each one statement (``UPDATE ...
+RETURNING``, a conditional ``UPDATE ... WHERE status = 'running'``) or one transaction, safe
+to send again after a dropped PostgreSQL connection.
 """
 
 
@@ -300,11 +302,14 @@ class BatchJournal(ABC):
 
 
 def default_journal_path(root: Path, task: str, input_path: Path) -> Path:
-    """``<root>/.runner/batches/<task>-<hash of the input path>.sqlite3``: same command, same journal."""
+    """``<state dir>/batches/<task>-<hash of the input path>.sqlite3`` (:func:`runner.local_state.state_dir`,
+    by default ``<root>/.runner``): same command, same journal."""
     import hashlib
 
     key = hashlib.sha256(str(input_path.resolve()).encode()).hexdigest()[:12]
-    return root / ".runner" / "batches" / f"{task}-{key}.sqlite3"
+    from runner.local_state import state_dir
+
+    return state_dir(root) / "batches" / f"{task}-{key}.sqlite3"
 
 
 # --- what both implementations share ---------------------------------------------------

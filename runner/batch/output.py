@@ -15,11 +15,13 @@ destination and renamed over it, so readers never see half a file.
 The output may be a URL (``s3://...``, see :mod:`runner.locations`): the file is written
 locally, then uploaded in one request.
 
-One batch at a time per local output file: :func:`exclusive_output` holds an exclusive ``flock``
-on ``.<name>.lock`` next to it for the whole batch, so a second batch writing the same file
-is refused (naming the first) instead of silently replacing its records; the kernel drops the
-lock when the process dies. :func:`check_output_target` refuses an output that is the batch's
-own input or journal, or any SQLite database (another batch's journal, a run store).
+One batch at a time per output: :func:`exclusive_output` holds, for a local file, an exclusive
+``flock`` on ``.<name>.lock`` next to it for the whole batch (the kernel drops it when the
+process dies), and for a URL the lock of :mod:`runner.batch.output_lock` (in the PostgreSQL
+store, or a lock object next to the output), so a second batch writing the same output is
+refused (naming the first) instead of silently replacing its records.
+:func:`check_output_target` refuses an output that is the batch's own input or journal, or
+any SQLite database (another batch's journal, a run store).
 """
 
 from __future__ import annotations
@@ -63,12 +65,19 @@ def output_lock_path(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def exclusive_output(path: Path, holder: Mapping[str, Any]) -> Iterator[None]:
+def exclusive_output(path: Location, holder: Mapping[str, Any], *, store_url: str | None = None) -> Iterator[None]:
     """Hold the output's lock for the block; :class:`UsageError` if another batch holds it.
 
-    ``holder`` (task, input, journal, ...) is written into the lock file so the batch refused
-    can name the one that holds it.
+    ``holder`` (task, input, journal, ...) is written into the lock so the batch refused can
+    name the one that holds it. A URL's lock is in the PostgreSQL store ``store_url`` when
+    given, else a lock object next to it (:mod:`runner.batch.output_lock`).
     """
+    if not isinstance(path, Path):
+        from runner.batch.output_lock import exclusive_url_output
+
+        with exclusive_url_output(path, holder, store_url=store_url):
+            yield
+        return
     lock_path = output_lock_path(path)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     # O_NOFOLLOW: a planted symlink must not make us truncate a file elsewhere.
@@ -86,18 +95,13 @@ def exclusive_output(path: Path, holder: Mapping[str, Any]) -> Iterator[None]:
 
 
 def _busy_message(path: Path, fd: int) -> str:
+    from runner.batch.output_lock import busy_message
+
     try:
         holder = json.loads(os.pread(fd, 65536, 0) or b"{}")
     except ValueError:
         holder = {}
-    if not isinstance(holder, dict):
-        holder = {}
-    known = [f"{key} {holder[key]}" for key in ("pid", "task", "input", "journal") if holder.get(key) is not None]
-    who = f" ({', '.join(known)})" if known else ""
-    return (
-        f"{path}: another batch{who} is writing this output file right now; give this batch its own "
-        "--output, or wait for that batch to end"
-    )
+    return busy_message(path, holder if isinstance(holder, dict) else {})
 
 
 def check_output_target(path: Path, *, input_path: Path, journal_path: Path) -> None:

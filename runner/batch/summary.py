@@ -143,7 +143,22 @@ def render_markdown(report: dict[str, Any]) -> str:
         )
         lines += ["Held: calls in flight when the figures were read, or left by a worker that died (counted at their "
                   "worst case).", ""]  # fmt: skip
+        lines += _dead_holders(ledger)
     return "\n".join(lines)
+
+
+def _dead_holders(ledger: dict[str, Any]) -> list[str]:
+    """What workers that died still hold: a line, or none when they hold nothing."""
+    held = ledger.get("held_by_dead") or {}
+    if not held.get("model_calls"):
+        return []
+    who = ", ".join(ledger.get("dead_holders") or [])
+    return [
+        f"Held by workers that died ({who}): {held['model_calls']} call(s), ${float(held.get('cost_usd', 0)):.6f} at "
+        "their worst case. They stay counted (the endpoint may have billed them) until the rows they ran are "
+        "resumed, whose runs carry them forward as spend.",
+        "",
+    ]
 
 
 _LEDGER_FIGURE = {"max_steps": "model_calls", "max_tool_calls": "tool_calls", "max_input_tokens": "input_tokens",

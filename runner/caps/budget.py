@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -32,6 +33,15 @@ class Estimate:
     cost_usd: float
 
 
+@dataclass(frozen=True)
+class Owner:
+    """Whose calls a scope's reservations are: a run and its attempt. A shared scope records it
+    with each reservation, so the run's next attempt can take over what a dead worker held."""
+
+    run_id: str
+    attempt: int = 1
+
+
 @dataclass
 class Budget:
     """Limits and spend of one scope, with an optional enclosing scope."""
@@ -43,12 +53,23 @@ class Budget:
     started: float = field(default_factory=time.monotonic)
     _reserved: Usage = field(default_factory=Usage)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    owner: Owner | None = None  # the run whose calls reserve here (set on a run's own scope)
     outlives_process: ClassVar[bool] = False
     """Whether this scope's figures are kept outside the process (a shared scope's ledger)."""
 
-    def child(self, caps: Caps, scope: str) -> Budget:
-        """A nested scope whose spending also counts here."""
-        return Budget(caps=caps, scope=scope, parent=self)
+    def child(self, caps: Caps, scope: str, *, owner: Owner | None = None) -> Budget:
+        """A nested scope whose spending also counts here (``owner``: the run it is the scope of)."""
+        return Budget(caps=caps, scope=scope, parent=self, owner=owner)
+
+    def calls_owner(self) -> Owner | None:
+        """The run whose calls this scope reserves for: its own owner or the nearest enclosing one."""
+        return next((b.owner for b in self.chain() if b.owner is not None), None)
+
+    def take_over(self, run_id: str) -> Usage:
+        """Run ``run_id`` resumes after its worker died: what that worker still holds for it in
+        scopes kept outside the process is carried forward (counted as spent at its worst case,
+        once) rather than left held beside the new attempt's reservations. Returns it."""
+        return sum((budget._take_over(run_id) for budget in self.chain()), Usage())
 
     def chain(self) -> list[Budget]:
         out: list[Budget] = []
@@ -79,6 +100,7 @@ class Budget:
 
     def reserve(self, estimate: Estimate, *, count_step: bool = True) -> Reservation:
         """Reserve one model call's worst case in every scope, or raise ``CapReached``."""
+        reservation = Reservation(self, estimate, count_step)
         chain = self.chain()
         with _locked(chain):
             for budget in chain:
@@ -86,13 +108,13 @@ class Budget:
             held: list[Budget] = []
             try:  # outermost first: a shared scope (one database round trip) refuses before anything is held here
                 for budget in reversed(chain):
-                    budget._hold(estimate, count_step)
+                    budget._hold(reservation)
                     held.append(budget)
             except CapReached:
                 for budget in held:
-                    budget._give_back(estimate, count_step, None)
+                    budget._give_back(reservation, None)
                 raise
-        return Reservation(self, estimate, count_step)
+        return reservation
 
     def take_tool_call(self) -> None:
         """Count one tool call in every scope, or raise ``CapReached`` (counting nothing) if
@@ -114,15 +136,19 @@ class Budget:
 
     # --- one scope's part (a subclass keeps its figures elsewhere; see runner.caps.shared) ---
 
-    def _hold(self, estimate: Estimate, count_step: bool) -> None:
-        """Hold ``estimate`` here (the caller holds this scope's lock and has checked it)."""
-        self._reserved += held_usage(estimate, count_step)
+    def _hold(self, held: Reservation) -> None:
+        """Hold ``held``'s worst case here (the caller holds this scope's lock and has checked it)."""
+        self._reserved += held.usage
 
-    def _give_back(self, estimate: Estimate, count_step: bool, actual: Usage | None) -> None:
+    def _give_back(self, held: Reservation, actual: Usage | None) -> None:
         """Release what :meth:`_hold` held and count ``actual`` (caller holds the lock)."""
-        self._reserved -= held_usage(estimate, count_step)
+        self._reserved -= held.usage
         if actual is not None:
             self.spent += actual
+
+    def _take_over(self, run_id: str) -> Usage:
+        """What this scope carried forward for ``run_id`` (see :meth:`take_over`): nothing in memory."""
+        return Usage()
 
     def _check_tool_call(self) -> None:
         limit = self.caps.max_tool_calls
@@ -152,10 +178,10 @@ class Budget:
         if caps.max_wall_seconds is not None and self.elapsed() >= caps.max_wall_seconds:
             raise CapReached("max_wall_seconds", caps.max_wall_seconds, round(self.elapsed(), 3), self.scope)
 
-    def _settle(self, estimate: Estimate, count_step: bool, actual: Usage | None) -> None:
+    def _settle(self, held: Reservation, actual: Usage | None) -> None:
         for budget in self.chain():
             with budget._lock:
-                budget._give_back(estimate, count_step, actual)
+                budget._give_back(held, actual)
 
     def add_spend(self, actual: Usage, *, local: bool = False) -> None:
         """Count spend that happened elsewhere: in every enclosing scope, or with ``local``
@@ -229,12 +255,27 @@ def _observed(name: str, spent: Usage) -> float:
 
 @dataclass
 class Reservation:
-    """A held worst-case amount; settle it with the real usage, or release it."""
+    """A held worst-case amount; settle it with the real usage, or release it.
+
+    ``id`` names it where a scope keeps it outside the process (a shared scope's ledger
+    entry), so settling it twice, or again after a dropped connection, counts it once.
+    """
 
     budget: Budget
     estimate: Estimate
     count_step: bool
     done: bool = False
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def usage(self) -> Usage:
+        """What it holds in each scope until it is settled."""
+        return held_usage(self.estimate, self.count_step)
+
+    @property
+    def owner(self) -> Owner | None:
+        """The run whose call this is (see :meth:`Budget.calls_owner`)."""
+        return self.budget.calls_owner()
 
     def settle(self, actual: Usage) -> None:
         """Replace the held worst case by what the call used (tokens and priced cost; the
@@ -242,10 +283,10 @@ class Reservation:
         if self.done:
             return
         self.done = True
-        self.budget._settle(self.estimate, self.count_step, actual + Usage(model_calls=int(self.count_step)))
+        self.budget._settle(self, actual + Usage(model_calls=int(self.count_step)))
 
     def release(self) -> None:
         """Give the reservation back without spending (the call was not made)."""
         if not self.done:
             self.done = True
-            self.budget._settle(self.estimate, self.count_step, None)
+            self.budget._settle(self, None)

@@ -9,16 +9,24 @@ reservation is one atomic conditional ``UPDATE ... WHERE spent + reserved + wors
 so shards on different workers cannot overshoot the cap together, whatever each one spends.
 
 Only caps that add up over a batch live here (:data:`SHARED_CAPS`); a wall-clock cap stays
-with each process. A worker that dies with calls in flight leaves their reservations held:
-they keep counting at their worst case, as the run store counts them for the run.
+with each process.
+
+A worker that dies with calls in flight leaves their reservations held: the endpoint may
+have billed those calls, so they keep counting at their worst case (as the run store counts
+them for the run) until something knows better. Each reservation names its holder (the
+process) and its owner (the run and attempt); when a run resumes after its worker died,
+:meth:`~runner.caps.budget.Budget.take_over` carries what the dead worker held for it
+forward as spend, once, instead of leaving it held beside the new attempt's reservations.
+What dead workers still hold is reported (the ledger's ``held_by_dead``).
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar, Protocol
 
-from runner.caps.budget import Budget, Estimate, held_usage
+from runner.caps.budget import Budget, Estimate, Reservation
 from runner.config.specs import SUMMED_CAPS, Caps
 from runner.core.usage import Usage
 from runner.errors import CapReached
@@ -29,17 +37,22 @@ _ATTEMPTS = 3
 
 
 class ScopeLedger(Protocol):
-    """Where a shared scope's figures live; every method is one atomic statement."""
+    """Where a shared scope's figures live; every method is atomic, and applied once per
+    ``entry`` (a reservation's id) however often it is sent."""
 
-    def reserve(self, key: str, held: Usage) -> bool:
+    def reserve(self, key: str, held: Usage, *, entry: str | None = None, owner: tuple[str, int] | None = None) -> bool:
         """Add ``held`` to the scope's reservations if every cap still allows it (see
-        :meth:`Budget._check <runner.caps.budget.Budget._check>` for the rule); ``False`` if not."""
+        :meth:`Budget._check <runner.caps.budget.Budget._check>` for the rule), as reservation
+        ``entry`` of ``owner`` (run id, attempt); ``False`` if not."""
 
-    def settle(self, key: str, held: Usage, actual: Usage | None) -> None:
-        """Remove ``held`` from the reservations and add ``actual`` to the spend."""
+    def settle(self, key: str, held: Usage, actual: Usage | None, *, entry: str | None = None) -> None:
+        """Remove reservation ``entry`` (``held``) from the reservations and add ``actual`` to the spend."""
 
-    def count_tool_call(self, key: str, count: int) -> bool:
+    def count_tool_call(self, key: str, count: int, *, entry: str | None = None) -> bool:
         """Add ``count`` tool calls unless that exceeds ``max_tool_calls``; ``False`` if it would."""
+
+    def take_over(self, key: str, run_id: str) -> Usage:
+        """Carry forward what dead holders hold for run ``run_id`` (held -> spent at its worst case)."""
 
     def figures(self, key: str) -> tuple[Usage, Usage]:
         """``(spent, reserved)`` as the database holds them now."""
@@ -75,26 +88,28 @@ class SharedBudget(Budget):
     def _check(self, estimate: Estimate, count_step: bool) -> None:
         """Nothing here: the ledger checks and holds in one statement (:meth:`_hold`)."""
 
-    def _hold(self, estimate: Estimate, count_step: bool) -> None:
-        held = held_usage(estimate, count_step)
+    def _hold(self, held: Reservation) -> None:
+        owner = held.owner
         for _ in range(_ATTEMPTS):
-            if self.ledger.reserve(self.key, held):
-                super()._hold(estimate, count_step)
+            if self.ledger.reserve(self.key, held.usage, entry=held.id, owner=(owner.run_id, owner.attempt) if owner else None):
+                super()._hold(held)
                 return
-            self._explain_refusal(estimate, count_step)
+            self._explain_refusal(held.estimate, held.count_step)
         raise self._refused("max_cost_usd" if self.caps.max_cost_usd is not None else _first_cap(self.caps))
 
-    def _give_back(self, estimate: Estimate, count_step: bool, actual: Usage | None) -> None:
-        held = held_usage(estimate, count_step)
-        if held != Usage() or actual is not None:
-            self.ledger.settle(self.key, held, actual)
-        super()._give_back(estimate, count_step, actual)
+    def _give_back(self, held: Reservation, actual: Usage | None) -> None:
+        if held.usage != Usage() or actual is not None:
+            self.ledger.settle(self.key, held.usage, actual, entry=held.id)
+        super()._give_back(held, actual)
+
+    def _take_over(self, run_id: str) -> Usage:
+        return self.ledger.take_over(self.key, run_id)
 
     def _check_tool_call(self) -> None:
         """Nothing here: the ledger checks and counts in one statement (:meth:`_count_tool_call`)."""
 
     def _count_tool_call(self, count: int) -> None:
-        if not self.ledger.count_tool_call(self.key, count):
+        if not self.ledger.count_tool_call(self.key, count, entry=uuid.uuid4().hex):
             raise self._refused("max_tool_calls")
         super()._count_tool_call(count)
 

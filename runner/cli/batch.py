@@ -37,7 +37,7 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.option("--max-wall-seconds", type=CapValue("max_wall_seconds"), help="Batch cap: wall-clock seconds for this invocation (more than 0).")
 @click.option("--row-max-cost-usd", type=CapValue("max_cost_usd"), help="Per-row cap: US dollars (tightens the YAML).")
 @click.option("--row-max-steps", type=CapValue("max_steps"), help="Per-row cap: model calls (tightens the YAML).")
-@click.option("--journal", "journal_path", type=click.Path(dir_okay=False, path_type=Path), help="Resume journal, an SQLite file (default: .runner/batches/<task>-<input>.sqlite3, or in $RUNNER_STORE_URL when set).")
+@click.option("--journal", "journal_path", type=click.Path(dir_okay=False, path_type=Path), help="Resume journal, an SQLite file (default: .runner/batches/<task>-<input>.sqlite3 ($RUNNER_STATE_DIR/batches/... when set), or in $RUNNER_STORE_URL when set).")
 @click.option("--restart", is_flag=True, help="Discard the journal and start over (default: resume).")
 @click.option("--no-cache", is_flag=True, help="Bypass the result cache (cache: {ttl} in the YAML): every call goes to the endpoint or tool.")
 @click.option("--dedupe", is_flag=True, help="Run rows with identical inputs once; each row still gets its own output record.")
@@ -51,7 +51,7 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.option("--batch-poll-seconds", type=FiniteFloatRange(min=0, min_open=True), default=30.0, show_default=True, help="With --via batch-api: first wait between status checks (grows to 10 minutes).")
 @click.option("--batch-max-requests", type=click.IntRange(min=1), help="With --via batch-api: requests per provider batch; a larger round is split (default: the task's batch_api.max_requests, 50,000).")
 @click.option("--batch-max-file-bytes", type=click.IntRange(min=1), help="With --via batch-api: bytes per provider batch input file; a larger round is split (default: the task's batch_api.max_file_bytes, 200 MB).")
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), help="Project root.")
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Project root.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def batch(task: str, input_path: Path, output_path: Location, input_format: str | None, output_format: str | None,
           mapping: tuple[str, ...], id_column: str | None, concurrency: int, rpm: float | None, tpm: float | None,
@@ -70,6 +70,7 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
     from dataclasses import replace
 
     from runner.batch.file_batch import BatchRequest, run_batch_file
+    from runner.batch.local_dirs import check_batch_dirs
 
     root = (root or find_root(Path(task) if task.endswith((".yaml", ".yml")) else Path.cwd())).resolve()
     project = load_project_or_raise(root)
@@ -94,6 +95,7 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
                                           ("--batch-max-file-bytes", batch_max_file_bytes)) if value is not None]
         if given:
             raise click.UsageError(f"{', '.join(given)} only applies with --via batch-api (or mode: batch_api on the task)")
+    check_batch_dirs(project, request)  # a read-only project fails here, before any row is paid for
     try:
         summary = asyncio.run(run_batch_file(project, spec, request))
     except KeyboardInterrupt:

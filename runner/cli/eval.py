@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 @click.option("--base-url", help="Send model calls to this OpenAI-compatible endpoint.")
 @click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), help="Run store (SQLite) path.")
 @click.option("--progress", type=click.Choice(["auto", "bar", "log", "none"]), default="none", show_default=True)
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), help="Project root.")
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Project root.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def eval_(name: str, variants: tuple[str, ...], out_dir: Path | None, baseline_path: Path | None, save_baseline: bool,
           restart: bool, no_cache: bool, concurrency: int | None, rpm: float | None, tpm: float | None, max_attempts: int,
@@ -51,6 +51,7 @@ def eval_(name: str, variants: tuple[str, ...], out_dir: Path | None, baseline_p
     threshold, 1 a variant below it, 2 configuration or usage error, 3 a cap stopped a
     variant, 130 interrupted (rerun to resume).
     """
+    from runner.evals.dataset import baseline_target_problem
     from runner.evals.report import write_reports
     from runner.evals.run import EvalRequest, run_eval
 
@@ -60,6 +61,8 @@ def eval_(name: str, variants: tuple[str, ...], out_dir: Path | None, baseline_p
     target = baseline_path or spec.baseline
     if save_baseline and target is None:
         raise UsageError(f"--save-baseline: eval '{spec.name}' declares no baseline: add baseline: PATH to it, or pass --baseline PATH")
+    if save_baseline and (why := baseline_target_problem(spec, root, baseline_path)) is not None:
+        raise UsageError(f"--save-baseline: {spec.source}: /baseline: {why}")
     out = out_dir or root / "reports" / "evals" / spec.name
     request = EvalRequest(
         out_dir=out, variants=variants, restart=restart, concurrency=concurrency, max_attempts=max_attempts,

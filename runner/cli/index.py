@@ -21,7 +21,7 @@ from runner.runs.services import index_path, open_knowledge
 
 @click.command()
 @click.argument("names", nargs=-1)
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), help="Project root (default: found from the current directory).")
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Project root (default: found from the current directory).")
 @click.option("--base-url", help="Send embedding calls to this OpenAI-compatible endpoint (bases without their own base_url).")
 @click.option("--max-cost-usd", type=CapValue("max_cost_usd"), help="US dollars the embedding calls may cost at most; a request that would pass it is not sent (exit 3).")
 def index(names: tuple[str, ...], root: Path | None, base_url: str | None, max_cost_usd: float | None) -> int:

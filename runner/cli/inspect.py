@@ -32,7 +32,7 @@ schema = schema_command  # the name the CLI looks up
 
 
 @click.command(name="list")
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=".", help="Project root.")
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=".", help="Project root.")
 def list_(root: Path) -> None:
     """List the project's agents, tasks, tools (built-in and custom) and knowledge bases."""
     from runner.tools.builtins import builtin_names

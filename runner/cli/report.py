@@ -16,7 +16,7 @@ from runner.errors import RunnerError, UsageError
 @click.command()
 @click.argument("run_id")
 @click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), help="Run store (SQLite) path.")
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=".", help="Project root.")
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=".", help="Project root.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Output directory (default: the run's report directory).")
 @click.option("--format", "formats", multiple=True, type=click.Choice(["markdown", "html", "json", "pdf", "xlsx"]), help="Formats (default: markdown, html, json).")
 def report(run_id: str, store_path: Path | None, root: Path, out_dir: Path | None, formats: tuple[str, ...]) -> None:

@@ -19,7 +19,7 @@ from runner.runs.options import RunOptions
 @click.command()
 @click.argument("task")
 @click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=VALUE", help="A task input (repeatable).")
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), help="Project root (default: found from TASK or the current directory).")
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Project root (default: found from TASK or the current directory).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON Lines event stream on stdout instead of a readable log.")
 @click.option("--model", type=ModelId(), help="Use this model id for every agent in this run.")
 @click.option("--base-url", type=EndpointURL(), help="Send model calls to this OpenAI-compatible endpoint.")

@@ -36,7 +36,7 @@ def resolve_run_id(store: RunStore, run_id: str) -> str:
 
 @click.group(invoke_without_command=True)
 @click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), help="Run store, an SQLite file (default: $RUNNER_STORE_URL when set, else .runner/runs.sqlite3).")
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=".", help="Project root.")
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=".", help="Project root.")
 @click.option("--task", help="Only runs of this task.")
 @click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")

@@ -19,7 +19,7 @@ from runner.cli.terminal import echo_line
 @click.option("--json", "as_json", is_flag=True, help="Print the stats as JSON.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write an HTML page with trend charts here.")
 @click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), help="Run store (SQLite) path.")
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=".", help="Project root.")
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=".", help="Project root.")
 def stats(since: str, until: str | None, task: str | None, bucket: str | None, as_json: bool, html_path: Path | None,
           store_path: Path | None, root: Path) -> None:
     """How runs went over a time window (default: the last 7 days), compared with the window before.

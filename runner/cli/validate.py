@@ -14,7 +14,7 @@ from runner.errors import EXIT_CONFIG, EXIT_OK
 
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), help="Project root (default: found from PATHS or the current directory).")
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Project root (default: found from PATHS or the current directory).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_context
 def validate(ctx: click.Context, paths: tuple[Path, ...], root: Path | None, fmt: str) -> None:

@@ -26,9 +26,11 @@ from typing import Any
 from runner.config.specs import InputSpec, TaskSpec
 from runner.errors import InputError, did_you_mean
 
-_INTEGER = re.compile(r"[+-]?\d+")
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_INTEGER = re.compile(r"[+-]?[0-9]{1,30}")  # ASCII digits only ("５" is not 5); INT64 bounds the value
+_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+INT64 = range(-(2**63), 2**63)
+"""Integers an input may hold: what the stores (SQLite, PostgreSQL BIGINT, Parquet) can keep."""
 _TRUE = frozenset({"true", "yes", "y", "on", "1"})
 _FALSE = frozenset({"false", "no", "n", "off", "0"})
 DATE_WORDS = ("today", "yesterday")
@@ -173,25 +175,29 @@ def _to_string(raw: Any, today: dt.date) -> str:
 def _to_integer(raw: Any, today: dt.date) -> int:
     if isinstance(raw, bool):
         raise _Invalid("an integer")
-    if isinstance(raw, numbers.Integral):
-        return int(raw)
-    if isinstance(raw, float | decimal.Decimal) and math.isfinite(raw) and raw == int(raw):
-        return int(raw)
-    if isinstance(raw, str) and _INTEGER.fullmatch(raw.strip()):
-        return int(raw.strip())
-    raise _Invalid("an integer")
+    value: int | None = None
+    whole = isinstance(raw, float | decimal.Decimal) and math.isfinite(raw) and raw == int(raw)
+    if isinstance(raw, numbers.Integral) or whole:
+        value = int(raw)
+    elif isinstance(raw, str) and _INTEGER.fullmatch(raw.strip()):
+        value = int(raw.strip())
+    if value is None:
+        raise _Invalid("an integer")
+    if value not in INT64:
+        raise _Invalid("an integer from -2^63 to 2^63-1")
+    return value
 
 
 def _to_number(raw: Any, today: dt.date) -> int | float:
     if isinstance(raw, bool):
         raise _Invalid("a number")
-    if isinstance(raw, numbers.Integral):
+    if isinstance(raw, numbers.Integral) and int(raw) in INT64:
         return int(raw)
-    if isinstance(raw, numbers.Real | decimal.Decimal) and math.isfinite(raw):
+    if isinstance(raw, numbers.Real | decimal.Decimal) and not isinstance(raw, numbers.Integral) and math.isfinite(raw):
         return float(raw)
     if isinstance(raw, str) and _NUMBER.fullmatch(raw.strip()):
         text = raw.strip()
-        value = int(text) if _INTEGER.fullmatch(text) else float(text)
+        value = int(text) if _INTEGER.fullmatch(text) and int(text) in INT64 else float(text)
         if math.isfinite(value):
             return value
     raise _Invalid("a finite number")

@@ -1,8 +1,8 @@
 """The compiled project cache: an unchanged project loads without re-parsing or re-checking.
 
 After a load that found no problem, :mod:`runner.config.project` keeps what it produced in
-``<root>/.runner/project-cache.json`` (once the project has a ``.runner/`` directory, which
-its first run creates): every document's data and node positions, and the
+``<state dir>/project-cache.json`` (once the project's state directory exists, which its first
+run creates: ``<root>/.runner``, or ``$RUNNER_STATE_DIR``, see :mod:`runner.local_state`): every document's data and node positions, and the
 prices. The entry is keyed by a SHA-256 over the runner itself (its version and the size
 and modification time of every file of the package: code, schemas, shipped prices), the
 project root and, for every configuration file, its path, display name and the SHA-256 of
@@ -46,6 +46,7 @@ import runner
 from runner.config.sources import Document, Position, SourceMap
 
 CACHE_FILE = Path(".runner") / "project-cache.json"
+"""Where the cache is under a project root by default (:func:`cache_file` honours ``$RUNNER_STATE_DIR``)."""
 FORMAT = 1
 KEY_BYTES = 32
 MAX_CACHE_BYTES = 64 * 1024 * 1024
@@ -71,6 +72,13 @@ class CachedProject:
     prompts_digest: str
 
 
+def cache_file(root: Path) -> Path:
+    """The cache file of the project at ``root``, in its state directory."""
+    from runner.local_state import state_dir
+
+    return state_dir(root) / CACHE_FILE.name
+
+
 def cache_key(root: Path, files: Iterable[ConfigFile]) -> str:
     """The key of a load of ``files`` under ``root`` by this runner."""
     digest = hashlib.sha256(f"runner-project-cache/{FORMAT}\0{runner_fingerprint()}\0{root}\0".encode())
@@ -93,7 +101,7 @@ def read_cache(root: Path, key: str) -> CachedProject | None:
     if secret is None:
         return None
     try:
-        wrapper = json.loads(_read_own_file(root / CACHE_FILE, MAX_CACHE_BYTES))
+        wrapper = json.loads(read_own_file(cache_file(root), MAX_CACHE_BYTES))
         body = wrapper["body"]
         if wrapper["format"] != FORMAT or not hmac.compare_digest(wrapper["mac"], _mac(secret, body)):
             return None
@@ -109,10 +117,10 @@ def write_cache(
     root: Path, key: str, documents: Sequence[Document], prices: Mapping[str, Any], prompts: str
 ) -> None:
     """Store the entry for ``key`` (best effort: a project the runner cannot write to, or no
-    usable user key, just goes without a cache). The cache goes into an existing ``.runner/``
+    usable user key, just goes without a cache). The cache goes into an existing state directory
     only (the first run makes it): loading alone, as ``runner validate`` and ``runner list``
     do, never adds a directory to a project."""
-    if not (root / CACHE_FILE).parent.is_dir():
+    if not cache_file(root).parent.is_dir():
         return
     secret = user_key(create=True)
     if secret is None:
@@ -126,7 +134,7 @@ def write_cache(
     try:
         body = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         text = json.dumps({"format": FORMAT, "mac": _mac(secret, body), "body": body}, ensure_ascii=False)
-        _write_private(root / CACHE_FILE, text.encode("utf-8"))
+        write_private(cache_file(root), text.encode("utf-8"))
     except (OSError, ValueError, TypeError):
         return
 
@@ -154,16 +162,21 @@ def user_key(*, create: bool) -> bytes | None:
         path = _key_path()
         if create and not path.exists():
             _create_key(path)
-        key = _read_own_file(path, KEY_BYTES + 1)
+        key = read_own_file(path, KEY_BYTES + 1)
     except (OSError, RuntimeError, ValueError):
         return None
     return key if len(key) == KEY_BYTES else None
 
 
-def _key_path() -> Path:
+def user_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/runner`` (else ``~/.cache/runner``): the key and other per-user caches."""
     base = os.environ.get("XDG_CACHE_HOME") or ""
     root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
-    return root / "runner" / "project-cache.key"
+    return root / "runner"
+
+
+def _key_path() -> Path:
+    return user_cache_dir() / "project-cache.key"
 
 
 def _create_key(path: Path) -> None:
@@ -179,7 +192,7 @@ def _create_key(path: Path) -> None:
         os.unlink(temporary)
 
 
-def _read_own_file(path: Path, limit: int) -> bytes:
+def read_own_file(path: Path, limit: int) -> bytes:
     """The bytes of ``path``: a regular file (not a link), owned by this user, that no one else
     may write; ``OSError``/``ValueError`` otherwise."""
     descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -192,7 +205,7 @@ def _read_own_file(path: Path, limit: int) -> bytes:
         return stream.read(limit + 1)
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
     """Write ``path`` (mode 0600) through a temporary file and a rename."""
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -18,6 +18,7 @@ from runner.config.project_files import workspace_file_problem
 from runner.config.schema import check_schema, validate_part
 from runner.config.sources import Document, escape_pointer_token
 from runner.config.specs import AgentSpec, StepSpec, TaskSpec, ToolRef
+from runner.config.template_budget import render_affordable, shared_pool
 from runner.config.template_check import (
     SAMPLES,
     SampleUnknown,
@@ -26,7 +27,8 @@ from runner.config.template_check import (
     sample_inputs,
     static_problems,
 )
-from runner.config.templates import Reference, TemplateError, environment, references
+from runner.config.template_engine import environment, references
+from runner.config.templates import Reference, TemplateError
 from runner.errors import Problem, did_you_mean
 
 if TYPE_CHECKING:
@@ -52,6 +54,11 @@ def tool_settings_schemas(project: Project) -> dict[str, Mapping[str, Any]]:
 
 
 def check_references(project: Project) -> list[Problem]:
+    with shared_pool():  # the template checks of the whole project spend from one pool
+        return _check_references(project)
+
+
+def _check_references(project: Project) -> list[Problem]:
     tools = tool_settings_schemas(project)
     problems: list[Problem] = []
     for agent in project.agents.values():
@@ -333,7 +340,7 @@ class TaskChecker:
         static = static_problems(template)
         for problem in static:
             self._add(pointer, problem)
-        if not static:
+        if not static and render_affordable():  # else: checked when a run renders it
             message = self._render_problem(template, self._step_ids() if any_step else steps_visible, refs)
             if message:
                 self._add(pointer, message)

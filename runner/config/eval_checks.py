@@ -5,19 +5,21 @@ that fit it, regular expressions compile and JSON Schemas are valid."""
 from __future__ import annotations
 
 import csv
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.config.evals import ASSERTION_KINDS, VALUE_KINDS, EvalSpec, assertion_kinds
+from runner.config.project_files import dataset_problem
 from runner.config.schema import check_schema
 from runner.config.sources import Document
 from runner.errors import Problem, did_you_mean
+from runner.untrusted_regex import compile_problem
 
 if TYPE_CHECKING:
     from runner.config.project import Project
 
+MAX_HEADER_CHARS = 1 << 20
 OPTIONS_OF = {"tolerance": ("approx",), "rel_tolerance": ("approx",), "ignore_case": ("equals", "contains", "regex")}
 
 
@@ -57,11 +59,8 @@ def assertion_problems(item: dict[str, Any]) -> list[tuple[str, str]]:
             found.append((f"/{option}", f"{option} applies to {' and '.join(fits)}, not to {kind}"))
     if "path" in item and kind not in VALUE_KINDS:
         found.append(("/path", f"{kind} is about the run, not a value in its output: remove path"))
-    if kind == "regex":
-        try:
-            re.compile(item["regex"])
-        except re.error as exc:
-            found.append(("/regex", f"invalid regular expression: {exc}"))
+    if kind == "regex" and isinstance(item["regex"], str) and (reason := compile_problem(item["regex"])) is not None:
+        found.append(("/regex", f"invalid regular expression: {reason}"))
     if kind == "json_schema" and (reason := check_schema(item["json_schema"])) is not None:
         found.append(("/json_schema", f"not a valid JSON Schema: {reason}"))
     return found
@@ -93,17 +92,17 @@ def _check_variants(project: Project, doc: Document, spec: EvalSpec, task_known:
 
 def _check_dataset(project: Project, doc: Document, spec: EvalSpec) -> list[Problem]:
     path = spec.dataset.path
-    if not path.resolve().is_relative_to(project.root):
-        return [doc.problem("/dataset/path", f"{doc.data['dataset']['path']}: the dataset must be inside the project ({project.root})")]
-    if not path.is_file():
-        written = doc.data["dataset"]["path"]
-        return [doc.problem("/dataset/path", f"no such file: {written} (paths are relative to the project root)")]
+    problems = []
+    if spec.baseline is not None and (why := dataset_problem(doc.data["baseline"], project.root, what="baselines", must_exist=False)):
+        problems.append(doc.problem("/baseline", why))
+    if (why := dataset_problem(doc.data["dataset"]["path"], project.root)) is not None:
+        return [*problems, doc.problem("/dataset/path", why)]
     columns = _csv_columns(path) if (spec.dataset.format or path.suffix.lower().lstrip(".")) == "csv" else None
     if columns is None:
-        return []  # JSONL has no header and Parquet is read when the eval runs: both are checked then
+        return problems  # JSONL has no header and Parquet is read when the eval runs: both are checked then
     listed = f" (columns: {', '.join(columns)})"
-    return [doc.problem(pointer, f"no column '{name}' in {path.name}{did_you_mean(name, columns) or listed}")
-            for pointer, name in _columns_named(project, doc, spec) if name not in columns]
+    return problems + [doc.problem(pointer, f"no column '{name}' in {path.name}{did_you_mean(name, columns) or listed}")
+                       for pointer, name in _columns_named(project, doc, spec) if name not in columns]
 
 
 def _columns_named(project: Project, doc: Document, spec: EvalSpec) -> list[tuple[str, str]]:
@@ -122,11 +121,18 @@ def _columns_named(project: Project, doc: Document, spec: EvalSpec) -> list[tupl
 
 
 def _csv_columns(path: Path) -> list[str] | None:
+    """The header row's names (the first line only, read up to :data:`MAX_HEADER_CHARS`)."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
-            return next(csv.reader(handle), [])
-    except (OSError, UnicodeDecodeError, csv.Error):
+            first = handle.readline(MAX_HEADER_CHARS)
+    except (OSError, UnicodeDecodeError):
         return None  # the eval's batch reports an unreadable file with its own message
+    if len(first) >= MAX_HEADER_CHARS or "\0" in first:
+        return None
+    try:
+        return next(csv.reader([first]), [])
+    except csv.Error:
+        return None
 
 
 def _problem(doc: Document | None, pointer: str, message: str) -> Problem:

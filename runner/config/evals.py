@@ -65,11 +65,14 @@ class Variant:
 
 @dataclass(frozen=True)
 class DatasetSpec:
+    """The labelled cases: ``path`` is the project root joined with ``reference`` (as written)."""
+
     path: Path
     format: str | None = None
     id_column: str | None = None
     mapping: dict[str, str] = field(default_factory=dict)
     checks_column: str | None = None
+    reference: str = ""
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ def build_eval(doc: Document, root: Path) -> tuple[EvalSpec, list[Problem]]:
         name=d["name"], task=d["task"], description=d.get("description", ""),
         dataset=DatasetSpec(
             path=root / dataset["path"], format=dataset.get("format"), id_column=dataset.get("id_column"),
-            mapping=dict(dataset.get("map", {})), checks_column=dataset.get("checks_column"),
+            mapping=dict(dataset.get("map", {})), checks_column=dataset.get("checks_column"), reference=dataset["path"],
         ),
         assertions=tuple(parse_assertion(a) for a in d["assert"] if len(assertion_kinds(a)) == 1),
         variants=tuple(variants), threshold=d.get("threshold"),

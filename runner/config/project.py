@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from runner.config import specs
 from runner.config.compiled import CachedProject, ConfigFile, cache_key, prompts_digest, read_cache, write_cache
-from runner.config.evals import EvalSpec, build_eval
 from runner.config.prices import default_prices
 from runner.config.project_files import workspace_file_problem
 from runner.config.sources import Document, YamlError, read_config_bytes
@@ -21,6 +22,9 @@ from runner.config.specs import AgentSpec, Price, TaskSpec, TelemetrySpec, ToolS
 from runner.errors import ConfigError, Problem, did_you_mean
 from runner.knowledge.spec import KnowledgeSpec
 from runner.tools.sql.source import SqlSource
+
+if TYPE_CHECKING:
+    from runner.config.evals import EvalSpec
 
 CONFIG_DIRS = ("agents.d", "tasks.d", "tools.d", "evals.d", "knowledge.d", "sources.d")
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -213,7 +217,20 @@ def _set_telemetry(project: Project, doc: Document) -> list[Problem]:
         return [doc.problem("/kind", f"a second Telemetry document (the first is at {where}); keep one per project")]
     project.telemetry = specs.build_telemetry(doc)
     project.documents[("Telemetry", "")] = doc
-    return []
+    return _telemetry_endpoint_problems(doc)
+
+
+def _telemetry_endpoint_problems(doc: Document) -> list[Problem]:
+    """The schema checks the endpoint's shape; a port outside 1-65535 or a bracket left open
+    only ``urlsplit`` sees (and a run would refuse)."""
+    endpoint = (doc.data.get("traces") or {}).get("endpoint")
+    if not isinstance(endpoint, str):
+        return []
+    try:
+        port = urlsplit(endpoint).port
+    except ValueError as exc:
+        return [doc.problem("/traces/endpoint", f"not a usable URL ({exc}); e.g. http://localhost:4318")]
+    return [doc.problem("/traces/endpoint", "port 0 is not a port; e.g. http://localhost:4318")] if port == 0 else []
 
 
 def _build(project: Project, documents: list[Document]) -> list[Problem]:
@@ -244,6 +261,8 @@ def _build(project: Project, documents: list[Document]) -> list[Problem]:
 
             project.sources[name] = source_document(doc, project.root)
         elif kind == "Eval":
+            from runner.config.evals import build_eval  # a project with evals only
+
             project.evals[name], refused = build_eval(doc, project.root)
             problems.extend(refused)
         elif kind == "Knowledge":

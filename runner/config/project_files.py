@@ -1,5 +1,5 @@
 """Files a configuration document refers to, checked and read safely: prompt files
-(``system_prompt: {file: PATH}``) and a task's ``workspace.files``.
+(``system_prompt: {file: PATH}``), a task's ``workspace.files``, an eval's dataset and baseline.
 
 The runner often runs as root, so a reference in YAML must not become a way to read the
 host: a prompt file is a regular, singly-linked, UTF-8 text file of at most
@@ -19,10 +19,13 @@ import errno
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from runner.config.sources import file_kind
 
 MAX_PROMPT_BYTES = 256 * 1024
+MAX_DATASET_BYTES = 256 << 20
+"""An eval's labelled dataset (and its stored baseline) is at most this large."""
 _MAX_PATH = 4096
 
 
@@ -92,36 +95,77 @@ def _resolve(
     return target
 
 
+def dataset_problem(reference: str, root: Path, *, what: str = "eval datasets", must_exist: bool = True) -> str | None:
+    """Why the file ``reference`` (relative to the project root) may not be read as ``what``,
+    or ``None``: it must stay inside the project (no ``..`` or link out), be a regular,
+    singly-linked file of at most :data:`MAX_DATASET_BYTES`, and exist (when ``must_exist``)."""
+    root = root.resolve()
+    try:
+        target = _resolve(reference, root, root, what=what, base="the project root")
+        _check_plain(os.lstat(target), reference, limit=MAX_DATASET_BYTES, what=what)
+    except FileRefused as exc:
+        return str(exc)
+    except FileNotFoundError:
+        return f"no such file: {reference} (paths are relative to the project root)" if must_exist else None
+    except OSError as exc:
+        return _os_message(exc, reference)
+    return None
+
+
+def open_in_project(reference: str, root: Path, *, what: str = "eval datasets") -> BinaryIO:
+    """``reference`` (relative to the project root) opened for reading without following a
+    link out of the project, checked as :func:`dataset_problem` checks it (on what was
+    opened, so a swap after the check is refused). :class:`FileRefused` otherwise."""
+    root = root.resolve()
+    target = _resolve(reference, root, root, what=what, base="the project root")
+    try:
+        fd = _open_beneath(root, target.relative_to(root), reference, limit=MAX_DATASET_BYTES, what=what)
+    except OSError as exc:
+        raise FileRefused(_os_message(exc, reference)) from None
+    return os.fdopen(fd, "rb")
+
+
 def _read_beneath(boundary: Path, relative: Path, reference: str) -> bytes:
+    fd = _open_beneath(boundary, relative, reference, limit=MAX_PROMPT_BYTES, what="prompt files")
+    with os.fdopen(fd, "rb") as handle:
+        raw = handle.read(MAX_PROMPT_BYTES + 1)
+    if len(raw) > MAX_PROMPT_BYTES:
+        raise FileRefused(_too_big(reference, len(raw), MAX_PROMPT_BYTES, "prompt files"))
+    return raw
+
+
+def _open_beneath(boundary: Path, relative: Path, reference: str, *, limit: int, what: str) -> int:
+    """A descriptor of ``boundary/relative``, opened beneath ``boundary`` without following links."""
     from runner.tools.paths import open_beneath  # the file tools' no-follow open (openat2 or a walk)
 
-    _check_plain(os.lstat(boundary / relative), reference)  # before opening: opening a device may act
+    _check_plain(os.lstat(boundary / relative), reference, limit=limit, what=what)  # before opening: opening a device may act
     root_fd = os.open(boundary, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fd = open_beneath(root_fd, str(relative), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     finally:
         os.close(root_fd)
-    with os.fdopen(fd, "rb") as handle:
-        _check_plain(os.fstat(fd), reference)  # what was opened, in case it was swapped
-        raw = handle.read(MAX_PROMPT_BYTES + 1)
-    if len(raw) > MAX_PROMPT_BYTES:
-        raise FileRefused(_too_big(reference, len(raw)))
-    return raw
+    try:
+        _check_plain(os.fstat(fd), reference, limit=limit, what=what)  # what was opened, in case it was swapped
+    except FileRefused:
+        os.close(fd)
+        raise
+    return fd
 
 
-def _check_plain(info: os.stat_result, reference: str) -> None:
+def _check_plain(info: os.stat_result, reference: str, *, limit: int = MAX_PROMPT_BYTES, what: str = "prompt files") -> None:
     if not stat.S_ISREG(info.st_mode):
-        raise FileRefused(f"'{reference}' is {file_kind(info.st_mode)}, not a regular file; point at a text file")
+        kind = "a text file" if what == "prompt files" else "a regular file"
+        raise FileRefused(f"'{reference}' is {file_kind(info.st_mode)}, not a regular file; point at {kind}")
     if info.st_nlink > 1:
         raise FileRefused(
-            f"'{reference}' has {info.st_nlink} hard links; prompt files must not be hard links (copy the file instead)"
+            f"'{reference}' has {info.st_nlink} hard links; {what} must not be hard links (copy the file instead)"
         )
-    if info.st_size > MAX_PROMPT_BYTES:
-        raise FileRefused(_too_big(reference, info.st_size))
+    if info.st_size > limit:
+        raise FileRefused(_too_big(reference, info.st_size, limit, what))
 
 
-def _too_big(reference: str, size: int) -> str:
-    return f"'{reference}' is {size} bytes; prompt files are limited to {MAX_PROMPT_BYTES} bytes"
+def _too_big(reference: str, size: int, limit: int = MAX_PROMPT_BYTES, what: str = "prompt files") -> str:
+    return f"'{reference}' is {size} bytes; {what} are limited to {limit} bytes"
 
 
 def _decode(raw: bytes, reference: str) -> str:

@@ -15,9 +15,11 @@ from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from runner.config.sources import Document, escape_pointer_token
 from runner.errors import Problem, did_you_mean
+from runner.untrusted_regex import bounded_validator, shared_deadline
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
@@ -82,22 +84,60 @@ def validate_part(doc: Document, pointer: str, value: Any, json_schema: Mapping[
 
 
 def validate_value(value: Any, json_schema: dict[str, Any]) -> list[str]:
-    """Validate an arbitrary value (e.g. a model's output) against a user's schema."""
+    """Validate an arbitrary value (e.g. a model's output) against a user's schema. Its
+    patterns are matched with a time limit (:mod:`runner.untrusted_regex`); a ``$ref`` that
+    does not resolve is a problem, not an exception."""
     from jsonschema import Draft202012Validator
+    from referencing.exceptions import Unresolvable
 
-    checker = Draft202012Validator(json_schema)
-    return [f"{_pointer(e)}: {e.message}" for e in checker.iter_errors(value)]
+    checker = bounded_validator(Draft202012Validator)(json_schema)
+    try:
+        with shared_deadline():
+            return [f"{_pointer(e)}: {e.message}" for e in checker.iter_errors(value)]
+    except Unresolvable as exc:
+        return [f"the schema's reference {getattr(exc, 'ref', '')!r} cannot be resolved: only references inside it (#/$defs/...) are"]
 
 
 def check_schema(json_schema: Any) -> str | None:
-    """``None`` if ``json_schema`` is a valid Draft 2020-12 schema, else the reason."""
+    """``None`` if ``json_schema`` is a valid Draft 2020-12 schema whose references all point
+    inside it (runner never fetches a schema), else the reason."""
     from jsonschema import Draft202012Validator
 
     try:
         Draft202012Validator.check_schema(json_schema)
     except Exception as exc:  # jsonschema raises SchemaError; keep the message only
         return str(getattr(exc, "message", exc))
-    return None
+    return _reference_problem(json_schema, json_schema)
+
+
+def _reference_problem(root: Any, node: Any) -> str | None:
+    """The first ``$ref``/``$dynamicRef`` that leaves the schema or points at nothing."""
+    if isinstance(node, list):
+        return next((p for item in node if (p := _reference_problem(root, item)) is not None), None)
+    if not isinstance(node, dict):
+        return None
+    for key in ("$ref", "$dynamicRef"):
+        ref = node.get(key)
+        if isinstance(ref, str) and not _resolves(root, ref):
+            return f"{key} {ref!r} does not point inside this schema; write the definition under $defs and use '#/$defs/NAME'"
+    return next((p for value in node.values() if (p := _reference_problem(root, value)) is not None), None)
+
+
+def _resolves(root: Any, ref: str) -> bool:
+    if not ref.startswith("#"):
+        return False
+    if not ref.startswith("#/") and ref != "#":
+        return True  # a plain-name anchor (#name): jsonschema checks it when validating
+    target = root
+    for token in ref[2:].split("/") if ref != "#" else ():
+        token = unquote(token).replace("~1", "/").replace("~0", "~")
+        if isinstance(target, dict) and token in target:
+            target = target[token]
+        elif isinstance(target, list) and token.isdigit() and int(token) < len(target):
+            target = target[int(token)]
+        else:
+            return False
+    return True
 
 
 def _pointer(error: ValidationError) -> str:

@@ -1,7 +1,7 @@
 """Finding, at validate time, the templates that would fail at run time.
 
 Two passes over a template whose variables are already known to exist (see
-:func:`runner.config.templates.references`):
+:func:`runner.config.template_engine.references`):
 
 1. static: ``include``/``import``/``extends``, attributes the sandbox refuses (``_...``,
    ``format``, also through ``|attr``), unknown filters and tests, each with its line;
@@ -26,14 +26,8 @@ from jinja2 import ChainableUndefined, TemplateNotFound, TemplateRuntimeError, U
 from jinja2.exceptions import SecurityError
 
 from runner.config.specs import InputSpec
-from runner.config.templates import (
-    TemplateError,
-    compile_template,
-    describe,
-    environment,
-    parse,
-    render_bounded,
-)
+from runner.config.template_engine import compile_template, describe, environment, parse, render_bounded
+from runner.config.templates import TemplateError
 from runner.errors import did_you_mean
 
 SAMPLE_DATE = dt.date(2024, 1, 31)

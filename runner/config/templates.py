@@ -14,38 +14,27 @@ Filters beyond Jinja's own: ``add_days`` (``{{ inputs.date | add_days(-7) }}``).
 Templates are the configuration author's, but their values (inputs, step outputs) are not,
 so rendering is contained: Jinja's sandbox (no ``_`` attributes, no ``str.format``), no
 template loader (``include``, ``import`` and ``extends`` have nothing to load), bounded
-``*`` and ``**``, and a cap on the rendered size. Every failure, whatever Jinja or Python
-raised, becomes a :class:`TemplateError` naming the line of the template and, for a
-:class:`LocatedTemplate`, the file, line and pointer where the template was written.
+``*`` and ``**``, a cap on the rendered size, and a budget of work and time per render with
+bounded intermediate values (:mod:`runner.config.template_budget`: nested loops, recursive
+macros and one-step blow-ups such as ``|replace`` or ``%``-format widths stop with an error).
+Every failure, whatever Jinja or Python raised, becomes a :class:`TemplateError` naming the
+line of the template and, for a :class:`LocatedTemplate`, the file, line and pointer where
+the template was written.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
-from types import TracebackType
 from typing import Any
-
-from jinja2 import (
-    BaseLoader,
-    Environment,
-    StrictUndefined,
-    TemplateNotFound,
-    TemplateSyntaxError,
-    UndefinedError,
-    nodes,
-)
-from jinja2.exceptions import SecurityError
-from jinja2.sandbox import SandboxedEnvironment
-
-from runner.errors import Problem
 
 ROOT_NAMES = ("inputs", "steps", "previous", "today", "run_id")
 MAX_RENDERED_CHARS = 1_000_000
 """A rendered template longer than this is an error (a goal is a prompt, not a data dump)."""
 MAX_EXPONENT = 1024
+SYNTAX_MARKERS = ("{{", "{%", "{#")
+"""Where Jinja's syntax starts (expressions, statements, comments)."""
 
 
 class TemplateError(Exception):
@@ -82,189 +71,68 @@ class Reference:
     path: tuple[str, ...]
 
 
-class _Sandbox(SandboxedEnvironment):
-    """Jinja's sandbox, with ``str.format`` refused and ``*`` / ``**`` kept to sane sizes."""
-
-    intercepted_binops = frozenset({"*", "**"})
-
-    def getattr(self, obj: Any, attribute: str) -> Any:
-        if _is_str_format(obj, attribute):
-            return self.unsafe_undefined(obj, attribute)
-        return super().getattr(obj, attribute)
-
-    def getitem(self, obj: Any, argument: Any) -> Any:
-        if _is_str_format(obj, argument):
-            return self.unsafe_undefined(obj, argument)
-        return super().getitem(obj, argument)
-
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if operator == "**" and _is_int(right) and right > MAX_EXPONENT and _is_number(left) and abs(left) > 1:
-            raise SecurityError(f"the exponent {right} is too large (at most {MAX_EXPONENT})")
-        if operator == "*" and _repeats_beyond_limit(left, right):
-            raise SecurityError(f"repeating a value this many times makes more than {MAX_RENDERED_CHARS} items")
-        return super().call_binop(context, operator, left, right)
-
-
-def _is_str_format(obj: Any, attribute: Any) -> bool:
-    """``str.format``/``format_map``: format strings reach attributes and can pad to any
-    width; the ``|format`` filter covers the honest uses."""
-    return isinstance(obj, str) and attribute in ("format", "format_map")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _repeats_beyond_limit(left: Any, right: Any) -> bool:
-    for sequence, count in ((left, right), (right, left)):
-        if isinstance(sequence, str | list | tuple) and _is_int(count):
-            return len(sequence) * count > MAX_RENDERED_CHARS
-    return False
-
-
-class _NoTemplateFiles(BaseLoader):
-    """Templates are single strings in YAML: ``include``/``import``/``extends`` load nothing."""
-
-    def get_source(self, environment: Environment, template: str) -> Any:
-        raise TemplateNotFound(template)
-
-
-@cache
-def environment() -> SandboxedEnvironment:
-    """The one template environment (sandboxed, strict about undefined variables)."""
-    env = _Sandbox(loader=_NoTemplateFiles(), undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
-    env.filters["tojson_compact"] = _tojson
-    env.filters["add_days"] = _add_days
-    return env
-
-
-def _add_days(value: str, days: int) -> str:
-    """``{{ inputs.date | add_days(-7) }}``: an ISO date moved by ``days``."""
-    return (dt.date.fromisoformat(str(value)) + dt.timedelta(days=int(days))).isoformat()
-
-
-def _tojson(value: Any) -> str:
-    return json.dumps(value, default=str, ensure_ascii=False)
+def is_plain(template: str) -> bool:
+    """Whether ``template`` renders to itself: no template syntax, no carriage return (Jinja
+    turns CR LF and lone CRs into LF) and within the size cap. Such text needs no Jinja at all."""
+    return (
+        len(template) <= MAX_RENDERED_CHARS
+        and "\r" not in template
+        and not any(marker in template for marker in SYNTAX_MARKERS)
+    )
 
 
 def render(template: str, context: dict[str, Any]) -> str:
     """Render ``template``; any failure (undefined variable, sandbox refusal, an error in an
-    expression, output too large) raises :class:`TemplateError`."""
-    try:
-        return render_bounded(compile_template(template), context)
-    except TemplateError as exc:
-        raise TemplateError(_locate(template, str(exc))) from None
-    except Exception as exc:  # the template's own code failed: whatever it raised is its error
-        raise TemplateError(_locate(template, describe(exc))) from None
+    expression, output too large) raises :class:`TemplateError`.
+
+    Plain text is returned as it is and a template whose only syntax is ``{{ name.key }}``
+    over plain values is substituted, both without loading Jinja (see :func:`is_plain` and
+    :func:`substitute`); everything else goes to :mod:`runner.config.template_engine`."""
+    if is_plain(template):
+        return str(template)
+    substituted = substitute(template, context)
+    if substituted is not None:
+        return substituted
+    from runner.config.template_engine import render_template
+
+    return render_template(template, context)
 
 
-def compile_template(template: str) -> Any:
-    """The compiled template; :class:`TemplateError` for syntax errors and unknown filters."""
-    try:
-        return _compiled(str(template))
-    except TemplateSyntaxError as exc:  # also unknown filters (TemplateAssertionError)
-        raise TemplateError(f"template syntax error on line {exc.lineno}: {exc.message}") from None
+_NAME = r"[A-Za-z][A-Za-z0-9_]*"
+_SUBSTITUTION = re.compile(r"\{\{[ \t\n]*(" + _NAME + r"(?:\." + _NAME + r")*)[ \t\n]*\}\}")
+_JINJA_WORDS = frozenset({"true", "false", "none", "True", "False", "None", "and", "or", "not", "in", "is", "if", "else"})
+_PRINTED_AS_STR = (str, int, float, bool, type(None))
+_UNKNOWN = object()
 
 
-def render_bounded(compiled: Any, context: dict[str, Any]) -> str:
-    """Render a compiled template, stopping once the output passes ``MAX_RENDERED_CHARS``."""
+def substitute(template: str, context: Mapping[str, Any]) -> str | None:
+    """``template`` rendered as Jinja renders it, when its only syntax is ``{{ a.b.c }}`` whose
+    first name is in ``context`` and whose keys are keys of plain dicts (never their methods),
+    ending on a string, number, boolean or None (Jinja prints those with ``str``); ``None``
+    for anything else (filters, statements, comments, whitespace control, a carriage return,
+    a missing name, an output over the size cap): then Jinja must render it."""
+    if "\r" in template or "{%" in template or "{#" in template:
+        return None
     parts: list[str] = []
-    size = 0
-    for chunk in compiled.generate(context):
-        size += len(chunk)
-        if size > MAX_RENDERED_CHARS:
-            raise TemplateError(f"the template renders to more than {MAX_RENDERED_CHARS} characters")
-        parts.append(chunk)
-    return "".join(parts)
+    position = 0
+    while (start := template.find("{{", position)) >= 0:  # where Jinja's lexer sees the next expression
+        match = _SUBSTITUTION.match(template, start)
+        value = _lookup(context, match.group(1).split(".")) if match else _UNKNOWN
+        if match is None or value is _UNKNOWN:
+            return None
+        parts += [template[position:start], str(value)]
+        position = match.end()
+    parts.append(template[position:])
+    rendered = "".join(parts)
+    return rendered if len(rendered) <= MAX_RENDERED_CHARS else None
 
 
-@cache
-def _compiled(template: str) -> Any:
-    return environment().from_string(template)
-
-
-def describe(exc: BaseException) -> str:
-    """A person's message for an exception raised while rendering, with the template line."""
-    line = template_line(exc.__traceback__)
-    where = f" on line {line}" if line else ""
-    if isinstance(exc, SecurityError):
-        return (
-            f"template refused{where}: {str(exc).rstrip('.')}; templates run in a sandbox "
-            "(no '_' attributes, no str.format, bounded sizes): use plain values and filters"
-        )
-    if isinstance(exc, TemplateNotFound):
-        return f"template{where} uses include, import or extends ({exc.name!r}); templates cannot load files: write the text inline"
-    if isinstance(exc, UndefinedError):
-        return f"template uses an undefined variable{where}: {exc.message}"
-    if isinstance(exc, RecursionError):
-        return f"template{where} recurses too deeply (a macro calling itself?)"
-    if isinstance(exc, MemoryError):
-        return f"template{where} ran out of memory"
-    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    return f"template error{where}: {message}"
-
-
-def template_line(tb: TracebackType | None) -> int | None:
-    """The template line of the innermost template frame (Jinja rewrites tracebacks so
-    that template frames carry template lines)."""
-    line = None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == "<template>":
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
-
-
-def _locate(template: str, message: str) -> str:
-    origin = getattr(template, "origin", None)
-    if not isinstance(origin, Origin):
-        return message
-    return Problem(origin.file, origin.line, origin.column, origin.pointer, message).render()
-
-
-def parse(template: str) -> nodes.Template:
-    """The template's syntax tree; :class:`TemplateError` for syntax errors."""
-    try:
-        return environment().parse(str(template))
-    except TemplateSyntaxError as exc:
-        raise TemplateError(f"template syntax error on line {exc.lineno}: {exc.message}") from None
-
-
-def references(template: str) -> list[Reference]:
-    """Variables a template reads (``inputs.date`` -> Reference('inputs', ('date',)))."""
-    tree = parse(template)
-    found: list[Reference] = []
-    assigned = {n.name for n in tree.find_all(nodes.Name) if n.ctx in ("store", "param")}
-    assigned |= {m.name for m in tree.find_all(nodes.Macro)}
-    assigned |= {i.target for i in tree.find_all(nodes.Import)}
-    assigned |= {n if isinstance(n, str) else n[1] for f in tree.find_all(nodes.FromImport) for n in f.names}
-    for node in tree.find_all((nodes.Getattr, nodes.Getitem, nodes.Name)):
-        ref = _reference(node)
-        if ref and ref.root not in assigned:
-            found.append(ref)
-    # keep only the longest path per chain (Getattr nests)
-    longest: dict[tuple[str, ...], Reference] = {}
-    for ref in found:
-        key = (ref.root, *ref.path)
-        if not any(k[: len(key)] == key and len(k) > len(key) for k in longest):
-            longest[key] = ref
-    return [r for k, r in longest.items() if not any(o[: len(k)] == k and len(o) > len(k) for o in longest)]
-
-
-def _reference(node: nodes.Node) -> Reference | None:
-    path: list[str] = []
-    while isinstance(node, nodes.Getattr | nodes.Getitem):
-        if isinstance(node, nodes.Getattr):
-            path.append(node.attr)
-        elif isinstance(node.arg, nodes.Const):
-            path.append(str(node.arg.value))
-        else:
-            path.clear()
-        node = node.node
-    if isinstance(node, nodes.Name) and node.ctx == "load":
-        return Reference(node.name, tuple(reversed(path)))
-    return None
+def _lookup(context: Mapping[str, Any], path: list[str]) -> Any:
+    if any(name in _JINJA_WORDS for name in path) or path[0] not in context:
+        return _UNKNOWN
+    value = context[path[0]]
+    for key in path[1:]:  # Jinja tries the attribute first: a dict's own methods go to Jinja
+        if type(value) is not dict or key not in value or hasattr(value, key):
+            return _UNKNOWN
+        value = value[key]
+    return value if type(value) in _PRINTED_AS_STR else _UNKNOWN

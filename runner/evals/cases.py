@@ -3,6 +3,7 @@ the extra assertions of its ``checks_column`` cell (a JSON list, checked like th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,7 +59,10 @@ def _expectations(spec: EvalSpec, values: dict[str, Any]) -> CaseExpectations:
 
 def parse_case_checks(cell: Any) -> tuple[Assertion, ...]:
     """The assertions in one ``checks_column`` cell: JSON text (or a list, from JSONL/Parquet)."""
-    items = untrusted_json.loads(cell) if isinstance(cell, str) else cell
+    items = untrusted_json.loads(cell, parse_constant=_no_constant) if isinstance(cell, str) else cell
+    untrusted_json.check_depth(items)
+    if not _finite(items):
+        raise ValueError("NaN and Infinity are not numbers an assertion can use; write a finite number")
     if isinstance(items, dict):
         items = [items]
     if not isinstance(items, list):
@@ -73,3 +77,18 @@ def parse_case_checks(cell: Any) -> tuple[Assertion, ...]:
         if problems:
             raise ValueError(f"assertion {i + 1}{problems[0][0]}: {problems[0][1]}")
     return tuple(parse_assertion(item) for item in items if len(assertion_kinds(item)) == 1)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON; write a finite number")
+
+
+def _finite(value: Any) -> bool:
+    """Whether every number in ``value`` (already depth-checked) is finite."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return all(_finite(v) for v in value)
+    return True

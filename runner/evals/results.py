@@ -7,6 +7,7 @@ and each variant against the stored baseline's variant of the same name.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -178,13 +179,14 @@ class EvalResult:
 
 def compare(variants: tuple[VariantResult, ...], baseline: dict[str, Any]) -> tuple[Comparison, ...]:
     """Each variant against the baseline's variant of the same name (variants it lacks are skipped)."""
-    stored = {v.get("name"): v for v in baseline.get("variants") or [] if isinstance(v, dict)}
+    listed = baseline.get("variants")
+    stored = {v["name"]: v for v in listed if isinstance(v, dict) and isinstance(v.get("name"), str)} if isinstance(listed, list) else {}
     found = []
     for variant in variants:
         before = stored.get(variant.name)
         if before is None:
             continue
-        was = {str(c.get("key")): bool(c.get("passed")) for c in before.get("results") or [] if isinstance(c, dict)}
+        was = _stored_results(before.get("results"))
         now = {c.key: c.passed for c in variant.cases}
         found.append(Comparison(
             variant=variant.name, pass_rate=variant.pass_rate, baseline_pass_rate=_number(before.get("pass_rate")),
@@ -196,5 +198,15 @@ def compare(variants: tuple[VariantResult, ...], baseline: dict[str, Any]) -> tu
     return tuple(found)
 
 
+def _stored_results(results: Any) -> dict[str, bool]:
+    """``case key -> passed`` from a stored baseline (a file anyone may have edited: entries that
+    are not ``{key: text, passed: true|false}`` are left out)."""
+    if not isinstance(results, list):
+        return {}
+    return {c["key"]: c["passed"] for c in results if isinstance(c, dict) and isinstance(c.get("key"), str) and isinstance(c.get("passed"), bool)}
+
+
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None

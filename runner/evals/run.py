@@ -1,9 +1,10 @@
 """Running an eval: each variant through the batch engine, then every case checked.
 
 Each variant has its own batch under ``<out>/<variant>/``: output records, batch report and
-a journal named after a fingerprint of the variant and the configuration, so rerunning the
-same eval resumes (rows already done are not paid for again) while a changed prompt, agent
-or task starts afresh. ``restart`` discards the journals.
+a journal named after a fingerprint of the variant, the configuration and the dataset, so
+rerunning the same eval resumes (rows already done are not paid for again) while a changed
+prompt, agent, task or dataset starts afresh. ``restart`` discards the journals. The dataset
+is read from a copy made once per eval (:mod:`runner.evals.dataset`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from runner.config.specs import CAP_NAMES, Caps, TaskSpec
 from runner.errors import UsageError, did_you_mean
 from runner.evals.assertions import CaseRun, CheckResult, check_case
 from runner.evals.cases import CaseExpectations, read_expectations
+from runner.evals.dataset import baseline_bytes, snapshot_dataset
 from runner.evals.results import CaseResult, EvalResult, VariantResult, compare
 from runner.evals.variants import variant_fingerprint, variant_project
 
@@ -51,12 +53,14 @@ async def run_eval(project: Project, spec: EvalSpec, request: EvalRequest) -> Ev
     """Run every (selected) variant of ``spec`` and check every case."""
     task = project.tasks[spec.task]
     variants = select_variants(spec, request.variants)
+    shown = _shown(spec.dataset.path, project.root)
+    spec, dataset_digest = snapshot_dataset(spec, project.root, request.out_dir)
     expectations = read_expectations(spec)
-    results = [await _run_variant(project, task, spec, variant, request, expectations) for variant in variants]
+    results = [await _run_variant(project, task, spec, variant, request, expectations, dataset_digest) for variant in variants]
     baseline_path = request.baseline_path or spec.baseline
     baseline = load_baseline(baseline_path) if baseline_path else None
     return EvalResult(
-        eval=spec.name, task=spec.task, dataset=_shown(spec.dataset.path, project.root),
+        eval=spec.name, task=spec.task, dataset=shown,
         variants=tuple(results), comparisons=compare(tuple(results), baseline) if baseline else (),
         baseline_path=_shown(baseline_path, project.root) if baseline_path else None,
         baseline_missing=baseline_path is not None and baseline is None,
@@ -75,10 +79,11 @@ def select_variants(spec: EvalSpec, names: tuple[str, ...]) -> list[Variant]:
 
 def load_baseline(path: Path) -> dict[str, Any] | None:
     """A stored result, or ``None`` when there is none yet; unreadable JSON is a usage error."""
-    if not path.exists():
+    raw = baseline_bytes(path)
+    if raw is None:
         return None
     try:
-        data = untrusted_json.loads(path.read_bytes())
+        data = untrusted_json.loads(raw)
     except (OSError, ValueError) as exc:
         raise UsageError(f"baseline {path}: not a readable eval result ({exc}); write it again with --save-baseline") from None
     if not isinstance(data, dict) or not isinstance(data.get("variants"), list):
@@ -88,14 +93,15 @@ def load_baseline(path: Path) -> dict[str, Any] | None:
 
 async def _run_variant(
     project: Project, task: TaskSpec, spec: EvalSpec, variant: Variant, request: EvalRequest,
-    expectations: dict[int, CaseExpectations],
+    expectations: dict[int, CaseExpectations], dataset_digest: str,
 ) -> VariantResult:
     changed = variant_project(project, task, variant)
     folder = request.out_dir / variant.name
+    fingerprint = variant_fingerprint(changed, task, variant, dataset_digest)
     batch = BatchRequest(
         input_path=spec.dataset.path, output_path=folder / "output.jsonl", format=spec.dataset.format,
         mapping=tuple(f"{k}={v}" for k, v in spec.dataset.mapping.items()), id_column=spec.dataset.id_column,
-        journal_path=folder / f"journal-{variant_fingerprint(changed, task, variant)}.sqlite3", report_dir=folder,
+        journal_path=folder / f"journal-{fingerprint}.sqlite3", report_dir=folder,
         restart=request.restart, concurrency=request.concurrency or spec.concurrency, max_attempts=request.max_attempts,
         batch_caps=spec.caps.tighten(request.caps), requests_per_minute=request.requests_per_minute,
         tokens_per_minute=request.tokens_per_minute, model_override=variant.model,
@@ -105,7 +111,7 @@ async def _run_variant(
     summary = await run_batch_file(changed, task, batch)
     journal, _ = open_journal(changed, task, replace(batch, restart=False))
     with journal:
-        cases = tuple(_case(row, spec, expectations) for row in journal.records())
+        cases = _unique_keys(tuple(_case(row, spec, expectations) for row in journal.records()))
     return VariantResult(
         name=variant.name, cases=cases, threshold=spec.threshold_of(variant), description=variant.description,
         changes=_changes(variant), stop_reason=summary["stop_reason"], stop_kind=summary["stop_kind"],
@@ -124,6 +130,19 @@ def _case(row: JournalRow, spec: EvalSpec, expectations: dict[int, CaseExpectati
         checks=tuple(checks), output=row.output, cost_usd=row.usage.cost_usd,
         latency_seconds=row.duration_seconds, run_id=row.run_id, error=row.error,
     )
+
+
+def _unique_keys(cases: tuple[CaseResult, ...]) -> tuple[CaseResult, ...]:
+    """Cases match across variants and baselines by id: a row that repeats an earlier row's
+    id (the batch refuses it) is named by its id and row, so it neither hides nor replaces it."""
+    seen: set[str] = set()
+    unique = []
+    for case in cases:
+        if case.id is not None and case.id in seen:
+            case = replace(case, id=f"{case.id} (row {case.row})")
+        seen.add(case.key)
+        unique.append(case)
+    return tuple(unique)
 
 
 def _run_status(row: JournalRow) -> str:

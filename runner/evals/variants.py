@@ -27,11 +27,12 @@ def variant_project(project: Project, task: TaskSpec, variant: Variant) -> Proje
     return replace(project, agents=agents, hashes={})
 
 
-def variant_fingerprint(project: Project, task: TaskSpec, variant: Variant) -> str:
+def variant_fingerprint(project: Project, task: TaskSpec, variant: Variant, dataset_digest: str = "") -> str:
     """Changes when anything a case's result depends on changes (the variant, its agents, the
-    task, tools): a variant's journal is resumed only for the very same configuration."""
+    task, tools, the dataset's bytes): a variant's journal is resumed only for the very same
+    configuration and cases."""
     from runner.runs.execute import config_hash
 
     changes = {k: v for k, v in asdict(variant).items() if k not in ("threshold", "description")}
-    payload = json.dumps({"variant": changes, "config": config_hash(project, task)}, sort_keys=True, default=str)
+    payload = json.dumps({"variant": changes, "config": config_hash(project, task), "dataset": dataset_digest}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]

@@ -20,7 +20,7 @@ from typing import Protocol, TypeVar
 from runner.core.sources import Source
 from runner.errors import ConfigError
 from runner.knowledge.chunking import chunk_markdown
-from runner.knowledge.convert import ConversionError, Part, convert
+from runner.knowledge.convert import MAX_SOURCE_BYTES, ConversionError, Part, convert
 from runner.knowledge.sources import source_files
 from runner.knowledge.spec import KnowledgeSpec
 from runner.knowledge.store import ChunkStore, NewChunk, StoredChunk
@@ -154,6 +154,9 @@ class KnowledgeBase:
             old = known.get(relative)
             if old is not None and old[1:] == (info.st_size, info.st_mtime_ns):
                 report.unchanged += 1
+                continue
+            if info.st_size > MAX_SOURCE_BYTES:  # before reading it: a huge file is refused, not loaded
+                report.problems.append(f"{relative}: larger than {MAX_SOURCE_BYTES // 1_000_000} MB; split it or leave it out")
                 continue
             data = path.read_bytes()
             digest = hashlib.sha256(data).hexdigest()

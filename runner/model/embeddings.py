@@ -48,8 +48,11 @@ class OpenAIEmbedder:
     def __init__(self, model: str, *, base_url: str | None, api_key: str | None, timeout_seconds: float = 60.0, batch_size: int = 64):
         import openai
 
-        self._model, self.batch_size, self._secrets = model, batch_size, [api_key]
-        self._client = openai.AsyncOpenAI(api_key=api_key or "none", base_url=base_url, timeout=timeout_seconds, max_retries=2)
+        from runner.model.response_cap import capped_http_client
+
+        self._model, self.batch_size, self._secrets, self._timeout = model, batch_size, [api_key], timeout_seconds
+        self._client = openai.AsyncOpenAI(api_key=api_key or "none", base_url=base_url, timeout=timeout_seconds, max_retries=2,
+                                          http_client=capped_http_client())  # fmt: skip
 
     @property
     def model(self) -> str:
@@ -65,7 +68,8 @@ class OpenAIEmbedder:
         call = self.meter.open(self._model, texts) if self.meter is not None else None  # may raise CapReached
         started = time.monotonic()
         try:
-            response = await self._client.embeddings.create(model=self._model, input=texts, encoding_format="float")
+            async with asyncio.timeout(self._timeout * 3):  # the SDK's own retries included; a dripping answer ends
+                response = await self._client.embeddings.create(model=self._model, input=texts, encoding_format="float")
             data = sorted(response.data, key=lambda item: item.index)
             if len(data) != len(texts) or any(not item.embedding for item in data):
                 raise ModelError("invalid_response", f"embeddings: asked for {len(texts)} vectors, got {len(data)}")
@@ -74,6 +78,10 @@ class OpenAIEmbedder:
             if call is not None:
                 call.failed(fault.kind, f"embeddings: {fault.message}")
             raise ModelError(fault.kind, f"embeddings: {fault.message}") from None
+        except TimeoutError:
+            if call is not None:
+                call.failed("timeout", "embeddings: no complete answer in time")
+            raise ModelError("timeout", f"embeddings: no complete answer within {self._timeout * 3:g} s") from None
         except ModelError as exc:
             if call is not None:
                 call.failed(exc.kind, str(exc))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-import json
 import random
 import re
 import time
@@ -21,11 +20,13 @@ from typing import Any
 
 import openai
 
+from runner import untrusted_json
 from runner.endpoints import safe_url
 from runner.errors import ModelError
 from runner.model.base import AttemptHook, ModelRequest, ModelResponse
 from runner.model.faults import Fault, RetryPolicy
 from runner.model.openai_faults import ENDPOINT_EXCEPTIONS, classify
+from runner.model.response_cap import capped_http_client
 from runner.model.wire import InvalidResponse, StreamAccumulator, parse_completion, request_body
 
 try:  # openai >= 3 ships its own httpx fork
@@ -81,6 +82,7 @@ class OpenAIChatModel:
         self._on_retry = on_retry
         self._rng = rng or random.Random()
         headers = dict(default_headers or {})
+        self._timeout = timeout_seconds
         self._client = _make_client(base_url, api_key, timeout_seconds, headers)
         self._secrets = (self._client.api_key, *(v for k, v in headers.items() if _SECRET_HEADER.search(k)))
 
@@ -114,16 +116,22 @@ class OpenAIChatModel:
         raise TypeError("OpenAIChatModel holds credentials and cannot be serialised")
 
     async def _attempt(self, body: dict[str, Any]) -> ModelResponse | Fault:
-        """One HTTP call; endpoint failures come back classified, our own bugs propagate."""
+        """One HTTP call; endpoint failures come back classified, our own bugs propagate.
+
+        ``timeout_seconds`` bounds the whole attempt, not only each read: an endpoint that
+        drips its answer a byte at a time is cut off like one that does not answer."""
         try:
-            if self.stream:
-                return await self._streamed(body)
-            # The SDK's documented request for arbitrary endpoints, with the raw response:
-            # same transport, auth and error classes, but it skips the SDK's per-call walk
-            # of the typed request params and its pydantic response models (most of the
-            # client CPU per call); the body is parsed once, here.
-            response = await self._client.post("/chat/completions", body=body, cast_to=_HttpResponse)
-            return parse_completion(_json_body(response))
+            async with asyncio.timeout(self._timeout):
+                if self.stream:
+                    return await self._streamed(body)
+                # The SDK's documented request for arbitrary endpoints, with the raw response:
+                # same transport, auth and error classes, but it skips the SDK's per-call walk
+                # of the typed request params and its pydantic response models (most of the
+                # client CPU per call); the body is parsed once, here.
+                response = await self._client.post("/chat/completions", body=body, cast_to=_HttpResponse)
+                return parse_completion(_json_body(response))
+        except TimeoutError:
+            return Fault("timeout", f"no complete answer within {self._timeout:g} s (the model's timeout_seconds)")
         except ENDPOINT_EXCEPTIONS as exc:
             return classify(exc, self._secrets)
 
@@ -153,6 +161,7 @@ def _make_client(
             timeout=timeout_seconds,
             max_retries=0,
             default_headers=headers,
+            http_client=capped_http_client(),  # an endless body ends the call, not the process
         )
     except openai.OpenAIError:
         pass
@@ -167,7 +176,10 @@ def _json_body(response: Any) -> dict[str, Any]:
     content_type = response.headers.get("content-type", "")
     if "json" not in content_type:
         raise InvalidResponse(f"expected a JSON chat completion, got content-type {content_type or 'none'!r}")
-    data = json.loads(response.content)
+    try:
+        data = untrusted_json.loads(response.content)
+    except untrusted_json.JsonTooDeep as exc:
+        raise InvalidResponse(f"the response body is {exc}") from None
     if not isinstance(data, dict):
         raise InvalidResponse(f"expected a JSON object, got {type(data).__name__}")
     return data

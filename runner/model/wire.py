@@ -54,6 +54,10 @@ def parse_completion(data: object) -> ModelResponse:
         raise InvalidResponse(f"expected a JSON object, got {type(data).__name__}")
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        error = data.get("error")
+        if error:  # a gateway that answers 200 with an error object
+            detail = error.get("message") if isinstance(error, Mapping) else error
+            raise InvalidResponse(f"the response has no choices but an error: {str(detail)[:300]}")
         raise InvalidResponse("the response has no choices")
     message = choices[0].get("message")
     if not isinstance(message, Mapping):
@@ -159,5 +163,13 @@ def _parse_tool_call(call: object) -> ToolCall:
     return ToolCall(id=str(call.get("id") or ""), name=str(function["name"]), arguments=arguments)
 
 
+MAX_REPORTED_TOKENS = 1 << 40
+"""A token count above this (about 10^12) is not a real call's: read as not reported."""
+
+
 def _as_int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    """A count the endpoint reported; anything but an integer in 0..MAX_REPORTED_TOKENS is 0
+    (not reported: the estimate stands), so a made-up count cannot overflow the stores."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPORTED_TOKENS:
+        return value
+    return 0

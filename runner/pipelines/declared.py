@@ -4,7 +4,7 @@ then the synthesis step (if any). The run hands in a :class:`StepHost` to run ea
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.config.graph import ancestors
 from runner.config.specs import PipelineSpec, StepSpec, TaskSpec
@@ -12,7 +12,9 @@ from runner.core.status import Status, as_final, worst
 from runner.core.steps import StepRecord
 from runner.pipelines.dag import Node, NodeRunner, run_dag
 from runner.pipelines.host import StepHost
-from runner.pipelines.planner import PlanOutcome, run_planned
+
+if TYPE_CHECKING:
+    from runner.pipelines.planner import PlanOutcome
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,11 @@ async def run_pipeline(host: StepHost, task: TaskSpec) -> PipelineOutcome:
     bad = [r for r in results.values() if not r.completed]
     if bad:
         return PipelineOutcome.from_step(worst(bad, lambda r: r.status))
-    plan = await run_planned(host, pipeline.planner, pipeline.max_parallel) if pipeline.planner else None
+    plan = None
+    if pipeline.planner:
+        from runner.pipelines.planner import run_planned  # tasks with a planner only
+
+        plan = await run_planned(host, pipeline.planner, pipeline.max_parallel)
     if plan is not None and plan.status != "completed":
         return PipelineOutcome(plan.status, None, plan.error, plan.error_kind, plan.error_scope, plan)
     if pipeline.synthesis is not None:

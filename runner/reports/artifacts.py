@@ -26,7 +26,6 @@ from typing import Any
 
 from runner.files import write_atomic
 from runner.redact import redact_secrets
-from runner.reports.screen import SecretFound, screen_artifact
 from runner.tools.paths import WorkspacePathError, open_beneath, reportable_path
 
 MAX_ARTIFACT_BYTES = 20 * 1024 * 1024
@@ -194,6 +193,8 @@ def report_path_of(relative: str, report_dir: Path) -> str:
 
 
 def _copy(artifact: Mapping[str, Any], content: bytes, report_dir: Path, secrets: Sequence[str]) -> CopiedArtifact:
+    from runner.reports.screen import SecretFound, screen_artifact  # a run with artifacts only
+
     path = artifact["path"]
     try:
         screened = screen_artifact(content, secrets)

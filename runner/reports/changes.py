@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,6 +121,8 @@ def _as_text(value: Any) -> str:
 
 
 def _text_diff(before: str, after: str) -> list[str]:
+    import difflib  # only when there is an earlier output to compare with
+
     old, new = before.splitlines()[:MAX_DIFF_INPUT_LINES], after.splitlines()[:MAX_DIFF_INPUT_LINES]
     lines = difflib.unified_diff(old, new, "previous", "this run", n=1, lineterm="")
     return [line for line in lines if not line.startswith(("---", "+++"))]

@@ -17,10 +17,13 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 import runner
 from runner.reports import costs, narrative
 from runner.reports.record import SCHEMA_VERSION, fill_usage_rollups
+from runner.reports.template_cache import signed_bytecode_cache
 from runner.reports.transcript import message_text, turns
 from runner.reports.view import Chart, ReportView, build_view
 
 TEMPLATE = "report.html.j2"
+BYTECODE_NAMESPACE = "runner.reports.html/1"
+"""Names this environment's entries in the template cache (change it when its options change)."""
 TRANSCRIPT_PART_CHARS = 20_000
 """Characters of one message or tool output the page shows."""
 
@@ -59,7 +62,12 @@ def render_html(
 
 @cache
 def _environment() -> Environment:
-    env = Environment(loader=PackageLoader("runner.reports", "templates"), autoescape=True, undefined=StrictUndefined)
+    env = Environment(
+        loader=PackageLoader("runner.reports", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        bytecode_cache=signed_bytecode_cache(BYTECODE_NAMESPACE),  # compiled once per user, not per run
+    )
     env.filters["message_text"] = message_text
     env.filters["truncate_chars"] = _truncate_chars
     return env

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+CUT_SHORT = "(no response recorded: the process ended while this call was in flight)"
+
 
 @dataclass(frozen=True)
 class Turn:
@@ -84,6 +86,8 @@ def _model_turn(entry: Mapping[str, Any], repeated: int) -> Turn:
     )
     names = tuple(str((t.get("function") or {}).get("name", "?")) for t in entry.get("tools") or [] if isinstance(t, Mapping))
     response = entry.get("response")
+    if response is None and entry.get("status") == "reserved":  # written before the call was sent; never settled
+        return Turn("model", title, tuple(entry["messages"][repeated:]), repeated, names, CUT_SHORT)
     return Turn(
         "model", title, tuple(entry["messages"][repeated:]), repeated, names,
         message_text(response) if response else "", error=entry.get("error") if response is None else None,

@@ -26,8 +26,6 @@ from runner.files import write_atomic, write_text_atomic
 from runner.redact import redact_secrets
 from runner.reports import costs
 from runner.reports.artifacts import CopiedArtifact, copy_artifacts, media_type_of
-from runner.reports.html import render_html
-from runner.reports.markdown import render_markdown
 from runner.reports.record import fill_usage_rollups, finite_json, validate_record
 from runner.tools.paths import WorkspacePathError, reportable_path
 
@@ -85,8 +83,12 @@ def write_report(
         artifacts_rel[costs.COST_CHART_KEY] = COST_CHART_FILE
     written: dict[str, Path] = {}
     if "markdown" in formats:
+        from runner.reports.markdown import render_markdown  # each renderer loads when its format is written
+
         written["markdown"] = write_text_atomic(out_dir / FILE_NAMES["markdown"], render_markdown(shown, artifacts_rel))
     if "html" in formats or "pdf" in formats:
+        from runner.reports.html import render_html  # Jinja2 and the page's view
+
         page = render_html(shown, images, redact_secrets(list(transcript), secrets))
         html = write_text_atomic(out_dir / (FILE_NAMES["html"] if "html" in formats else PRINT_FILE), page)
         if "html" in formats:

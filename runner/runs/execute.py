@@ -22,26 +22,28 @@ from pathlib import Path
 from typing import Any
 
 from runner.agent.embedding_meter import LedgerEmbeddingMeter, embedding_pricer
-from runner.caps.budget import Budget
+from runner.caps.budget import Budget, Owner
 from runner.config.coerce import resolve_inputs
 from runner.config.project import Project
 from runner.config.specs import TaskSpec
 from runner.config.templates import TemplateError, render
 from runner.core.results import RunResult
 from runner.errors import CapReached, UsageError
+from runner.local_state import state_dir
 from runner.locations import Location, upload_tree
 from runner.model.factory import ModelPool
 from runner.pipelines.declared import PipelineOutcome, run_pipeline
 from runner.redact import redact_secrets
 from runner.runs.context import RunContext
+from runner.runs.local_dirs import check_local_dirs
 from runner.runs.options import RunOptions
 from runner.runs.record import build_record
 from runner.runs.secrets import known_secrets
 from runner.runs.services import RunServices, open_services
 from runner.runs.steps import StepRunner, preflight_prices, run_agent_step
 from runner.runs.tracing import traced_run
-from runner.runs.workspace import RUN_DIR, reusable_steps, run_workspace
 from runner.runs.workspace import default_workspace as default_workspace  # re-exported for callers
+from runner.runs.workspace import reusable_steps, run_workspace
 from runner.store.database import resolve_store
 from runner.store.recorder import RunRecorder
 from runner.store.runstore import RunStore, now_iso
@@ -50,7 +52,7 @@ from runner.tools.registry import ToolRegistry
 
 
 def default_store_path(root: Path) -> Path:
-    return root / RUN_DIR / "runs.sqlite3"
+    return state_dir(root) / "runs.sqlite3"
 
 
 def new_run_id(task: str) -> str:
@@ -89,6 +91,7 @@ async def execute_task(
     run_id = options.run_id or new_run_id(task.name)
     if not RUN_ID.fullmatch(run_id):
         raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' only (at most 128)")
+    check_local_dirs(project, task, options, store_given=store is not None)  # before anything is spent
     own_store = store is None
     store = store or open_run_store(project.root, path=options.store_path, url=options.store_url)
     own_pool = pool is None
@@ -112,10 +115,12 @@ async def _execute(
 ) -> RunResult:
     caps = task.caps.tighten(options.caps)
     chash = config_hash(project, task)
-    attempt = store.start_run(run_id, task.name, inputs, chash, caps.as_dict())
-    recorder = RunRecorder(store, run_id, attempt, options.events, known_secrets(project, options))
+    secrets = known_secrets(project, options)  # an input may hold a key: the store keeps it redacted, like everything else
+    attempt = store.start_run(run_id, task.name, redact_secrets(inputs, secrets), chash, caps.as_dict())
+    recorder = RunRecorder(store, run_id, attempt, options.events, secrets)
     try:
-        budget = options.parent_budget.child(caps, "task") if options.parent_budget else Budget(caps, scope="task")
+        owner = Owner(run_id, attempt)  # a shared scope records whose calls it holds
+        budget = options.parent_budget.child(caps, "task", owner=owner) if options.parent_budget else Budget(caps, "task", owner=owner)
         warnings = _carry_over(store, run_id, budget) if attempt > 1 else []
         completed = store.completed_steps(run_id) if options.resume and attempt > 1 else {}
         resumed, moved = reusable_steps(project, task, run_id, options, completed)
@@ -268,7 +273,7 @@ RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 def open_run_store(root: Path, *, path: Path | None = None, url: str | None = None) -> RunStore:
     """The run store: ``url`` (PostgreSQL), else the SQLite file ``path``, else ``$RUNNER_STORE_URL``,
-    else ``<root>/.runner/runs.sqlite3`` (see :func:`runner.store.database.resolve_store`)."""
+    else ``<state dir>/runs.sqlite3`` (``<root>/.runner``, or ``$RUNNER_STATE_DIR``) (see :func:`runner.store.database.resolve_store`)."""
     target = resolve_store(url=url, path=path, default=default_store_path(root))
     try:
         return RunStore(target)

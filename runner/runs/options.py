@@ -22,11 +22,11 @@ class RunOptions:
     run_id: str | None = None
     caps: Caps = field(default_factory=Caps)  # tightens the task's caps for this run
     parent_budget: Budget | None = None  # e.g. the batch's budget
-    store_path: Path | None = None  # SQLite run store; default $RUNNER_STORE_URL, else <root>/.runner/runs.sqlite3
+    store_path: Path | None = None  # SQLite run store; default $RUNNER_STORE_URL, else <state dir>/runs.sqlite3
     store_url: str | None = None  # a shared run store (postgresql://...); wins over store_path and the environment
     reports_dir: Location | None = None  # a directory or a URL (runner.locations); default <root>/reports
     write_report: bool = True
-    workspace_dir: Path | None = None  # default <root>/.runner/workspaces/<run_id>
+    workspace_dir: Path | None = None  # default <state dir>/workspaces/<run_id> (runner.local_state)
     model_override: str | None = None  # --model
     base_url_override: str | None = None  # --base-url
     api_key: str | None = None  # given by the caller (e.g. Airflow connection), never logged

@@ -10,15 +10,17 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.config.project import Project
 from runner.config.specs import AgentSpec, TaskSpec
 from runner.errors import ConfigError, did_you_mean
-from runner.knowledge.base import KnowledgeBase, RefreshReport
-from runner.knowledge.memory import MemoryScope, MemoryStore, Notebook
+from runner.local_state import state_dir
 from runner.runs.options import RunOptions
-from runner.runs.workspace import RUN_DIR
+
+if TYPE_CHECKING:  # loaded by the runs that open a knowledge base or memory, not by every run
+    from runner.knowledge.base import KnowledgeBase, RefreshReport
+    from runner.knowledge.memory import MemoryStore, Notebook
 
 MEMORY_TOOLS = frozenset({"remember", "recall"})
 BROWSER_TOOLS = frozenset({"browse"})
@@ -26,7 +28,7 @@ BROWSER_TOOLS = frozenset({"browse"})
 
 def index_path(root: Path, name: str) -> Path:
     """Where the index of knowledge base ``name`` lives."""
-    return root / RUN_DIR / "knowledge" / f"{name}.sqlite3"
+    return state_dir(root) / "knowledge" / f"{name}.sqlite3"
 
 
 @dataclass
@@ -53,6 +55,8 @@ class RunServices:
         """The memory an agent reads and writes, in its declared scope."""
         if self.memory is None:
             return None
+        from runner.knowledge.memory import MemoryScope, Notebook
+
         policy = agent.memory
         key = {"agent": f"agent:{agent.name}", "task": f"task:{task.name}", "project": "project"}[policy.scope]
         return Notebook(self.memory, MemoryScope(key, policy.max_entries, policy.max_age_days))
@@ -65,7 +69,9 @@ async def open_services(project: Project, task: TaskSpec, options: RunOptions, s
     services.knowledge, _ = await open_knowledge(project, names, options, stack, refresh=False)  # refreshed by the run, metered
     used = _tools_used(project, task)
     if used & MEMORY_TOOLS:
-        services.memory = MemoryStore(project.root / RUN_DIR / "memory.sqlite3")
+        from runner.knowledge.memory import MemoryStore
+
+        services.memory = MemoryStore(state_dir(project.root) / "memory.sqlite3")
         stack.callback(services.memory.close)
     if used & BROWSER_TOOLS:
         from runner.tools.browser import Browser
@@ -84,6 +90,8 @@ async def open_knowledge(
     use, then incrementally), embeddings requests metered by ``meter_for(name)`` when given."""
     bases: dict[str, KnowledgeBase] = {}
     reports: dict[str, RefreshReport] = {}
+    if names:
+        from runner.knowledge.base import KnowledgeBase
     for name in names:
         spec = project.knowledge.get(name)
         if spec is None:

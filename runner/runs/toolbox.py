@@ -20,7 +20,7 @@ def tool_context(
     """A :class:`ToolContext` from trusted configuration only (never from model output);
     ``sql``: the SQL sources of the run's task."""
     from runner.tools.net import NetworkPolicy
-    from runner.tools.sandbox import SandboxPolicy
+    from runner.tools.sandbox_policy import SandboxPolicy
 
     sql = sql or SqlSources()
     if agent is None:

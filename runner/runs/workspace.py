@@ -25,17 +25,17 @@ from runner.config.project import Project
 from runner.config.specs import TaskSpec
 from runner.core.steps import StepRecord
 from runner.errors import ConfigError, WorkspaceTampered
+from runner.local_state import state_dir
 from runner.redact import redact
 from runner.runs.options import RunOptions
 from runner.tools.paths import open_beneath
 
-RUN_DIR = ".runner"
 _CHUNK = 1 << 20
 
 
 def default_workspace(root: Path, run_id: str) -> Path:
-    """Where run ``run_id`` keeps its files (tables, charts) unless told otherwise."""
-    return root / RUN_DIR / "workspaces" / run_id
+    """Where run ``run_id`` keeps its files (tables, charts) unless told otherwise (in the state directory)."""
+    return state_dir(root) / "workspaces" / run_id
 
 
 def run_workspace(project: Project, task: TaskSpec, run_id: str, options: RunOptions, *, fresh: bool) -> Path:
@@ -49,7 +49,7 @@ def run_workspace(project: Project, task: TaskSpec, run_id: str, options: RunOpt
     workspace = (options.workspace_dir or default_workspace(project.root, run_id)).resolve()
     if fresh and options.workspace_dir is None:
         wipe_workspace(workspace)
-    if not _uses_workspace(project, task):
+    if not uses_workspace(project, task):
         return workspace
     _make_directory(workspace)
     for rel in task.workspace_files:
@@ -77,7 +77,7 @@ def reusable_steps(
     and the warning names them.
     """
     workspace = options.workspace_dir or default_workspace(project.root, run_id)
-    if not completed or not _uses_workspace(project, task) or os.path.lexists(workspace):
+    if not completed or not uses_workspace(project, task) or os.path.lexists(workspace):
         return dict(completed), None
     kept = {step_id: record for step_id, record in completed.items() if record.kind != "tool"}
     rerun = sorted(set(completed) - set(kept))
@@ -128,7 +128,8 @@ def copy_into_workspace(workspace: Path, source: Path, name: str) -> None:
         _replace_with_copy(source_fd, root_fd, name)
 
 
-def _uses_workspace(project: Project, task: TaskSpec) -> bool:
+def uses_workspace(project: Project, task: TaskSpec) -> bool:
+    """Whether a run of ``task`` writes a workspace (it has task files, or tools)."""
     uses_tools = bool(task.workspace_files) or any(project.agents[a].tools for a in task.agents_used())
     return uses_tools or bool(task.pipeline and any(s.tool or s.tools for s in task.pipeline.steps))
 

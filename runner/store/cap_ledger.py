@@ -1,14 +1,26 @@
 """The shared cap ledger: the spend, reservations and caps of scopes many workers share.
 
 One row per scope in ``cap_scopes`` (in the run store's PostgreSQL database, or an SQLite
-file every process of one machine reaches). It is the :class:`~runner.caps.shared.ScopeLedger`
-of :class:`~runner.caps.shared.SharedBudget`; every operation is one statement, so it is
-atomic on both backends:
+file every process of one machine reaches), and one row per reservation in ``cap_entries``,
+naming its holder (the process, :mod:`runner.store.cap_holders`) and its owner (the run and
+attempt whose call it is). It is the :class:`~runner.caps.shared.ScopeLedger` of
+:class:`~runner.caps.shared.SharedBudget`. Each operation is one transaction, keyed by the
+reservation's id, so it is atomic on both backends and applied once even when it is sent
+again after a dropped connection:
 
 * reserve: ``UPDATE cap_scopes SET reserved_* = reserved_* + ? WHERE key = ? AND <every cap
-  still allows it> RETURNING key``: no row back means refused, and nothing was held;
-* settle: ``reserved_* = reserved_* - held, spent_* = spent_* + actual``;
-* a tool call: ``spent_tool_calls + 1 <= max_tool_calls``, checked and counted at once.
+  still allows it> RETURNING key`` and the entry ``held``: no row back means refused, and
+  nothing was held; an entry already there means an earlier try committed;
+* settle: the entry ``held -> settled``, ``reserved_* -= worst case, spent_* += actual``;
+  an entry already settled is left alone;
+* a tool call: ``spent_tool_calls + 1 <= max_tool_calls``, checked and counted at once, with
+  its entry;
+* take over (:meth:`CapLedger.take_over`): when a run resumes after its worker died, the
+  reservations the dead worker held for that run are carried forward: ``held -> carried``,
+  their worst case moved from ``reserved`` to ``spent`` (the endpoint may have billed them,
+  as the run store counts them ``unsettled``). Counted once: a carried entry is never taken
+  over or held again, and should its call be settled after all (the worker was cut off, not
+  dead), the actual replaces the worst case.
 
 The rule is :meth:`runner.caps.budget.Budget._check`'s: a call fits when ``spent + reserved
 + its worst case <= cap``; a check with nothing to add (before a row or step starts) fails
@@ -18,36 +30,64 @@ once ``spent + reserved`` has reached the cap.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from runner.config.specs import SUMMED_CAPS, Caps
 from runner.core.usage import Usage
 from runner.errors import UsageError
-from runner.store.database import Database, SqliteDatabase
+from runner.store import cap_holders
+from runner.store.cap_holders import Holder
+from runner.store.database import Database
+from runner.store.schema import Schema
 
-_SCHEMA = """
+SCHEMA = Schema("""
 CREATE TABLE IF NOT EXISTS cap_scopes (
   key TEXT PRIMARY KEY,
-  max_steps BIGINT,
-  max_tool_calls BIGINT,
-  max_input_tokens BIGINT,
-  max_output_tokens BIGINT,
-  max_tokens BIGINT,
+  max_steps {bigint},
+  max_tool_calls {bigint},
+  max_input_tokens {bigint},
+  max_output_tokens {bigint},
+  max_tokens {bigint},
   max_cost_usd {real},
-  spent_input_tokens BIGINT NOT NULL DEFAULT 0,
-  spent_output_tokens BIGINT NOT NULL DEFAULT 0,
-  spent_cached_input_tokens BIGINT NOT NULL DEFAULT 0,
+  spent_input_tokens {bigint} NOT NULL DEFAULT 0,
+  spent_output_tokens {bigint} NOT NULL DEFAULT 0,
+  spent_cached_input_tokens {bigint} NOT NULL DEFAULT 0,
   spent_cost_usd {real} NOT NULL DEFAULT 0,
-  spent_model_calls BIGINT NOT NULL DEFAULT 0,
-  spent_tool_calls BIGINT NOT NULL DEFAULT 0,
-  reserved_input_tokens BIGINT NOT NULL DEFAULT 0,
-  reserved_output_tokens BIGINT NOT NULL DEFAULT 0,
+  spent_model_calls {bigint} NOT NULL DEFAULT 0,
+  spent_tool_calls {bigint} NOT NULL DEFAULT 0,
+  reserved_input_tokens {bigint} NOT NULL DEFAULT 0,
+  reserved_output_tokens {bigint} NOT NULL DEFAULT 0,
   reserved_cost_usd {real} NOT NULL DEFAULT 0,
-  reserved_model_calls BIGINT NOT NULL DEFAULT 0,
+  reserved_model_calls {bigint} NOT NULL DEFAULT 0,
   created_at TEXT NOT NULL
-)
-"""
+);
+CREATE TABLE IF NOT EXISTS cap_entries (
+  scope TEXT NOT NULL,
+  id TEXT NOT NULL,
+  holder TEXT NOT NULL,
+  run_id TEXT,
+  attempt {int},
+  status TEXT NOT NULL,
+  input_tokens {bigint} NOT NULL DEFAULT 0,
+  output_tokens {bigint} NOT NULL DEFAULT 0,
+  cost_usd {real} NOT NULL DEFAULT 0,
+  model_calls {bigint} NOT NULL DEFAULT 0,
+  tool_calls {bigint} NOT NULL DEFAULT 0,
+  spent_input_tokens {bigint},
+  spent_output_tokens {bigint},
+  spent_cost_usd {real},
+  carried_by TEXT,
+  created_at TEXT NOT NULL,
+  settled_at TEXT,
+  PRIMARY KEY (scope, id)
+);
+CREATE INDEX IF NOT EXISTS cap_entries_held ON cap_entries (scope, status, run_id)
+""")
+"""The ledger's tables (:mod:`runner.store.schema`): ``cap_entries.status`` is ``held``,
+``settled``, ``carried`` (taken over by the run's next attempt) or ``released``; the first
+columns are what the entry holds (its worst case, or a tool-call count), ``spent_*`` what it used."""
 _LIMITS: tuple[tuple[str, str, Callable[[Usage], float]], ...] = (
     ("max_steps", "spent_model_calls + reserved_model_calls", lambda u: u.model_calls),
     ("max_input_tokens", "spent_input_tokens + reserved_input_tokens", lambda u: u.input_tokens),
@@ -60,30 +100,48 @@ _LIMITS: tuple[tuple[str, str, Callable[[Usage], float]], ...] = (
     ("max_cost_usd", "spent_cost_usd + reserved_cost_usd", lambda u: u.cost_usd),
 )
 """Each cap a reservation is checked against: (cap column, what it limits, what the call adds)."""
+_HELD = "input_tokens, output_tokens, cost_usd, model_calls"
+_MOVE = (
+    "UPDATE cap_scopes SET reserved_input_tokens = reserved_input_tokens - ?,"
+    " reserved_output_tokens = reserved_output_tokens - ?, reserved_cost_usd = reserved_cost_usd - ?,"
+    " reserved_model_calls = reserved_model_calls - ?,"
+    " spent_input_tokens = spent_input_tokens + ?, spent_output_tokens = spent_output_tokens + ?,"
+    " spent_cached_input_tokens = spent_cached_input_tokens + ?, spent_cost_usd = spent_cost_usd + ?,"
+    " spent_model_calls = spent_model_calls + ?, spent_tool_calls = spent_tool_calls + ?"
+    " WHERE key = ?"
+)
+"""Take held figures (:func:`_held`) out of the reservations and add spent ones (:func:`_spent`), in scope ``key``."""
 
 
 @dataclass(frozen=True)
 class ScopeFigures:
-    """One shared scope as the ledger holds it: its caps, what was spent, what is still held."""
+    """One shared scope as the ledger holds it: its caps, what was spent, what is still held,
+    and how much of that is held by workers that died (their calls may have been billed)."""
 
     key: str
     caps: Caps
     spent: Usage
     reserved: Usage
+    held_by_dead: Usage = field(default_factory=Usage)
+    dead_holders: tuple[str, ...] = ()  # their labels ("host pid 1234")
 
     def as_dict(self) -> dict[str, Any]:
         """The batch report's ``ledger`` entry."""
         return {"scope": self.key, "caps": self.caps.as_dict(), "spent": self.spent.as_dict(),
-                "reserved": self.reserved.as_dict()}  # fmt: skip
+                "reserved": self.reserved.as_dict(), "held_by_dead": self.held_by_dead.as_dict(),
+                "dead_holders": list(self.dead_holders)}  # fmt: skip
 
 
 class CapLedger:
-    """The ``cap_scopes`` table of one database (a :class:`~runner.caps.shared.ScopeLedger`)."""
+    """The ``cap_scopes`` and ``cap_entries`` tables of one database (a
+    :class:`~runner.caps.shared.ScopeLedger`); this process is one holder in it."""
 
     def __init__(self, database: Database) -> None:
         self.db = database
-        real = "REAL" if isinstance(database, SqliteDatabase) else "DOUBLE PRECISION"
-        database.script(_SCHEMA.format(real=real))
+        self.holder = Holder()
+        self._registered = False
+        database.create(SCHEMA)
+        database.create(cap_holders.SCHEMA)
 
     def open(self, key: str, caps: Caps, now: str) -> None:
         """Create scope ``key`` with ``caps`` (its shared part) unless it exists; an existing
@@ -94,6 +152,7 @@ class CapLedger:
         self.db.execute(
             f"INSERT INTO cap_scopes (key, {columns}, created_at) VALUES (?, {marks}, ?) ON CONFLICT (key) DO NOTHING",
             (key, *(getattr(wanted, name) for name in SUMMED_CAPS), now),
+            idempotent=True,
         )
         held = self.scope(key).caps
         if held.as_dict() != wanted.as_dict():
@@ -101,56 +160,105 @@ class CapLedger:
                 f"the shared cap scope {key!r} in {self.db.where} holds caps {held.as_dict()}, this batch wants "
                 f"{wanted.as_dict()}; one scope serves one batch (start a new dag run for new caps)"
             )
+        self._register()
 
-    def reserve(self, key: str, held: Usage) -> bool:
-        conditions, params = [], []
-        for cap, used, added in _LIMITS:
-            extra = added(held)
-            if extra > 0 or cap == "max_steps":
-                conditions.append(f"({cap} IS NULL OR {used} + ? <= {cap})")
-                params.append(extra)
-            else:  # nothing to add: refused once the cap is reached
-                conditions.append(f"({cap} IS NULL OR {used} < {cap})")
-        found = self.db.row(
+    def close(self) -> None:
+        """Close the connection (on PostgreSQL this ends the holder's liveness lock)."""
+        self.db.close()
+
+    # --- the ScopeLedger operations ------------------------------------------------------
+
+    def reserve(self, key: str, held: Usage, *, entry: str | None = None, owner: tuple[str, int] | None = None) -> bool:
+        """Hold ``held`` in scope ``key`` if every cap allows it, as reservation ``entry`` of
+        ``owner`` (run id, attempt); ``False`` if refused. Without ``entry`` (or with nothing
+        to hold) it only checks."""
+        conditions, params = _conditions(held)
+        check = (
             "UPDATE cap_scopes SET reserved_input_tokens = reserved_input_tokens + ?,"
             " reserved_output_tokens = reserved_output_tokens + ?, reserved_cost_usd = reserved_cost_usd + ?,"
             " reserved_model_calls = reserved_model_calls + ?"
-            f" WHERE key = ? AND {' AND '.join(conditions)} RETURNING key",
-            (held.input_tokens, held.output_tokens, held.cost_usd, held.model_calls, key, *params),
+            f" WHERE key = ? AND {conditions} RETURNING key"
         )
-        return found is not None
+        values = (held.input_tokens, held.output_tokens, held.cost_usd, held.model_calls, key, *params)
+        if entry is None or held == Usage():
+            return self.db.row(check, values, idempotent=held == Usage()) is not None
+        self._register()
+        run_id, attempt = owner or (None, None)
 
-    def settle(self, key: str, held: Usage, actual: Usage | None) -> None:
-        spend = actual or Usage()
-        self.db.execute(
-            "UPDATE cap_scopes SET reserved_input_tokens = reserved_input_tokens - ?,"
-            " reserved_output_tokens = reserved_output_tokens - ?, reserved_cost_usd = reserved_cost_usd - ?,"
-            " reserved_model_calls = reserved_model_calls - ?,"
-            " spent_input_tokens = spent_input_tokens + ?, spent_output_tokens = spent_output_tokens + ?,"
-            " spent_cached_input_tokens = spent_cached_input_tokens + ?, spent_cost_usd = spent_cost_usd + ?,"
-            " spent_model_calls = spent_model_calls + ?, spent_tool_calls = spent_tool_calls + ?"
-            " WHERE key = ?",
-            (
-                held.input_tokens, held.output_tokens, held.cost_usd, held.model_calls,
-                spend.input_tokens, spend.output_tokens, spend.cached_input_tokens, spend.cost_usd,
-                spend.model_calls, spend.tool_calls, key,
-            ),
-        )  # fmt: skip
+        def hold(db: Database) -> bool:
+            if db.row(check, values) is None:
+                return False
+            db.execute(
+                f"INSERT INTO cap_entries (scope, id, holder, run_id, attempt, status, {_HELD}, created_at)"
+                " VALUES (?, ?, ?, ?, ?, 'held', ?, ?, ?, ?, ?)",
+                (key, entry, self.holder.id, run_id, attempt, *_held(held), _now()),
+            )
+            return True
 
-    def count_tool_call(self, key: str, count: int) -> bool:
-        found = self.db.row(
+        return self.db.atomic(hold, check=lambda db: True if self._entry(db, key, entry) else None)
+
+    def settle(self, key: str, held: Usage, actual: Usage | None, *, entry: str | None = None) -> None:
+        """Replace reservation ``entry``'s worst case by ``actual`` (``None``: the call was not
+        made). Once: an entry already settled is left alone. Without ``entry``, ``held`` is
+        taken out by amount (a caller from before entries)."""
+        if entry is None:
+            spend = actual or Usage()
+            self.db.execute(_MOVE, (*_held(held), *_spent(spend), key))
+            return
+        self.db.atomic(lambda db: self._settle(db, key, entry, held, actual))
+
+    def count_tool_call(self, key: str, count: int, *, entry: str | None = None) -> bool:
+        """Count ``count`` tool calls unless that exceeds ``max_tool_calls``; ``False`` if it would."""
+        counted = (
             "UPDATE cap_scopes SET spent_tool_calls = spent_tool_calls + ?"
-            " WHERE key = ? AND (max_tool_calls IS NULL OR spent_tool_calls + ? <= max_tool_calls) RETURNING key",
-            (count, key, count),
+            " WHERE key = ? AND (max_tool_calls IS NULL OR spent_tool_calls + ? <= max_tool_calls) RETURNING key"
         )
-        return found is not None
+        if entry is None:
+            return self.db.row(counted, (count, key, count)) is not None
+        self._register()
+
+        def count_once(db: Database) -> bool:
+            if self._entry(db, key, entry) is not None:
+                return True  # an earlier try committed
+            if db.row(counted, (count, key, count)) is None:
+                return False
+            db.execute(
+                "INSERT INTO cap_entries (scope, id, holder, status, tool_calls, created_at) VALUES (?, ?, ?, 'settled', ?, ?)",
+                (key, entry, self.holder.id, count, _now()),
+            )
+            return True
+
+        return self.db.atomic(count_once)
+
+    def take_over(self, key: str, run_id: str) -> Usage:
+        """Carry forward what dead holders still hold in scope ``key`` for run ``run_id`` (its
+        next attempt is starting): their worst case moves from held to spent. Returns it."""
+        self._register()
+        return self.db.atomic(lambda db: self._take_over(db, key, run_id))
 
     def figures(self, key: str) -> tuple[Usage, Usage]:
-        found = self.scope(key)
+        """``(spent, reserved)`` as the database holds them now."""
+        found = self._figures(key)
         return found.spent, found.reserved
 
     def scope(self, key: str) -> ScopeFigures:
-        """Scope ``key``'s caps and figures (:class:`KeyError` if there is none)."""
+        """Scope ``key``'s caps and figures, with what dead holders hold (:class:`KeyError` if there is none)."""
+        found = self._figures(key)
+        held = self.db.rows(
+            f"SELECT holder, {_sums()} FROM cap_entries WHERE scope = ? AND status = 'held' GROUP BY holder", (key,)
+        )
+        gone = cap_holders.dead(self.db, {r["holder"] for r in held})
+        by_dead = sum((_usage(r) for r in held if r["holder"] in gone), Usage())
+        return ScopeFigures(found.key, found.caps, found.spent, found.reserved, by_dead, tuple(sorted(gone.values())))
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _register(self) -> None:
+        if not self._registered:
+            self.holder.register(self.db, _now())
+            self._registered = True
+
+    def _figures(self, key: str) -> ScopeFigures:
         row = self.db.row("SELECT * FROM cap_scopes WHERE key = ?", (key,))
         if row is None:
             raise KeyError(key)
@@ -164,6 +272,88 @@ class CapLedger:
             int(row["reserved_model_calls"]),
         )  # fmt: skip
         return ScopeFigures(key, caps, spent, reserved)
+
+    def _entry(self, db: Database, key: str, entry: str) -> dict[str, Any] | None:
+        return db.row(f"SELECT * FROM cap_entries WHERE scope = ? AND id = ?{db.lock_rows}", (key, entry))
+
+    def _settle(self, db: Database, key: str, entry: str, held: Usage, actual: Usage | None) -> None:
+        found = self._entry(db, key, entry)
+        spend = actual or Usage()
+        if found is None:  # nothing was held (a zero estimate), but the call used something
+            if actual is not None and spend != Usage():
+                db.execute(
+                    "INSERT INTO cap_entries (scope, id, holder, status, created_at, settled_at) VALUES (?, ?, ?, 'settled', ?, ?)",
+                    (key, entry, self.holder.id, _now(), _now()),
+                )
+                db.execute(_MOVE, (*_held(Usage()), *_spent(spend), key))
+            return
+        if found["status"] not in ("held", "carried"):
+            return  # settled or released before: applied once
+        worst = _usage(found)
+        db.execute(
+            "UPDATE cap_entries SET status = ?, spent_input_tokens = ?, spent_output_tokens = ?, spent_cost_usd = ?,"
+            " settled_at = ? WHERE scope = ? AND id = ?",
+            ("settled" if actual is not None else "released", spend.input_tokens, spend.output_tokens, spend.cost_usd,
+             _now(), key, entry),
+        )  # fmt: skip
+        if found["status"] == "held":
+            db.execute(_MOVE, (*_held(worst), *_spent(spend), key))
+        else:  # carried: its worst case is in the spend already; the actual replaces it
+            db.execute(_MOVE, (*_held(Usage()), *_spent(spend - worst), key))
+
+    def _take_over(self, db: Database, key: str, run_id: str) -> Usage:
+        held = db.rows(
+            f"SELECT id, holder, {_HELD} FROM cap_entries WHERE scope = ? AND run_id = ? AND status = 'held'"
+            f" AND holder <> ?{db.lock_rows}",
+            (key, run_id, self.holder.id),
+        )
+        gone = cap_holders.dead(db, {r["holder"] for r in held})
+        carried = [r for r in held if r["holder"] in gone]
+        if not carried:
+            return Usage()
+        now = _now()
+        for found in carried:
+            db.execute(
+                "UPDATE cap_entries SET status = 'carried', carried_by = ?, settled_at = ? WHERE scope = ? AND id = ?",
+                (self.holder.id, now, key, found["id"]),
+            )
+        total = sum((_usage(r) for r in carried), Usage())
+        db.execute(_MOVE, (*_held(total), *_spent(total), key))
+        return total
+
+
+def _conditions(held: Usage) -> tuple[str, list[float]]:
+    conditions, params = [], []
+    for cap, used, added in _LIMITS:
+        extra = added(held)
+        if extra > 0 or cap == "max_steps":
+            conditions.append(f"({cap} IS NULL OR {used} + ? <= {cap})")
+            params.append(extra)
+        else:  # nothing to add: refused once the cap is reached
+            conditions.append(f"({cap} IS NULL OR {used} < {cap})")
+    return " AND ".join(conditions), params
+
+
+def _held(usage: Usage) -> tuple[Any, ...]:
+    return usage.input_tokens, usage.output_tokens, usage.cost_usd, usage.model_calls
+
+
+def _spent(usage: Usage) -> tuple[Any, ...]:
+    return (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.cost_usd, usage.model_calls,
+            usage.tool_calls)  # fmt: skip
+
+
+def _sums() -> str:
+    return ", ".join(f"COALESCE(SUM({c}), 0) AS {c}" for c in _HELD.split(", "))
+
+
+def _usage(row: dict[str, Any]) -> Usage:
+    """The worst case an entry holds (or, summed, several do)."""
+    return Usage(int(row["input_tokens"]), int(row["output_tokens"]), 0, float(row["cost_usd"]), int(row["model_calls"]))
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def _number(value: Any) -> int | float | None:

@@ -7,10 +7,17 @@ comes from the URL or ``$PGPASSWORD`` (libpq reads it) and is never part of a me
 :func:`redacted_url` is what errors and logs show.
 
 SQL is written once, with ``?`` placeholders, in the subset both accept (``INSERT ... ON
-CONFLICT``, ``RETURNING``, ``COALESCE``, ``CASE``); :class:`PostgresDatabase` turns ``?`` into
-psycopg's ``%s``. Only table definitions differ (each store keeps one script per dialect).
-Both connections are in autocommit mode: a lone statement is its own transaction, and
-:meth:`Database.transaction` groups several.
+CONFLICT``, ``RETURNING``, ``COALESCE``, ``CASE``); :class:`~runner.store.postgres.PostgresDatabase`
+turns ``?`` into psycopg's ``%s``. Table definitions are written once too, with a type map per
+dialect (:mod:`runner.store.schema`). Both connections are in autocommit mode: a lone
+statement is its own transaction, and :meth:`Database.atomic` groups several.
+
+A PostgreSQL connection can drop (a server restart, ``pg_terminate_backend``, a network
+blip). Reads are then repeated on a new connection, with backoff, for a bounded time; a
+write is repeated only when it is safe to apply twice (``idempotent=True``) or when the
+caller gives :meth:`Database.atomic` a ``check`` that tells whether the first try committed
+(a ``COMMIT`` whose answer was lost may have). When the server stays away,
+:class:`~runner.errors.StoreUnavailable` names the store (password redacted) and what to do.
 """
 
 from __future__ import annotations
@@ -20,18 +27,23 @@ import os
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from runner.errors import StoreUnavailable, UsageError
-from runner.redact import redact
+from runner.errors import UsageError
+from runner.store.schema import Dialect as Dialect  # re-exported: what a Database is
+from runner.store.schema import Schema
 
 STORE_URL_ENV = "RUNNER_STORE_URL"
 """The environment variable naming the shared database (``postgresql://user@host/db``)."""
+PAGE_CACHE_KIB = 256
+"""SQLite's own page cache per connection (its default is 2,000 KiB). The run store and the
+batch journal write far more than they read back, and the operating system caches the file
+anyway: a smaller cache is 1.75 MiB less resident memory per connection at the same speed."""
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
-Dialect = Literal["sqlite", "postgresql"]
+T = TypeVar("T")
 
 
 def is_postgres_url(target: str | os.PathLike[str] | None) -> bool:
@@ -102,59 +114,138 @@ class Database(ABC):
 
     dialect: Dialect
     where: str  # what messages call this database (a path, or the URL without its password)
+    lock_rows = ""
+    """What a ``SELECT`` ends with to lock the rows it reads until the transaction ends (PostgreSQL's
+    ``FOR UPDATE``; an SQLite transaction holds the whole file already)."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._depth = 0
+        self._depth = 0  # > 0 inside a transaction: statements there are retried with their unit, not alone
 
     # --- statements ---------------------------------------------------------------------
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        """Every row of a query, as dicts."""
-        with self._lock:
-            return [dict(row) for row in self._cursor(sql, params).fetchall()]
+        """Every row of a query, as dicts (a read: repeated if the connection drops)."""
+        return self._statement(lambda: [dict(row) for row in self._cursor(sql, params).fetchall()], retry=True)
 
-    def row(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
-        """The first row of a query (``None`` if it has none); ``RETURNING`` statements too."""
-        with self._lock:
+    def row(self, sql: str, params: Sequence[Any] = (), *, idempotent: bool = False) -> dict[str, Any] | None:
+        """The first row of a query (``None`` if it has none); ``RETURNING`` statements too.
+        A ``SELECT`` is repeated on a dropped connection; a write only when ``idempotent``."""
+
+        def run() -> dict[str, Any] | None:
             found = self._cursor(sql, params).fetchone()
-        return dict(found) if found is not None else None
+            return dict(found) if found is not None else None
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Run one statement; returns the number of rows it changed."""
-        with self._lock:
-            return int(self._cursor(sql, params).rowcount)
+        return self._statement(run, retry=idempotent or is_read(sql))
 
-    @abstractmethod
-    def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
+    def execute(self, sql: str, params: Sequence[Any] = (), *, idempotent: bool = False) -> int:
+        """Run one statement; returns the number of rows it changed. Repeated on a dropped
+        connection only when ``idempotent`` (applying it twice leaves what applying it once does)."""
+        return self._statement(lambda: int(self._cursor(sql, params).rowcount), retry=idempotent or is_read(sql))
+
+    def executemany(self, sql: str, params: Iterable[Sequence[Any]], *, idempotent: bool = False) -> None:
         """Run one statement for each parameter tuple."""
+        batch = [tuple(p) for p in params]  # kept, so a retry sends the same rows
+        self._statement(lambda: self._executemany(sql, batch), retry=idempotent)
+
+    def atomic(self, unit: Callable[[Database], T], *, check: Callable[[Database], T | None] | None = None) -> T:
+        """``unit(db)`` in one transaction, its result returned. If the connection drops, the
+        unit runs again on a new one: first ``check(db)`` is asked whether the lost try
+        committed after all (its answer, not ``None``, is returned then). Without ``check``
+        the unit must be safe to apply twice. Nested in another transaction it joins it."""
+        with self._lock:
+            if self._depth:
+                return unit(self)
+            return self._retrying(lambda: self._in_transaction(unit), check)
+
+    def checked(self, write: Callable[[Database], T], *, check: Callable[[Database], T | None]) -> T:
+        """:meth:`atomic` for a ``write`` of one statement: sent on its own (a lone statement is its
+        own transaction: one round trip, not three), repeated after a dropped connection unless
+        ``check`` finds that the lost try committed."""
+        with self._lock:
+            if self._depth:
+                return write(self)
+            return self._retrying(lambda: write(self), check)
 
     @abstractmethod
     def transaction(self) -> contextlib.AbstractContextManager[Database]:
-        """Statements inside the block commit together or not at all (nesting joins the outer one)."""
+        """Statements inside the block commit together or not at all (nesting joins the outer
+        one). Not repeated on a dropped connection: :meth:`atomic` is."""
 
-    @abstractmethod
+    def create(self, schema: Schema) -> None:
+        """Create ``schema``'s tables and add its added columns where missing (a store made by
+        an earlier version keeps its rows), in one transaction, one process at a time."""
+        self.atomic(lambda db: db._apply(schema))
+
     def script(self, ddl: str) -> None:
-        """Run several ``;``-separated statements (table definitions)."""
+        """Run several ``;``-separated statements (table definitions, types as in :mod:`runner.store.schema`)."""
+        self.create(Schema(ddl))
+
+    def columns(self, table: str) -> set[str]:
+        """The column names of ``table`` (empty if there is no such table)."""
+        return {str(r["name"]) for r in self.rows(self._columns_sql(), (table,))}
 
     @abstractmethod
     def close(self) -> None:
         """Close the connection."""
 
+    def on_reconnect(self, hook: Callable[[Database], object]) -> None:
+        """Run ``hook`` on each new connection after a dropped one (an SQLite file never drops: no hook runs)."""
+        del hook
+
+    # --- what a backend provides ---------------------------------------------------------
+
     @abstractmethod
     def _cursor(self, sql: str, params: Sequence[Any]) -> Any:
         """Execute one statement; the DB-API cursor (the caller holds the lock)."""
+
+    @abstractmethod
+    def _executemany(self, sql: str, params: list[tuple[Any, ...]]) -> None:
+        """Execute one statement per parameter tuple (the caller holds the lock)."""
+
+    @abstractmethod
+    def _in_transaction(self, unit: Callable[[Database], T]) -> T:
+        """``unit(self)`` inside :meth:`transaction`."""
+
+    @abstractmethod
+    def _columns_sql(self) -> str:
+        """A query with one parameter (a table) whose rows' ``name`` are its columns."""
+
+    def _serialise_ddl(self) -> None:
+        """Make concurrent schema changes of other processes wait (inside the transaction); an
+        SQLite transaction (``BEGIN IMMEDIATE``) already holds the file's write lock."""
+        return None
+
+    def _retrying(self, run: Callable[[], T], check: Callable[[Database], T | None] | None) -> T:
+        """Run ``run`` (and on a dropped connection, reconnect and run it again; see :meth:`atomic`)."""
+        return run()
+
+    def _statement(self, run: Callable[[], T], *, retry: bool) -> T:
+        with self._lock:
+            if self._depth or not retry:
+                return run()
+            return self._retrying(run, None)
+
+    def _apply(self, schema: Schema) -> None:
+        self._serialise_ddl()
+        for statement in schema.statements(self.dialect):
+            self._cursor(statement, ())
+        for table, column, definition in schema.added_for(self.dialect):
+            if column not in {str(r["name"]) for r in self._cursor(self._columns_sql(), (table,)).fetchall()}:
+                self._cursor(f"ALTER TABLE {table} ADD COLUMN {column} {definition}", ())
 
 
 class SqliteDatabase(Database):
     """An SQLite file in WAL mode: safe for many threads of one process and a few processes of one machine.
 
     Lone surrogates (from invalid UTF-8) are stored as visible escapes (``\\udcff``).
+    ``synchronous`` is ``NORMAL`` (a committed transaction survives the process, not a power
+    loss) or ``FULL`` (an fsync per commit).
     """
 
     dialect: Dialect = "sqlite"
 
-    def __init__(self, path: Path, *, busy_seconds: float = 30) -> None:
+    def __init__(self, path: Path, *, busy_seconds: float = 30, synchronous: str = "NORMAL") -> None:
         super().__init__()
         self.path = path
         self.where = str(path)
@@ -162,12 +253,9 @@ class SqliteDatabase(Database):
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=busy_seconds)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'FULL' else 'NORMAL'}")
+        self._db.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
         self._db.execute(f"PRAGMA busy_timeout={int(busy_seconds * 1000)}")
-
-    def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
-        with self._lock:
-            self._db.executemany(sql, (_storable(p, nul=False) for p in params))
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Database]:
@@ -186,84 +274,29 @@ class SqliteDatabase(Database):
                 self._depth = 0
             self._db.execute("COMMIT")
 
-    def script(self, ddl: str) -> None:
-        with self._lock:
-            self._db.executescript(ddl)
-
-    def columns(self, table: str) -> set[str]:
-        with self._lock:
-            return {row["name"] for row in self._db.execute(f"PRAGMA table_info({table})")}
-
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
     def _cursor(self, sql: str, params: Sequence[Any]) -> Any:
-        return self._db.execute(sql, _storable(params, nul=False))
+        return self._db.execute(sql, storable(params, nul=False))
 
+    def _executemany(self, sql: str, params: list[tuple[Any, ...]]) -> None:
+        self._db.executemany(sql, (storable(p, nul=False) for p in params))
 
-class PostgresDatabase(Database):
-    """A PostgreSQL connection (psycopg 3, autocommit), shared by every worker that names the same URL.
+    def _in_transaction(self, unit: Callable[[Database], T]) -> T:
+        with self.transaction() as db:
+            return unit(db)
 
-    Text PostgreSQL cannot hold (NUL characters, lone surrogates from invalid UTF-8) is
-    stored as visible escapes (``\\x00``, ``\\udcff``), so a hostile value is kept, not fatal.
-    """
-
-    dialect: Dialect = "postgresql"
-
-    def __init__(self, url: str, *, application_name: str = "runner") -> None:
-        super().__init__()
-        self.url = url
-        self.where = redacted_url(url)
-        try:
-            import psycopg
-            from psycopg.rows import dict_row
-        except ImportError:  # pragma: no cover - psycopg is in the postgres extra
-            raise UsageError(
-                f"the store {self.where} is PostgreSQL, but psycopg is not installed: pip install 'runner[postgres]'"
-            ) from None
-        try:
-            self._db = psycopg.connect(
-                postgres_conninfo(url), autocommit=True, row_factory=dict_row, application_name=application_name,
-                connect_timeout=15, keepalives=1, keepalives_idle=30, keepalives_interval=10, keepalives_count=3,
-            )  # fmt: skip  # keepalives: a dead worker's session (and its advisory locks) end within about a minute
-        except psycopg.ProgrammingError as exc:  # a malformed URL or option
-            raise UsageError(f"cannot use the store {self.where}: {self._clean_error(exc)}") from None
-        except psycopg.Error as exc:
-            raise StoreUnavailable(f"cannot connect to the store {self.where}: {self._clean_error(exc)}") from None
-
-    def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
-        with self._lock, self._db.cursor() as cursor:
-            cursor.executemany(_placeholders(sql), [_storable(p) for p in params])
-
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[Database]:
-        with self._lock, self._db.transaction():
-            yield self
-
-    def script(self, ddl: str) -> None:
-        """Create tables once, even when several workers start at the same moment (an
-        advisory lock serialises concurrent ``CREATE ... IF NOT EXISTS``, which can otherwise fail)."""
-        with self.transaction():
-            self._db.execute("SELECT pg_advisory_xact_lock(hashtext('runner: create tables'))")
-            for statement in ddl.split(";"):
-                if statement.strip():
-                    self._db.execute(statement)  # type: ignore[arg-type]  # our own DDL, no parameters
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def _cursor(self, sql: str, params: Sequence[Any]) -> Any:
-        return self._db.execute(_placeholders(sql), _storable(params))  # type: ignore[arg-type]
-
-    def _clean_error(self, exc: Exception) -> str:
-        return " ".join(redact(str(exc), [url_password(self.url), os.environ.get("PGPASSWORD")]).split())
+    def _columns_sql(self) -> str:
+        return "SELECT name FROM pragma_table_info(?)"
 
 
 def open_database(target: str | Path) -> Database:
     """An SQLite file for a path, PostgreSQL for a ``postgresql://`` URL."""
     if is_postgres_url(target):
+        from runner.store.postgres import PostgresDatabase
+
         return PostgresDatabase(str(target))
     try:
         return SqliteDatabase(Path(target))
@@ -271,12 +304,17 @@ def open_database(target: str | Path) -> Database:
         raise UsageError(f"cannot open the store {target}: {exc}") from None
 
 
-def _placeholders(sql: str) -> str:
+def is_read(sql: str) -> bool:
+    """Whether ``sql`` (our own, never user text) is a plain query, safe to send again."""
+    return sql.lstrip()[:6].upper() == "SELECT"
+
+
+def placeholders(sql: str) -> str:
     """``?`` -> ``%s`` (a literal ``%`` doubled): our SQL never has ``?`` inside a string literal."""
     return sql.replace("%", "%%").replace("?", "%s")
 
 
-def _storable(params: Sequence[Any], *, nul: bool = True) -> tuple[Any, ...]:
+def storable(params: Sequence[Any], *, nul: bool = True) -> tuple[Any, ...]:
     """Parameters as the database takes them: lone surrogates (from invalid UTF-8) as
     ``\\udcff`` escapes; with ``nul`` (PostgreSQL's text cannot hold it) NUL as ``\\x00``."""
     return tuple(_text(p, nul) if isinstance(p, str) else p for p in params)

@@ -31,8 +31,12 @@ class RunRecorder:
             self.sink(redact_secrets({"event": event, "run_id": self.run_id, "at": now_iso(), **fields}, self.secrets))
 
     def call_reserved(self, call: ModelCallEntry) -> int:
-        """Write a call's worst case before it is sent (durable: it survives a ``kill -9``)."""
-        return self.store.add_model_call(self.run_id, self.attempt, call)
+        """Write a call's worst case before it is sent, with its request in the transcript
+        (durable: a ``kill -9`` mid-call leaves both; settling the call replaces the entry)."""
+        ledger_id = self.store.add_model_call(self.run_id, self.attempt, call)
+        if call.exchange is not None:
+            self.store.transcripts.add_model_call(self.run_id, self.attempt, ledger_id, call, self._redacted(call.exchange))
+        return ledger_id
 
     def model_call(self, call: ModelCallEntry, ledger_id: int | None = None) -> None:
         call = replace(call, error=redact_secrets(call.error, self.secrets), content=redact_secrets(call.content, self.secrets))
@@ -41,19 +45,21 @@ class RunRecorder:
         else:
             self.store.settle_model_call(ledger_id, call)
         if call.exchange is not None:
-            exchange = Exchange(
-                tuple(redact_secrets(list(call.exchange.messages), self.secrets)),
-                tuple(redact_secrets(list(call.exchange.tools), self.secrets)),
-                redact_secrets(call.exchange.settings, self.secrets),
-                redact_secrets(call.exchange.response, self.secrets),
-            )
-            self.store.transcripts.add_model_call(self.run_id, self.attempt, ledger_id, call, exchange)
+            self.store.transcripts.add_model_call(self.run_id, self.attempt, ledger_id, call, self._redacted(call.exchange))
         self.emit(
             "model_call", step_id=call.step_id, agent=call.agent, model=call.model, seq=call.seq,
             input_tokens=call.usage.input_tokens, output_tokens=call.usage.output_tokens,
             cached_input_tokens=call.usage.cached_input_tokens, cost_usd=call.usage.cost_usd,
             latency_seconds=call.latency_seconds, status=call.status, error=call.error, error_kind=call.error_kind,
             finish_reason=call.finish_reason, tool_calls=call.tool_calls, content_excerpt=(call.content or "")[:300], cached=call.cached,
+        )
+
+    def _redacted(self, exchange: Exchange) -> Exchange:
+        return Exchange(
+            tuple(redact_secrets(list(exchange.messages), self.secrets)),
+            tuple(redact_secrets(list(exchange.tools), self.secrets)),
+            redact_secrets(exchange.settings, self.secrets),
+            redact_secrets(exchange.response, self.secrets),
         )
 
     def tool_call(self, call: ToolCallEntry) -> None:

@@ -11,17 +11,19 @@ import json
 import time
 from typing import Any
 
-from runner.store.database import Database, SqliteDatabase
+from runner.store.database import Database
+from runner.store.schema import Schema
 
-SCHEMA = """
+SCHEMA = Schema("""
 CREATE TABLE IF NOT EXISTS result_cache (
   key TEXT PRIMARY KEY,
   kind TEXT NOT NULL,
   value_json TEXT NOT NULL,
   created_at {real} NOT NULL,
   expires_at {real} NOT NULL
-);
-"""
+)
+""")
+"""The result cache's table, for both backends (:mod:`runner.store.schema`)."""
 
 
 class ResultStore:
@@ -29,7 +31,7 @@ class ResultStore:
 
     def __init__(self, db: Database):
         self._db = db
-        db.script(SCHEMA.format(real="REAL" if isinstance(db, SqliteDatabase) else "DOUBLE PRECISION"))
+        db.create(SCHEMA)
 
     def get(self, key: str, *, now: float | None = None) -> Any | None:
         """The value stored under ``key``, unless it has expired (``now``: seconds since the epoch)."""
@@ -46,10 +48,11 @@ class ResultStore:
             " ON CONFLICT (key) DO UPDATE SET kind = excluded.kind, value_json = excluded.value_json,"
             " created_at = excluded.created_at, expires_at = excluded.expires_at",
             (key, kind, json.dumps(value, ensure_ascii=False, sort_keys=True), at, at + ttl_seconds),
+            idempotent=True,
         )
 
     def purge_expired(self, *, now: float | None = None) -> int:
         """Delete expired entries; returns how many."""
         return self._db.execute(
-            "DELETE FROM result_cache WHERE expires_at <= ?", (time.time() if now is None else now,)
+            "DELETE FROM result_cache WHERE expires_at <= ?", (time.time() if now is None else now,), idempotent=True
         )

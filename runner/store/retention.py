@@ -51,19 +51,23 @@ class Pruned:
 def prune(db: Database, older_than: timedelta, *, dry_run: bool, now: datetime | None = None) -> Pruned:
     """Delete the runs that ended more than ``older_than`` ago (or count them, with ``dry_run``)."""
     cutoff = ((now or datetime.now(UTC)) - older_than).isoformat(timespec="milliseconds")
-    with db.transaction():
-        old = [r["run_id"] for r in db.rows(
-            "SELECT run_id FROM runs WHERE status != 'running' AND COALESCE(finished_at, started_at) < ?", (cutoff,)
-        )]  # fmt: skip
-        running = db.row("SELECT COUNT(*) AS n FROM runs WHERE status = 'running' AND started_at < ?", (cutoff,))
-        total = db.row("SELECT COUNT(*) AS n FROM runs")
-        rows = {table: _count(db, table, old) for table in RUN_TABLES if table != "runs"}
-        blobs = _orphans(db, old)
-        if not dry_run:
-            for table in RUN_TABLES:
-                _delete(db, table, old)
-            db.execute("DELETE FROM transcript_blobs WHERE NOT EXISTS"
-                       " (SELECT 1 FROM transcript_refs r WHERE r.digest = transcript_blobs.digest)")  # fmt: skip
+    # One transaction, safe to run again after a lost connection (what is deleted is gone the second time).
+    return db.atomic(lambda unit: _prune(unit, cutoff, dry_run))
+
+
+def _prune(db: Database, cutoff: str, dry_run: bool) -> Pruned:
+    old = [r["run_id"] for r in db.rows(
+        "SELECT run_id FROM runs WHERE status != 'running' AND COALESCE(finished_at, started_at) < ?", (cutoff,)
+    )]  # fmt: skip
+    running = db.row("SELECT COUNT(*) AS n FROM runs WHERE status = 'running' AND started_at < ?", (cutoff,))
+    total = db.row("SELECT COUNT(*) AS n FROM runs")
+    rows = {table: _count(db, table, old) for table in RUN_TABLES if table != "runs"}
+    blobs = _orphans(db, old)
+    if not dry_run:
+        for table in RUN_TABLES:
+            _delete(db, table, old)
+        db.execute("DELETE FROM transcript_blobs WHERE NOT EXISTS"
+                   " (SELECT 1 FROM transcript_refs r WHERE r.digest = transcript_blobs.digest)")  # fmt: skip
     assert running is not None and total is not None
     return Pruned(
         cutoff, len(old), rows, int(blobs["n"]), int(blobs["chars"]), int(total["n"]) - len(old), int(running["n"]),

@@ -9,6 +9,7 @@ id seen before resumes where it stopped instead of paying again.
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,32 +19,35 @@ from runner.core.results import RunResult
 from runner.core.steps import StepRecord
 from runner.core.usage import Usage
 from runner.errors import UsageError
-from runner.store.database import Database, SqliteDatabase, open_database
+from runner.store.database import Database, open_database
 from runner.store.result_cache import ResultStore
+from runner.store.schema import AddedColumn, Schema
 from runner.store.transcripts import TranscriptStore
 
-SCHEMA = """
+SCHEMA = Schema(
+    """
 CREATE TABLE IF NOT EXISTS runs (
   run_id TEXT PRIMARY KEY,
   task TEXT NOT NULL,
   status TEXT NOT NULL,
   started_at TEXT NOT NULL,
   finished_at TEXT,
-  attempts INTEGER NOT NULL DEFAULT 1,
+  attempts {int} NOT NULL DEFAULT 1,
   inputs_json TEXT NOT NULL,
   config_hash TEXT NOT NULL,
   caps_json TEXT NOT NULL,
-  cost_usd REAL NOT NULL DEFAULT 0,
-  input_tokens INTEGER NOT NULL DEFAULT 0,
-  output_tokens INTEGER NOT NULL DEFAULT 0,
-  cached_input_tokens INTEGER NOT NULL DEFAULT 0,
-  model_calls INTEGER NOT NULL DEFAULT 0,
-  tool_calls INTEGER NOT NULL DEFAULT 0,
+  cost_usd {real} NOT NULL DEFAULT 0,
+  input_tokens {bigint} NOT NULL DEFAULT 0,
+  output_tokens {bigint} NOT NULL DEFAULT 0,
+  cached_input_tokens {bigint} NOT NULL DEFAULT 0,
+  model_calls {int} NOT NULL DEFAULT 0,
+  tool_calls {int} NOT NULL DEFAULT 0,
   error TEXT,
   error_kind TEXT,
   output_json TEXT,
   record_json TEXT,
-  report_dir TEXT
+  report_dir TEXT,
+  attempt_token TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_task ON runs (task, finished_at);
 CREATE TABLE IF NOT EXISTS steps (
@@ -57,156 +61,79 @@ CREATE TABLE IF NOT EXISTS steps (
   error_kind TEXT,
   started_at TEXT NOT NULL,
   finished_at TEXT,
-  duration_seconds REAL,
-  cost_usd REAL NOT NULL DEFAULT 0,
-  input_tokens INTEGER NOT NULL DEFAULT 0,
-  output_tokens INTEGER NOT NULL DEFAULT 0,
-  cached_input_tokens INTEGER NOT NULL DEFAULT 0,
-  model_calls INTEGER NOT NULL DEFAULT 0,
-  tool_calls INTEGER NOT NULL DEFAULT 0,
-  model TEXT,
-  record_json TEXT NOT NULL,  -- the whole step record (output, data, tool calls, artifacts)
-  PRIMARY KEY (run_id, step_id)
-);
-CREATE TABLE IF NOT EXISTS model_calls (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  run_id TEXT NOT NULL,
-  attempt INTEGER NOT NULL,
-  step_id TEXT NOT NULL,
-  agent TEXT NOT NULL,
-  model TEXT NOT NULL,
-  seq INTEGER NOT NULL,
-  input_tokens INTEGER NOT NULL,
-  output_tokens INTEGER NOT NULL,
-  cached_input_tokens INTEGER NOT NULL,
-  cost_usd REAL NOT NULL,
-  latency_seconds REAL NOT NULL,
-  status TEXT NOT NULL,
-  error TEXT,
-  created_at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS model_calls_by_run ON model_calls (run_id);
-CREATE TABLE IF NOT EXISTS tool_calls (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  run_id TEXT NOT NULL,
-  attempt INTEGER NOT NULL,
-  step_id TEXT NOT NULL,
-  agent TEXT NOT NULL,
-  seq INTEGER NOT NULL,
-  name TEXT NOT NULL,
-  arguments TEXT NOT NULL,
-  status TEXT NOT NULL,
-  duration_seconds REAL NOT NULL,
-  output_excerpt TEXT NOT NULL,
-  artifacts_json TEXT NOT NULL,
-  created_at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS tool_calls_by_run ON tool_calls (run_id);
-CREATE TABLE IF NOT EXISTS plans (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  run_id TEXT NOT NULL,
-  attempt INTEGER NOT NULL,
-  reason TEXT,
-  plan_json TEXT NOT NULL,
-  created_at TEXT NOT NULL
-);
-"""
-POSTGRES_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-  run_id TEXT PRIMARY KEY,
-  task TEXT NOT NULL,
-  status TEXT NOT NULL,
-  started_at TEXT NOT NULL,
-  finished_at TEXT,
-  attempts INTEGER NOT NULL DEFAULT 1,
-  inputs_json TEXT NOT NULL,
-  config_hash TEXT NOT NULL,
-  caps_json TEXT NOT NULL,
-  cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0,
-  input_tokens BIGINT NOT NULL DEFAULT 0,
-  output_tokens BIGINT NOT NULL DEFAULT 0,
-  cached_input_tokens BIGINT NOT NULL DEFAULT 0,
-  model_calls INTEGER NOT NULL DEFAULT 0,
-  tool_calls INTEGER NOT NULL DEFAULT 0,
-  error TEXT,
-  error_kind TEXT,
-  output_json TEXT,
-  record_json TEXT,
-  report_dir TEXT
-);
-CREATE INDEX IF NOT EXISTS runs_by_task ON runs (task, finished_at);
-CREATE TABLE IF NOT EXISTS steps (
-  run_id TEXT NOT NULL,
-  step_id TEXT NOT NULL,
-  kind TEXT NOT NULL,
-  agent TEXT,
-  tool TEXT,
-  status TEXT NOT NULL,
-  error TEXT,
-  error_kind TEXT,
-  started_at TEXT NOT NULL,
-  finished_at TEXT,
-  duration_seconds DOUBLE PRECISION,
-  cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0,
-  input_tokens BIGINT NOT NULL DEFAULT 0,
-  output_tokens BIGINT NOT NULL DEFAULT 0,
-  cached_input_tokens BIGINT NOT NULL DEFAULT 0,
-  model_calls INTEGER NOT NULL DEFAULT 0,
-  tool_calls INTEGER NOT NULL DEFAULT 0,
+  duration_seconds {real},
+  cost_usd {real} NOT NULL DEFAULT 0,
+  input_tokens {bigint} NOT NULL DEFAULT 0,
+  output_tokens {bigint} NOT NULL DEFAULT 0,
+  cached_input_tokens {bigint} NOT NULL DEFAULT 0,
+  model_calls {int} NOT NULL DEFAULT 0,
+  tool_calls {int} NOT NULL DEFAULT 0,
   model TEXT,
   record_json TEXT NOT NULL,
   PRIMARY KEY (run_id, step_id)
 );
 CREATE TABLE IF NOT EXISTS model_calls (
-  id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+  id {id},
   run_id TEXT NOT NULL,
-  attempt INTEGER NOT NULL,
+  attempt {int} NOT NULL,
   step_id TEXT NOT NULL,
   agent TEXT NOT NULL,
   model TEXT NOT NULL,
-  seq INTEGER NOT NULL,
-  input_tokens BIGINT NOT NULL,
-  output_tokens BIGINT NOT NULL,
-  cached_input_tokens BIGINT NOT NULL,
-  cost_usd DOUBLE PRECISION NOT NULL,
-  latency_seconds DOUBLE PRECISION NOT NULL,
+  seq {int} NOT NULL,
+  input_tokens {bigint} NOT NULL,
+  output_tokens {bigint} NOT NULL,
+  cached_input_tokens {bigint} NOT NULL,
+  cost_usd {real} NOT NULL,
+  latency_seconds {real} NOT NULL,
   status TEXT NOT NULL,
   error TEXT,
-  created_at TEXT NOT NULL
+  created_at TEXT NOT NULL,
+  cached {int} NOT NULL DEFAULT 0,
+  token TEXT
 );
 CREATE INDEX IF NOT EXISTS model_calls_by_run ON model_calls (run_id);
 CREATE TABLE IF NOT EXISTS tool_calls (
-  id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+  id {id},
   run_id TEXT NOT NULL,
-  attempt INTEGER NOT NULL,
+  attempt {int} NOT NULL,
   step_id TEXT NOT NULL,
   agent TEXT NOT NULL,
-  seq INTEGER NOT NULL,
+  seq {int} NOT NULL,
   name TEXT NOT NULL,
   arguments TEXT NOT NULL,
   status TEXT NOT NULL,
-  duration_seconds DOUBLE PRECISION NOT NULL,
+  duration_seconds {real} NOT NULL,
   output_excerpt TEXT NOT NULL,
   artifacts_json TEXT NOT NULL,
-  created_at TEXT NOT NULL
+  created_at TEXT NOT NULL,
+  cached {int} NOT NULL DEFAULT 0,
+  token TEXT
 );
 CREATE INDEX IF NOT EXISTS tool_calls_by_run ON tool_calls (run_id);
 CREATE TABLE IF NOT EXISTS plans (
-  id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+  id {id},
   run_id TEXT NOT NULL,
-  attempt INTEGER NOT NULL,
+  attempt {int} NOT NULL,
   reason TEXT,
   plan_json TEXT NOT NULL,
-  created_at TEXT NOT NULL
-);
-"""
-"""The same tables in PostgreSQL types (``DOUBLE PRECISION``, ``BIGINT``, identity columns)."""
-MIGRATIONS = (  # columns added after a store was first created: (table, column, definition)
-    ("runs", "cached_input_tokens", "INTEGER NOT NULL DEFAULT 0"),
-    ("steps", "cached_input_tokens", "INTEGER NOT NULL DEFAULT 0"),
-    ("model_calls", "cached", "INTEGER NOT NULL DEFAULT 0"),  # answered from the result cache
-    ("tool_calls", "cached", "INTEGER NOT NULL DEFAULT 0"),
+  created_at TEXT NOT NULL,
+  token TEXT
 )
+""",
+    added=(  # columns added after a store was first created
+        AddedColumn("runs", "cached_input_tokens", "{bigint} NOT NULL DEFAULT 0"),
+        AddedColumn("steps", "cached_input_tokens", "{bigint} NOT NULL DEFAULT 0"),
+        AddedColumn("model_calls", "cached", "{int} NOT NULL DEFAULT 0"),  # answered from the result cache
+        AddedColumn("tool_calls", "cached", "{int} NOT NULL DEFAULT 0"),
+        # write tokens: a write repeated after a lost connection finds its first try by them
+        AddedColumn("runs", "attempt_token", "TEXT"),
+        AddedColumn("model_calls", "token", "TEXT"),
+        AddedColumn("tool_calls", "token", "TEXT"),
+        AddedColumn("plans", "token", "TEXT"),
+    ),
+)
+"""The run store's tables, for both backends (:mod:`runner.store.schema`). ``steps.record_json``
+is the whole step record (output, data, tool calls, artifacts); the other columns are for queries."""
 
 
 def now_iso() -> str:
@@ -215,6 +142,17 @@ def now_iso() -> str:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def new_token() -> str:
+    """A write's token: a retry after a lost connection looks for it to tell whether the first try committed."""
+    return uuid.uuid4().hex
+
+
+def _written(db: Database, table: str, run_id: str, token: str) -> int | None:
+    """The id of ``table``'s row of ``run_id`` written with ``token``, if that write committed."""
+    row = db.row(f"SELECT id FROM {table} WHERE run_id = ? AND token = ?", (run_id, token))
+    return int(row["id"]) if row else None
 
 
 class RunStore:
@@ -229,13 +167,7 @@ class RunStore:
         self.where = self._db.where
         self.path = target if isinstance(target, Path) else self.where
         self._result_cache: ResultStore | None = None
-        if isinstance(self._db, SqliteDatabase):
-            self._db.script(SCHEMA)
-            self._migrate(self._db)
-        else:
-            self._db.script(POSTGRES_SCHEMA)
-            for table, column, definition in MIGRATIONS:
-                self._db.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {definition}")
+        self._db.create(SCHEMA)
         self.transcripts = TranscriptStore(self._db, now=now_iso)  # full requests, responses and tool outputs
 
     @property
@@ -250,11 +182,6 @@ class RunStore:
             self._result_cache = ResultStore(self._db)
         return self._result_cache
 
-    def _migrate(self, db: SqliteDatabase) -> None:
-        for table, column, definition in MIGRATIONS:
-            if column not in db.columns(table):
-                db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
-
     def close(self) -> None:
         self._db.close()
 
@@ -265,13 +192,16 @@ class RunStore:
 
         A run id seen before must belong to the same task and inputs: resuming another
         run's record would return its results for different inputs. One transaction, so two
-        workers starting the same run id at once get attempts 1 and 2, never both 1.
+        workers starting the same run id at once get attempts 1 and 2, never both 1. The
+        attempt's token tells a retry after a lost connection whether the first try committed.
         """
-        with self._db.transaction() as db:
+        token = new_token()
+
+        def start(db: Database) -> int:
             inserted = db.execute(
-                "INSERT INTO runs (run_id, task, status, started_at, inputs_json, config_hash, caps_json)"
-                " VALUES (?, ?, 'running', ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
-                (run_id, task, now_iso(), dumps(inputs), config_hash, dumps(caps)),
+                "INSERT INTO runs (run_id, task, status, started_at, inputs_json, config_hash, caps_json, attempt_token)"
+                " VALUES (?, ?, 'running', ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+                (run_id, task, now_iso(), dumps(inputs), config_hash, dumps(caps), token),
             )
             if inserted:
                 return 1
@@ -283,24 +213,34 @@ class RunStore:
                     "a resumed run must have the same task and inputs (use another --run-id)"
                 )
             updated = db.row(
-                "UPDATE runs SET attempts = attempts + 1, status = 'running', finished_at = NULL, error = NULL"
-                " WHERE run_id = ? RETURNING attempts",
-                (run_id,),
+                "UPDATE runs SET attempts = attempts + 1, status = 'running', finished_at = NULL, error = NULL,"
+                " attempt_token = ? WHERE run_id = ? RETURNING attempts",
+                (token, run_id),
             )
             assert updated is not None
             return int(updated["attempts"])
 
+        def started(db: Database) -> int | None:
+            row = db.row("SELECT attempts FROM runs WHERE run_id = ? AND attempt_token = ?", (run_id, token))
+            return int(row["attempts"]) if row else None
+
+        return self._db.atomic(start, check=started)
+
     def unsettled_calls(self, run_id: str) -> Usage:
         """Mark the calls an earlier attempt left ``reserved`` (it died with them in flight) as
-        ``unsettled``; they keep counting at their worst case. Returns what they add up to."""
-        with self._db.transaction() as db:
+        ``unsettled``; they keep counting at their worst case. Returns what they add up to
+        (the same when repeated: it is safe to apply twice)."""
+
+        def mark(db: Database) -> dict[str, Any] | None:
             db.execute("UPDATE model_calls SET status = 'unsettled' WHERE run_id = ? AND status = 'reserved'", (run_id,))
-            row = db.row(
+            return db.row(
                 "SELECT COALESCE(SUM(input_tokens), 0) AS i, COALESCE(SUM(output_tokens), 0) AS o,"
                 " COALESCE(SUM(cost_usd), 0) AS c, COUNT(*) AS n"
                 " FROM model_calls WHERE run_id = ? AND status = 'unsettled'",
                 (run_id,),
             )
+
+        row = self._db.atomic(mark)
         assert row is not None
         return Usage(int(row["i"]), int(row["o"]), 0, float(row["c"]), int(row["n"]))
 
@@ -328,7 +268,10 @@ class RunStore:
 
     def _update_run(self, run_id: str, fields: dict[str, Any]) -> None:
         columns = ", ".join(f"{k} = ?" for k in fields)  # one statement: its own transaction
-        self._db.execute(f"UPDATE runs SET {columns}, finished_at = ? WHERE run_id = ?", (*fields.values(), now_iso(), run_id))
+        self._db.execute(
+            f"UPDATE runs SET {columns}, finished_at = ? WHERE run_id = ?", (*fields.values(), now_iso(), run_id),
+            idempotent=True,
+        )
 
     def list_runs(self, task: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
         query = "SELECT * FROM runs" + (" WHERE task = ?" if task else "") + " ORDER BY started_at DESC LIMIT ?"
@@ -348,15 +291,18 @@ class RunStore:
         """What every attempt of a run has used so far (caps carry over): settled calls as
         reported, calls a crash left unsettled at their worst case, failed attempts that may
         have been billed at their worst case."""
-        with self._db.transaction() as db:  # one snapshot of both tables
-            row = db.row(
+
+        def read(db: Database) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:  # one snapshot of both tables
+            calls = db.row(
                 "SELECT COALESCE(SUM(cost_usd), 0) AS c, COALESCE(SUM(input_tokens), 0) AS i,"
                 " COALESCE(SUM(output_tokens), 0) AS o, COALESCE(SUM(cached_input_tokens), 0) AS k,"
                 " COALESCE(SUM(CASE WHEN status != 'error' OR input_tokens + output_tokens > 0 THEN 1 ELSE 0 END), 0) AS n"
                 " FROM model_calls WHERE run_id = ?",
                 (run_id,),
             )
-            tools = db.row("SELECT COUNT(*) AS n FROM tool_calls WHERE run_id = ?", (run_id,))
+            return calls, db.row("SELECT COUNT(*) AS n FROM tool_calls WHERE run_id = ?", (run_id,))
+
+        row, tools = self._db.atomic(read)
         assert row is not None and tools is not None
         return Usage(int(row["i"]), int(row["o"]), int(row["k"]), float(row["c"]), int(row["n"]), int(tools["n"]))
 
@@ -386,26 +332,33 @@ class RunStore:
         replace_all = ", ".join(f"{c} = excluded.{c}" for c in row if c not in ("run_id", "step_id"))
         self._db.execute(
             f"INSERT INTO steps ({columns}) VALUES ({marks}) ON CONFLICT (run_id, step_id) DO UPDATE SET {replace_all}",
-            tuple(row.values()),
+            tuple(row.values()), idempotent=True,
         )
 
     # -- calls and plans ------------------------------------------------------------
 
     def add_model_call(self, run_id: str, attempt: int, call: ModelCallEntry) -> int:
-        """Insert one model call (``reserved`` ones before they are sent); returns its id."""
+        """Insert one model call (``reserved`` ones before they are sent); returns its id. Once:
+        a retry after a lost connection finds a committed first try by its token."""
         usage = call.usage
-        inserted = self._db.row(  # one statement: autocommit makes it its own transaction
-            "INSERT INTO model_calls (run_id, attempt, step_id, agent, model, seq, input_tokens, output_tokens,"
-            " cached_input_tokens, cost_usd, latency_seconds, status, error, created_at, cached)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-            (
-                run_id, attempt, call.step_id, call.agent, call.model, call.seq, usage.input_tokens,
-                usage.output_tokens, usage.cached_input_tokens, usage.cost_usd, call.latency_seconds,
-                call.status, call.error, now_iso(), int(call.cached),
-            ),
-        )
-        assert inserted is not None
-        return int(inserted["id"])
+        token = new_token()
+        values = (
+            run_id, attempt, call.step_id, call.agent, call.model, call.seq, usage.input_tokens, usage.output_tokens,
+            usage.cached_input_tokens, usage.cost_usd, call.latency_seconds, call.status, call.error, now_iso(),
+            int(call.cached), token,
+        )  # fmt: skip
+
+        def insert(db: Database) -> int:
+            inserted = db.row(
+                "INSERT INTO model_calls (run_id, attempt, step_id, agent, model, seq, input_tokens, output_tokens,"
+                " cached_input_tokens, cost_usd, latency_seconds, status, error, created_at, cached, token)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                values,
+            )
+            assert inserted is not None
+            return int(inserted["id"])
+
+        return self._db.checked(insert, check=lambda db: _written(db, "model_calls", run_id, token))
 
     def settle_model_call(self, call_id: int, call: ModelCallEntry) -> None:
         """Replace a reserved call's worst case by how it ended."""
@@ -417,24 +370,32 @@ class RunStore:
                 usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.cost_usd,
                 call.latency_seconds, call.status, call.error, call_id,
             ),
+            idempotent=True,
         )
 
     def add_tool_call(self, run_id: str, attempt: int, call: ToolCallEntry) -> None:
-        self._db.execute(
-            "INSERT INTO tool_calls (run_id, attempt, step_id, agent, seq, name, arguments, status,"
-            " duration_seconds, output_excerpt, artifacts_json, created_at, cached)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                run_id, attempt, call.step_id, call.agent, call.seq, call.name, call.arguments, call.status,
-                call.duration_seconds, call.output_excerpt, dumps(list(call.artifacts)), now_iso(), int(call.cached),
-            ),
-        )
+        """Insert one tool call, once (see :meth:`add_model_call`)."""
+        token = new_token()
+        values = (
+            run_id, attempt, call.step_id, call.agent, call.seq, call.name, call.arguments, call.status,
+            call.duration_seconds, call.output_excerpt, dumps(list(call.artifacts)), now_iso(), int(call.cached), token,
+        )  # fmt: skip
+        self._insert_once(
+            "INSERT INTO tool_calls (run_id, attempt, step_id, agent, seq, name, arguments, status, duration_seconds,"
+            " output_excerpt, artifacts_json, created_at, cached, token) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            values, "tool_calls", run_id, token,
+        )  # fmt: skip
 
     def add_plan(self, run_id: str, attempt: int, plan: dict[str, Any], reason: str | None) -> None:
-        self._db.execute(
-            "INSERT INTO plans (run_id, attempt, reason, plan_json, created_at) VALUES (?, ?, ?, ?, ?)",
-            (run_id, attempt, reason, dumps(plan), now_iso()),
-        )
+        """Insert one plan, once (see :meth:`add_model_call`)."""
+        token = new_token()
+        self._insert_once(
+            "INSERT INTO plans (run_id, attempt, reason, plan_json, created_at, token) VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, attempt, reason, dumps(plan), now_iso(), token), "plans", run_id, token,
+        )  # fmt: skip
+
+    def _insert_once(self, sql: str, values: tuple[Any, ...], table: str, run_id: str, token: str) -> None:
+        self._db.checked(lambda db: db.execute(sql, values), check=lambda db: _written(db, table, run_id, token))
 
     def model_calls(self, run_id: str) -> list[dict[str, Any]]:
         return self._db.rows("SELECT * FROM model_calls WHERE run_id = ? ORDER BY id", (run_id,))

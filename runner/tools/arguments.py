@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from runner.tools.docstrings import parse_docstring
+from runner.untrusted_regex import bounded_validator, shared_deadline
 
 _YAML_TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool}
 _MAX_INPUT_REPR = 80
@@ -116,12 +117,14 @@ class JsonSchemaArguments:
         """Check ``arguments`` against the schema; return them unchanged."""
         import jsonschema  # only MCP tools need it
 
-        validator_class = jsonschema.validators.validator_for(self.json_schema)
+        # the schema is the server's and the arguments the model's: patterns matched with a time limit
+        validator_class = bounded_validator(jsonschema.validators.validator_for(self.json_schema))
         validator = validator_class(self.json_schema)
-        problems = [
-            f"{_pointer(error.absolute_path)}: {error.message}"
-            for error in sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
-        ]
+        with shared_deadline():
+            problems = [
+                f"{_pointer(error.absolute_path)}: {error.message}"
+                for error in sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+            ]
         if problems:
             raise ArgumentsInvalid(problems)
         return arguments

@@ -14,17 +14,19 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from runner.core.sources import Source
-from runner.knowledge.base import KnowledgeBase
-from runner.knowledge.memory import Notebook
 from runner.redact import redact_secrets
 from runner.tools.arguments import ArgumentSchema, PydanticArguments
 from runner.tools.net import NetworkPolicy
-from runner.tools.sandbox import SandboxPolicy
+from runner.tools.sandbox_policy import SandboxPolicy
 from runner.tools.settings import NO_SETTINGS
 from runner.tools.sql.source import SqlSources
+
+if TYPE_CHECKING:  # a run without knowledge or memory does not load them
+    from runner.knowledge.base import KnowledgeBase
+    from runner.knowledge.memory import Notebook
 
 ToolKind = Literal["builtin", "python", "shell", "http", "mcp"]
 

@@ -17,7 +17,6 @@ sandboxed code wrote (:mod:`runner.tools.written`) and artifact collection for r
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import functools
 import os
@@ -28,8 +27,12 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from runner.errors import ToolFailure
+
+if TYPE_CHECKING:
+    import ctypes
 
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_NO_SYMLINKS = 0x04
@@ -54,8 +57,15 @@ class Entry:
     size: int
 
 
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+@functools.cache
+def _open_how() -> Any:
+    """``struct open_how`` of openat2(2); ctypes is loaded by the first confined open, not at import."""
+    import ctypes
+
+    class OpenHow(ctypes.Structure):
+        _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+    return OpenHow
 
 
 def split_relative(path: str, *, allow_root: bool = False) -> list[str]:
@@ -211,7 +221,9 @@ def open_beneath(dir_fd: int, relative: str, flags: int, mode: int = 0) -> int:
 
 
 def _openat2(dir_fd: int, relative: str, flags: int, mode: int) -> int:
-    how = _OpenHow(
+    import ctypes
+
+    how = _open_how()(
         flags, mode if flags & os.O_CREAT else 0,
         _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS,
     )  # fmt: skip
@@ -254,6 +266,8 @@ def _open_component(dir_fd: int, name: str, flags: int, mode: int) -> int:
 
 @functools.cache
 def _libc() -> ctypes.CDLL:
+    import ctypes
+
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     return libc

@@ -10,8 +10,9 @@ listing or validating names builds nothing and a run builds only the tools it us
 from __future__ import annotations
 
 import asyncio
-import difflib
+import functools
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ class UnknownTool(InvalidToolCall):
     """A tool name that is not registered; ``suggestion`` is the closest known name."""
 
     def __init__(self, name: str, known: list[str]):
+        import difflib  # only for an unknown name
+
         self.name = name
         close = difflib.get_close_matches(name, known, n=1)
         self.suggestion = close[0] if close else None
@@ -129,19 +132,33 @@ class ToolRegistry:
         except ToolFailure as failure:
             kind = InvalidToolCall if isinstance(failure, InvalidToolCall) else ToolFailure
             raise kind(redact_secrets(str(failure), ctx.secrets)) from None
+        except OSError as error:  # the tool's I/O failed on what the model asked for (a name too long, a full disk)
+            raise ToolFailure(f"tool '{tool.name}' failed: {_os_failure(error)}") from None
         if before is not None:
             result = with_written_files(result, before, await asyncio.to_thread(take_snapshot, ctx.workspace))
         return redact_result(checked_artifacts(result), ctx.secrets)
 
 
+def _os_failure(error: OSError) -> str:
+    """What went wrong, without the file name (the model's argument, maybe megabytes long)."""
+    return os.strerror(error.errno) if error.errno else type(error).__name__
+
+
 def default_registry() -> ToolRegistry:
     """A new registry holding every built-in tool (each built when first looked up)."""
+    registry = ToolRegistry()
+    for pending in _builtins():
+        registry.register(pending)
+    return registry
+
+
+@functools.cache
+def _builtins() -> tuple[PendingTool, ...]:
+    """One frozen entry per built-in, shared by every registry (a batch makes one registry per
+    row; each row building its own twenty entries was memory held by every row in flight)."""
     from runner.tools.builtins import BUILTINS
 
-    registry = ToolRegistry()
-    for entry in BUILTINS:
-        registry.register_lazy(entry.name, entry.source, entry.settings_schema, entry.build)
-    return registry
+    return tuple(PendingTool(entry.name, entry.source, entry.settings_schema, entry.build) for entry in BUILTINS)
 
 
 def _built(pending: PendingTool) -> Tool:

@@ -34,13 +34,13 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from runner.errors import SandboxUnavailable
 from runner.tools.call_limits import CallLimits, unenforced_here, warn_once
 from runner.tools.capture import ProcessOutcome, run_bounded
 from runner.tools.command_result import CommandResult, Exceeded
 from runner.tools.disk_quota import MIB
+from runner.tools.sandbox_policy import SandboxPolicy
 
 NOBODY = 65534
 SANDBOX_WORKSPACE = "/workspace"
@@ -53,28 +53,6 @@ _INSTALL_HINT = (
 )
 
 __all__ = ["CommandResult", "SandboxPolicy", "ensure_sandbox", "probe_sandbox", "run_command"]
-
-
-@dataclass(frozen=True)
-class SandboxPolicy:
-    """Limits for one sandboxed command (the agent YAML's ``sandbox:`` block).
-
-    ``memory_mb`` and ``max_processes`` bound each process and, where control groups
-    work, the whole call; ``tmp_mb`` sizes the sandbox's ``/tmp`` and ``/dev/shm``;
-    ``disk_mb`` is the most the run's workspace may hold after a call.
-    """
-
-    mode: Literal["bwrap", "none"] = "bwrap"
-    cpu_seconds: int = 10
-    memory_mb: int = 512
-    wall_seconds: float = 30.0
-    max_processes: int = 64
-    max_file_mb: int = 64
-    max_output_bytes: int = 65536
-    max_open_files: int = 256
-    network: bool = False
-    tmp_mb: int = 64
-    disk_mb: int = 1024
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ Each provider turns a query into one HTTP request and its JSON response into
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,8 +22,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from runner.errors import ToolFailure
+from runner.tools.settings import SEARCH_PROVIDERS as PROVIDERS
 
-PROVIDERS = ("searxng", "brave", "tavily")
 DEFAULT_URLS = {
     "brave": "https://api.search.brave.com/res/v1/web/search",
     "tavily": "https://api.tavily.com/search",
@@ -133,6 +132,8 @@ def _hit(item: Mapping[str, Any], provider: str) -> SearchHit | None:
 
 def _plain(text: str) -> str:
     """Text without HTML tags and entities (Brave marks matches with ``<strong>``), one line."""
+    import html  # its entity table is 0.3 MiB: loaded when a search returns, not with every run
+
     return " ".join(html.unescape(_TAG.sub("", text)).split())
 
 

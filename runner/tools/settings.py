@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from runner.tools.search_providers import PROVIDERS
-
 TIMEOUT_SECONDS: dict[str, Any] = {
     "description": "Wall-clock seconds one call may take (replaces the sandbox's wall_seconds).",
     "type": "number",
@@ -63,12 +61,15 @@ def _typed(spec: Mapping[str, Any]) -> dict[str, Any]:
     return schema
 
 
+SEARCH_PROVIDERS = ("searxng", "brave", "tavily")
+"""The search APIs ``web_search`` can ask (here, so its settings need not load the providers' code)."""
+
 WEB_SEARCH_SETTINGS: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "required": ["provider"],
     "properties": {
-        "provider": {"description": "Which search API answers: " + ", ".join(PROVIDERS) + ".", "enum": list(PROVIDERS)},
+        "provider": {"description": "Which search API answers: " + ", ".join(SEARCH_PROVIDERS) + ".", "enum": list(SEARCH_PROVIDERS)},
         "url": {
             "description": "The provider's search endpoint (required for searxng, e.g. https://searx.example.org/search).",
             "type": "string",

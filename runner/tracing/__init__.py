@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from runner.config.specs import TelemetrySpec
+from runner.errors import UsageError
 
 TRACES_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 DEFAULT_SERVICE_NAME = "runner"
@@ -45,11 +46,30 @@ def trace_settings(configured: TelemetrySpec | None, environ: Mapping[str, str] 
     if configured is not None and not configured.enabled:
         return None
     service = configured.service_name if configured and configured.service_name else DEFAULT_SERVICE_NAME
-    if any(env.get(name, "").strip() for name in TRACES_ENDPOINT_VARIABLES):
-        return TraceSettings(None, service)
+    for name in TRACES_ENDPOINT_VARIABLES:
+        if env.get(name, "").strip():
+            _check_endpoint(env[name].strip(), name)
+            return TraceSettings(None, service)
     if configured is not None and configured.endpoint:
+        _check_endpoint(configured.endpoint, "the Telemetry document's traces.endpoint")
         return TraceSettings(traces_url(configured.endpoint), service)
     return None
+
+
+def _check_endpoint(url: str, where: str) -> None:
+    """:class:`UsageError` naming ``where`` unless ``url`` is an http(s) URL with a host and a
+    valid port (the URL itself is not repeated: it may hold a credential)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises for a port that is not a number in 0-65535
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        usable = False
+    if not usable:
+        raise UsageError(
+            f"{where} is not an OTLP/HTTP URL (http:// or https://, a host, a port from 1 to 65535, e.g. "
+            "http://localhost:4318); fix it, or unset it to run without traces"
+        )
 
 
 MISSING_SDK = (

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 import runner.airflow
+from tests.support.project import copy_project
 
 HERE = Path(__file__).resolve().parent
 TEST_DAGS = HERE / "dags"
@@ -86,8 +87,7 @@ def airflow_db() -> float:
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A copy of tests/airflow/project (its run store and reports land in the copy); $RUNNER_ROOT points at it."""
-    root = tmp_path / "project"
-    shutil.copytree(TEST_PROJECT, root)
+    root = copy_project(TEST_PROJECT, tmp_path / "project")
     monkeypatch.setenv("RUNNER_ROOT", str(root))
     monkeypatch.setenv("RUNNER_AIRFLOW_WORK_DIR", str(tmp_path / "work"))
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):

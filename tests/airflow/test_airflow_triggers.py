@@ -214,3 +214,61 @@ def test_an_event_that_is_not_the_triggers_is_refused(payload: Any) -> None:
 def test_a_wait_that_would_spin_or_never_end_is_refused(name: str, value: Any) -> None:
     with pytest.raises(UsageError, match=f"^{name}: expected a positive number of seconds"):
         ProviderBatchTrigger(["batch_1"], "http://127.0.0.1:9/v1", **{name: value})
+
+
+# --- killed by a user, or moved to another triggerer ---------------------------------------
+
+
+def cancels(server: ScriptedServer, batch_id: str) -> int:
+    return sum(1 for r in server.requests if r.method == "POST" and r.path.endswith(f"/batches/{batch_id}/cancel"))
+
+
+async def test_a_user_kill_cancels_the_batches_still_out(key_env: str) -> None:
+    with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=50), api_key=KEY) as server:
+        out, ended = submit(server), submit(server, valid=False)
+        trigger = ProviderBatchTrigger([out, ended], server.base_url, api_key_env=key_env, **FAST)
+        await trigger.on_kill()  # what the triggerer calls when the deferred task is marked failed or cleared
+        assert (cancels(server, out), cancels(server, ended)) == (1, 1)  # the ended one refuses: not an error
+        found = await events(ProviderBatchTrigger([out], server.base_url, api_key_env=key_env, **FAST))
+    assert found == [BatchWaitEvent("ended", {out: "cancelled"})]  # what the next try re-attaches to
+
+
+async def test_cancel_on_kill_false_leaves_the_batch_running(key_env: str) -> None:
+    with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=2), api_key=KEY) as server:
+        batch_id = submit(server)
+        trigger = ProviderBatchTrigger([batch_id], server.base_url, api_key_env=key_env, cancel_on_kill=False, **FAST)
+        assert trigger.serialize()[1]["cancel_on_kill"] is False
+        await trigger.on_kill()
+        assert cancels(server, batch_id) == 0
+        assert await events(ProviderBatchTrigger(**trigger.serialize()[1])) == [BatchWaitEvent("ended", {batch_id: "completed"})]
+
+
+async def test_a_kill_whose_cancel_cannot_go_out_is_logged_not_raised(key_env: str, capsys: pytest.CaptureFixture[str]) -> None:
+    closed = f"http://127.0.0.1:{free_port()}/v1"
+    await ProviderBatchTrigger(["batch_9"], closed, api_key_env=key_env, **FAST).on_kill()
+    await ProviderBatchTrigger(["batch_9"], closed, api_key_env="RUNNER_TEST_NO_SUCH_KEY", **FAST).on_kill()
+    logged = capsys.readouterr().out  # Airflow's structlog writes the trigger's log lines here
+    assert "batch_9 could not be cancelled: could not connect" in logged and "cannot be cancelled: the triggerer's" in logged
+    assert KEY not in logged
+
+
+async def test_a_triggerer_restart_rebuilds_the_trigger_and_waits_for_the_same_batch(key_env: str) -> None:
+    import asyncio
+
+    with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=6), api_key=KEY) as server:
+        batch_id = submit(server)
+        first = ProviderBatchTrigger([batch_id], server.base_url, api_key_env=key_env, poll_seconds=0.05, max_poll_seconds=0.05)
+        waiting = asyncio.ensure_future(events(first))
+        while retrieves(server, batch_id) < 2:
+            await asyncio.sleep(0.01)
+        waiting.cancel()  # the triggerer stopping: its triggers are cancelled without a user action, no on_kill
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await first.cleanup()
+        seen = retrieves(server, batch_id)
+        classpath, kwargs = first.serialize()  # what Airflow stored; a new triggerer imports and rebuilds it
+        assert classpath == CLASSPATH
+        found = await events(ProviderBatchTrigger(**json.loads(json.dumps(kwargs))))
+        assert cancels(server, batch_id) == 0 and server.batches.batches_created == 1
+        assert retrieves(server, batch_id) > seen
+    assert found == [BatchWaitEvent("ended", {batch_id: "completed"})]

@@ -14,9 +14,10 @@ from tests.batch.batch_fakes import write_csv
 
 
 @pytest.fixture
-def journal_url() -> str | None:
-    """Where journals live: ``None`` is an SQLite file; test modules override it with a PostgreSQL URL."""
-    return None
+def journal_url(backend: str, request: pytest.FixtureRequest) -> str | None:
+    """Where journals live: ``None`` is an SQLite file, else a fresh PostgreSQL database's URL;
+    every test that uses it runs on both backends (``backend`` is parametrized by tests/postgres.py)."""
+    return None if backend == "sqlite" else str(request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture

@@ -52,10 +52,6 @@ def start(tmp_path: Path, url: str | None) -> subprocess.Popen[bytes]:
     return subprocess.Popen([*args, *([url] if url else [])], cwd=tmp_path, stderr=subprocess.PIPE)
 
 
-@pytest.fixture
-def journal_url(backend: str, request: pytest.FixtureRequest) -> str | None:
-    return None if backend == "sqlite" else str(request.getfixturevalue("postgres_url"))
-
 
 def test_kill_9_mid_run_then_resume_records_every_row_exactly_once(tmp_path: Path, journal_url: str | None) -> None:
     write_csv(tmp_path / "in.csv", [{"id": f"R{i:04d}", "subject": f"row {i}"} for i in range(1, ROWS + 1)])

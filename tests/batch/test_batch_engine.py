@@ -19,10 +19,6 @@ from tests.batch.batch_fakes import FakeExecutor, rows_of, tickets
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def journal_url(backend: str, request: pytest.FixtureRequest) -> str | None:
-    return None if backend == "sqlite" else str(request.getfixturevalue("postgres_url"))
-
 
 async def run(source, journal, executor, **kw: Any):
     kw.setdefault("budget", batch_budget(Caps()))

@@ -19,12 +19,6 @@ from runner.errors import UsageError
 from tests.batch.batch_fakes import rows_of, tickets, write_csv
 
 
-@pytest.fixture
-def journal_url(backend: str, request: pytest.FixtureRequest) -> str | None:
-    """Every test here runs on both backends (``backend`` is parametrized by tests/postgres.py)."""
-    return None if backend == "sqlite" else str(request.getfixturevalue("postgres_url"))
-
-
 def test_ingest_records_every_row_once_and_is_idempotent(make_batch) -> None:
     data = tickets(5)
     data.append({"id": "T0001", "subject": "dup", "priority": "high"})

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -21,6 +20,7 @@ from runner.errors import UsageError
 from runner.locations import location
 from runner.model.server import ScriptedServer
 from tests.batch.batch_fakes import rows_of, tickets
+from tests.support.project import copy_shipped
 
 REPO = Path(__file__).resolve().parents[2]
 TRIAGE = '{"category": "bug", "urgency": "high", "summary": "It crashes."}'
@@ -43,12 +43,7 @@ def read(url: str) -> str:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    for part in ("agents.d", "tasks.d"):
-        shutil.copytree(REPO / part, root / part)
-    (root / "examples/data").mkdir(parents=True)
-    shutil.copy(REPO / "examples/data/sales.csv", root / "examples/data/sales.csv")
-    return root
+    return copy_shipped(tmp_path / "project", ("agents.d", "tasks.d", "examples/data/sales.csv"))
 
 
 def test_locations_keep_local_paths_local(tmp_path: Path) -> None:

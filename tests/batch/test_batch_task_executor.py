@@ -45,7 +45,7 @@ def write_project(root: Path) -> Path:
     return root
 
 
-async def test_rows_run_through_execute_task_and_a_429_pauses_every_row(tmp_path: Path) -> None:
+async def test_rows_run_through_execute_task_and_a_429_pauses_every_row(tmp_path: Path, journal_url: str | None) -> None:
     project = load_project_or_raise(write_project(tmp_path / "project"))
     task = project.task_for("triage")
     path = write_csv(
@@ -64,7 +64,8 @@ async def test_rows_run_through_execute_task_and_a_429_pauses_every_row(tmp_path
     with ScriptedServer(script) as server:
         options.base_url_override = server.base_url
         journal = BatchJournal.open(
-            tmp_path / "journal.sqlite3", task="triage", input_path=path, input_sha256=file_sha256(path)
+            tmp_path / "journal.sqlite3", task="triage", input_path=path, input_sha256=file_sha256(path),
+            database_url=journal_url,
         )
         async with TaskExecutor(project, task, rate_gate=gate, store_path=options.store_path) as executor:
             with journal:
@@ -87,4 +88,11 @@ async def test_rows_run_through_execute_task_and_a_429_pauses_every_row(tmp_path
     assert all(r.output == "category: hardware" and r.usage.cost_usd > 0 and r.run_id for r in done)
     assert summary.usage.cost_usd > 0
     assert all(req.auth_present for req in requests)
-    assert "sk-batch-test-key" not in (tmp_path / "journal.sqlite3").read_bytes().decode("latin-1")
+    if journal_url is None:
+        assert "sk-batch-test-key" not in (tmp_path / "journal.sqlite3").read_bytes().decode("latin-1")
+    else:
+        import psycopg
+
+        with psycopg.connect(journal_url) as db:
+            stored = db.execute("SELECT string_agg(coalesce(error, '') || coalesce(output, ''), '') FROM journal_rows").fetchone()
+        assert stored is not None and "sk-batch-test-key" not in (stored[0] or "")

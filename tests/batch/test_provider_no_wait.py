@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,8 @@ from runner.batch.file_batch import BatchRequest, run_batch_file
 from runner.config.project import load_project_or_raise
 from runner.model.batch_endpoints import BatchBehaviour
 from runner.model.server import ScriptedServer
+from tests.support.project import copy_shipped
 
-REPO = Path(__file__).resolve().parents[2]
 TRIAGE = {"category": "bug", "urgency": "high", "summary": "It crashes."}
 USAGE = {"prompt_tokens": 100, "completion_tokens": 20}
 SCRIPT: dict[str, Any] = {"fallback": {"content": json.dumps(TRIAGE), "usage": USAGE}}
@@ -29,9 +28,7 @@ BATCH_COST = (100 * 0.15 + 20 * 0.60) / 1_000_000 / 2  # one call at the batch p
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    for part in ("agents.d", "tasks.d"):
-        shutil.copytree(REPO / part, root / part)
+    root = copy_shipped(tmp_path / "project")
     lines = [{"id": f"t{i}", "subject": f"Ticket {i}", "body": f"It crashes {i}"} for i in range(1, 4)]
     (root / "tickets.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     return root

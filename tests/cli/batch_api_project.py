@@ -4,7 +4,6 @@ against the loopback server, and reading what the server was sent."""
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -13,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from runner.model.server import ScriptedServer
+from tests.support.project import runner_env
 
-REPO = Path(__file__).resolve().parents[2]
 PRICE_IN, PRICE_OUT = 0.15, 0.60  # gpt-4o-mini, the shipped prices (USD per million tokens)
 
 
@@ -23,9 +22,7 @@ def live_cost(prompt_tokens: int, completion_tokens: int) -> float:
 
 
 def command(root: Path, server: ScriptedServer, task: str, *args: str) -> tuple[list[str], dict[str, str]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
-    env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test-batch-api", PYTHONPATH=str(REPO))
-    return [sys.executable, "-m", "runner", "batch", task, *args], env
+    return [sys.executable, "-m", "runner", "batch", task, *args], runner_env(server, key="sk-test-batch-api")
 
 
 def run(root: Path, server: ScriptedServer, task: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:

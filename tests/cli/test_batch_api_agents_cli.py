@@ -11,7 +11,7 @@ import pytest
 from runner.model.batch_endpoints import BatchBehaviour
 from runner.model.server import ScriptedServer
 from tests.cli.batch_api_project import batch_inputs, chat_calls, records, row_of, run, via_api, write_rows
-from tests.cli.web_project import write_project
+from tests.support.project import write_project
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -6,7 +6,6 @@ per call, ``mode: batch_api`` on the task, and what is refused."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,9 @@ import pytest
 
 from runner.model.batch_endpoints import BatchBehaviour
 from runner.model.server import ScriptedServer
-from tests.cli.batch_api_project import REPO, batch_inputs, chat_calls, live_cost, records, row_of, via_api, write_rows
+from tests.cli.batch_api_project import batch_inputs, chat_calls, live_cost, records, row_of, via_api, write_rows
 from tests.cli.batch_api_project import run as run_task
+from tests.support.project import copy_shipped
 
 TRIAGE = {"category": "bug", "urgency": "high", "summary": "It crashes."}
 USAGE = {"prompt_tokens": 100, "completion_tokens": 20}
@@ -25,10 +25,7 @@ SCRIPT: dict[str, Any] = {"fallback": {"content": json.dumps(TRIAGE), "usage": U
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    for part in ("agents.d", "tasks.d"):
-        shutil.copytree(REPO / part, root / part)
-    return root
+    return copy_shipped(tmp_path / "project")
 
 
 def tickets(root: Path, count: int, body: str = "It crashes on start") -> Path:

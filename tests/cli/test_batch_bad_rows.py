@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 
 from runner.batch.csvfile import MAX_LINE_CHARS
 from runner.model.server import ScriptedServer
+from tests.support.project import run_cli, write_project
 
 PROJECT = {
     "agents.d/echo.yaml": "apiVersion: runner/v1\nkind: Agent\nname: echo\nmodel: {id: gpt-4o-mini}\nsystem_prompt: Echo.\n",
@@ -36,18 +36,12 @@ def server() -> Iterator[ScriptedServer]:
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    for name, text in PROJECT.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    return tmp_path
+    return write_project(tmp_path, PROJECT)
 
 
 def batch(root: Path, server: ScriptedServer, source: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
-    env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test-rows")
-    argv = [sys.executable, "-m", "runner", "batch", "ask", "--input", str(source), "--output", "out.jsonl",
-            "--progress", "none", *extra]  # fmt: skip
-    return subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    return run_cli(root, server, "batch", "ask", "--input", str(source), "--output", "out.jsonl", "--progress", "none",
+                   *extra, key="sk-test-rows")  # fmt: skip
 
 
 def output(root: Path) -> list[dict[str, object]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner.model.server import ScriptedServer
+from tests.support.project import copy_shipped
 
 REPO = Path(__file__).resolve().parents[2]
 TRIAGE = '{"category": "bug", "urgency": "high", "summary": "It crashes."}'
@@ -23,12 +23,7 @@ TRIAGE = '{"category": "bug", "urgency": "high", "summary": "It crashes."}'
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    for part in ("agents.d", "tasks.d"):
-        shutil.copytree(REPO / part, root / part)
-    (root / "examples/data").mkdir(parents=True)
-    shutil.copy(REPO / "examples/data/sales.csv", root / "examples/data/sales.csv")
-    return root
+    return copy_shipped(tmp_path / "project", ("agents.d", "tasks.d", "examples/data/sales.csv"))
 
 
 def tickets(root: Path, rows: int) -> Path:

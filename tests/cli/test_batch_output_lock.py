@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from runner.model.server import ScriptedServer
+from tests.support.project import runner_env, write_project
 
 PROJECT = {
     "agents.d/echo.yaml": "apiVersion: runner/v1\nkind: Agent\nname: echo\nmodel: {id: gpt-4o-mini}\nsystem_prompt: Echo.\n",
@@ -31,12 +32,7 @@ PROJECT = {
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    for name, text in PROJECT.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    (tmp_path / "a.csv").write_text("q\nalpha-1\nalpha-2\nalpha-3\n")
-    (tmp_path / "b.csv").write_text("q\nbravo-1\nbravo-2\n")
-    return tmp_path
+    return write_project(tmp_path, {**PROJECT, "a.csv": "q\nalpha-1\nalpha-2\nalpha-3\n", "b.csv": "q\nbravo-1\nbravo-2\n"})
 
 
 @pytest.fixture
@@ -51,9 +47,7 @@ def argv(source: str, output: str, *extra: str) -> list[str]:
 
 
 def environment(server: ScriptedServer) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
-    env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test-lock")
-    return env
+    return runner_env(server, key="sk-test-lock")
 
 
 def run(root: Path, server: ScriptedServer, *args: str) -> subprocess.CompletedProcess[str]:

@@ -10,10 +10,8 @@ recomputed here from the requests the server received, at the shipped prices.
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ import pytest
 from runner.config.prices import cost_usd, default_prices, find_price
 from runner.model.replies import usage_counter
 from runner.model.server import ScriptedServer
+from tests.support.project import run_cli, write_project
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -56,13 +55,8 @@ CALLS = 40
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    (root / "agents.d").mkdir(parents=True)
-    (root / "tasks.d").mkdir()
-    (root / "agents.d/agents.yaml").write_text(AGENTS)
     tasks = [TASKS.format(name=n, agent=a) for n, a in (("sum_openai", "openai_reader"), ("sum_qwen", "qwen_reader"))]
-    (root / "tasks.d/tasks.yaml").write_text("---\n".join(tasks))
-    return root
+    return write_project(tmp_path / "project", {"agents.d/agents.yaml": AGENTS, "tasks.d/tasks.yaml": "---\n".join(tasks)})
 
 
 def numeric_goal(chars: int = 3000, seed: int = 1) -> str:
@@ -98,10 +92,7 @@ def billed_usd(server: ScriptedServer, tokenizer: str) -> float:
 
 
 def runner(root: Path, server: ScriptedServer, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
-    env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test-estimates")
-    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=240, stdin=subprocess.DEVNULL)  # fmt: skip
+    return run_cli(root, server, *args, key="sk-test-estimates", timeout=240)
 
 
 @pytest.mark.parametrize(

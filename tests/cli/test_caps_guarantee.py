@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from runner.model.server import ScriptedServer
+from tests.support.project import run_cli, runner_env, write_project
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -42,25 +43,19 @@ LIE = {"prompt_tokens": 200, "completion_tokens": 50_000}  # 500x max_tokens: an
 TOOL_CALL = {"tool_calls": [{"name": "calculator", "arguments": {"expression": "1 + 1"}}]}
 
 
+KEY = "sk-test-caps-000001"
+
+
 def make_project(root: Path, *, timeout: float = 30, retries: int = 0) -> Path:
-    (root / "agents.d").mkdir(parents=True)
-    (root / "tasks.d").mkdir()
-    (root / "agents.d/agents.yaml").write_text(AGENTS.format(timeout=timeout, retries=retries))
-    (root / "tasks.d/ask.yaml").write_text(TASKS)
-    return root
+    return write_project(root, {"agents.d/agents.yaml": AGENTS.format(timeout=timeout, retries=retries), "tasks.d/ask.yaml": TASKS})
 
 
 def env_for(server: ScriptedServer) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
-    env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test-caps-000001")
-    return env
+    return runner_env(server, key=KEY)
 
 
 def runner(root: Path, server: ScriptedServer, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "runner", *args], cwd=root, env=env_for(server), capture_output=True, text=True,
-        timeout=240, stdin=subprocess.DEVNULL,
-    )
+    return run_cli(root, server, *args, key=KEY, timeout=240)
 
 
 def questions(root: Path, rows: int) -> Path:

@@ -11,7 +11,7 @@ import pytest
 
 from runner.model.server import ScriptedServer
 from tests.cli.test_knowledge_cli import ANSWER, KNOWLEDGE, project
-from tests.cli.web_project import runner, tool_call
+from tests.support.project import run_cli, tool_call
 
 pytestmark = pytest.mark.timeout(300)
 SCRIPT = {
@@ -37,7 +37,7 @@ def _calls(root: Path) -> list[sqlite3.Row]:
 def test_a_tiny_money_cap_stops_before_the_embeddings_request_that_would_pass_it(tmp_path: Path) -> None:
     with ScriptedServer(SCRIPT) as model:
         root = _with_embeddings(tmp_path, model)
-        result = runner(root, model, "run", "answer", "-i", "question=refund?", "--max-cost-usd", "0.00002",
+        result = run_cli(root, model, "run", "answer", "-i", "question=refund?", "--max-cost-usd", "0.00002",
                         env={"TEST_EMBED_KEY": "sk-embed-abcdef012345"})
         sent = [r for r in model.requests if r.rule == "embeddings"]
         chats = [r for r in model.requests if r.rule != "embeddings"]
@@ -61,7 +61,7 @@ def test_a_tiny_money_cap_stops_before_the_embeddings_request_that_would_pass_it
 def test_embeddings_spend_counts_in_the_report_and_runs_show(tmp_path: Path) -> None:
     with ScriptedServer(SCRIPT) as model:
         root = _with_embeddings(tmp_path, model)
-        result = runner(root, model, "run", "answer", "-i", "question=refund?", "--max-cost-usd", "1",
+        result = run_cli(root, model, "run", "answer", "-i", "question=refund?", "--max-cost-usd", "1",
                         env={"TEST_EMBED_KEY": "sk-embed-abcdef012345"})
     assert result.returncode == 0, result.stderr
     (report_dir,) = (root / "reports/answer").iterdir()
@@ -72,7 +72,7 @@ def test_embeddings_spend_counts_in_the_report_and_runs_show(tmp_path: Path) -> 
     chat = usage["by_agent"]["support"]
     assert usage["total"]["cost_usd"] == pytest.approx(chat["cost_usd"] + embed["cost_usd"])
     run_id = record["run_id"]
-    shown = runner(root, None, "runs", "show", run_id)
+    shown = run_cli(root, None, "runs", "show", run_id)
     assert shown.returncode == 0, shown.stderr
     assert "(embeddings)" in shown.stdout and "text-embedding-3-large" in shown.stdout
     assert f"cost ${usage['total']['cost_usd']:.6f}" in shown.stdout  # the run's cost includes the embeddings
@@ -82,14 +82,14 @@ def test_runner_index_prints_its_embeddings_spend_and_honours_a_money_cap(tmp_pa
     env = {"TEST_EMBED_KEY": "sk-embed-abcdef012345"}
     with ScriptedServer(SCRIPT) as model:
         root = _with_embeddings(tmp_path, model)
-        capped = runner(root, model, "index", "product_docs", "--max-cost-usd", "0.00002", env=env)
+        capped = run_cli(root, model, "index", "product_docs", "--max-cost-usd", "0.00002", env=env)
         sent_capped = len([r for r in model.requests if r.rule == "embeddings"])
     assert capped.returncode == 3, capped.stderr
     assert "max_cost_usd" in capped.stderr and "Traceback" not in capped.stderr
     assert f"embeddings: {sent_capped} call(s)" in capped.stderr  # what was sent is said; the refused request was not
     with ScriptedServer(SCRIPT) as model:
         root = _with_embeddings(tmp_path / "second", model)
-        done = runner(root, model, "index", "product_docs", "--max-cost-usd", "1", env=env)
+        done = run_cli(root, model, "index", "product_docs", "--max-cost-usd", "1", env=env)
         sent = len([r for r in model.requests if r.rule == "embeddings"])
     assert done.returncode == 0, done.stderr
     assert sent > sent_capped and f"embeddings: {sent} call(s)" in done.stderr
@@ -100,7 +100,7 @@ def test_a_money_cap_with_an_unpriced_embedding_model_refuses_to_start(tmp_path:
     with ScriptedServer(SCRIPT) as model:
         knowledge = KNOWLEDGE + f"embeddings: {{model: house-embedder-1, base_url: '{model.base_url}', api_key_env: TEST_EMBED_KEY}}\n"
         root = project(tmp_path, **{"knowledge.d/docs.yaml": knowledge})
-        result = runner(root, model, "run", "answer", "-i", "question=refund?", "--max-cost-usd", "1",
+        result = run_cli(root, model, "run", "answer", "-i", "question=refund?", "--max-cost-usd", "1",
                         env={"TEST_EMBED_KEY": "sk-embed-abcdef012345"})
         sent = len(model.requests)
     assert result.returncode == 2, result.stderr

@@ -5,10 +5,7 @@ variant overrides, per-case checks, caps, and located errors for bad eval files.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,6 +15,7 @@ import yaml
 
 from runner.model.script_rules import Script
 from runner.model.server import ScriptedServer
+from tests.support.project import copy_shipped, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples" / "evals" / "triage_script.yaml"
@@ -25,17 +23,11 @@ SCRIPT = REPO / "examples" / "evals" / "triage_script.yaml"
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    for part in ("agents.d", "tasks.d", "evals.d", "examples/evals"):
-        shutil.copytree(REPO / part, root / part)
-    return root
+    return copy_shipped(tmp_path / "project", ("agents.d", "tasks.d", "evals.d", "examples/evals"))
 
 
 def runner(root: Path, server: ScriptedServer | None, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "OTEL_"))}
-    if server is not None:
-        env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test-eval")
-    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    return run_cli(root, server, *args, key="sk-test-eval", drop=("OTEL_",), timeout=600)
 
 
 def evaluate(root: Path, server: ScriptedServer | None, *args: str) -> tuple[int, dict[str, Any], str]:

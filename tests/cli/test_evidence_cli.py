@@ -4,14 +4,13 @@ an answer that names a region not in the data, using no tool, ends failed with t
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from runner.model.server import ScriptedServer
-from tests.cli.web_project import REPO, runner, tool_call
+from tests.support.project import copy_shipped, run_cli, tool_call
 
 pytestmark = pytest.mark.timeout(300)
 HALLUCINATION = "The Atlantis region had the highest revenue in November 2026, at 48,210.55, ahead of Lemuria."
@@ -29,10 +28,7 @@ QUERY = {
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    for part in ("agents.d", "tasks.d", "examples"):
-        shutil.copytree(REPO / part, root / part)
-    return root
+    return copy_shipped(tmp_path / "project", ("agents.d", "tasks.d", "examples"))
 
 
 def november_leader(root: Path) -> tuple[str, float]:
@@ -44,7 +40,7 @@ def november_leader(root: Path) -> tuple[str, float]:
 
 def test_a_hallucinated_answer_using_no_tool_ends_failed_with_the_reason(project: Path) -> None:
     with ScriptedServer({"fallback": HALLUCINATION}) as model:
-        result = runner(project, model, "run", "data_question")
+        result = run_cli(project, model, "run", "data_question")
         calls = len(model.requests)
     assert result.returncode == 1, result.stderr
     assert calls == 2  # the answer, and one repair turn (max_repairs: 1) that changed nothing
@@ -74,7 +70,7 @@ def test_the_repair_turn_sends_the_agent_back_to_its_tools_and_a_grounded_answer
         "fallback": None,
     }
     with ScriptedServer(script) as model:
-        result = runner(project, model, "run", "data_question", "--json")
+        result = run_cli(project, model, "run", "data_question", "--json")
         offered = model.requests[1].body.get("tools") or []
     assert result.returncode == 0, result.stderr
     assert {t["function"]["name"] for t in offered} >= {"load_table", "query_table"}  # the repair turn may use tools
@@ -92,7 +88,7 @@ def test_a_grounded_answer_after_tools_passes_first_time(project: Path) -> None:
         "fallback": None,
     }
     with ScriptedServer(script) as model:
-        result = runner(project, model, "run", "data_question", "--no-report")
+        result = run_cli(project, model, "run", "data_question", "--no-report")
         assert len(model.requests) == 3
     assert result.returncode == 0, result.stderr
 
@@ -107,7 +103,7 @@ def test_a_number_the_tools_never_produced_fails_even_with_real_names(project: P
         "fallback": f"{region} led with 99,999,999.99.",
     }
     with ScriptedServer(script) as model:
-        result = runner(project, model, "run", "data_question", "--no-report")
+        result = run_cli(project, model, "run", "data_question", "--no-report")
     assert result.returncode == 1
     assert "2 tool result(s)" in result.stderr and "99999999.99" in result.stderr and region not in result.stderr.split(":")[-1]
 
@@ -116,5 +112,5 @@ def test_validate_checks_the_evidence_key(tmp_path: Path) -> None:
     agent = "apiVersion: runner/v1\nkind: Agent\nname: a\nmodel: {id: gpt-4o-mini}\nchecks: {evidence: {from_goal: maybe}}\n"
     (tmp_path / "agents.d").mkdir()
     (tmp_path / "agents.d/a.yaml").write_text(agent)
-    result = runner(tmp_path, None, "validate")
+    result = run_cli(tmp_path, None, "validate")
     assert result.returncode == 2 and "/checks/evidence" in result.stdout

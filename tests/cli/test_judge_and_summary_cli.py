@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from runner.model.server import ScriptedServer
-from tests.cli.web_project import runner, tool_call, write_project
+from tests.support.project import run_cli, tool_call, write_project
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -62,7 +62,7 @@ def test_a_rejected_answer_is_repaired_and_the_judge_calls_are_counted(tmp_path:
         "fallback": "It is affordable.",
     }
     with ScriptedServer(script) as model:
-        result = runner(root, model, "run", "price")
+        result = run_cli(root, model, "run", "price")
         judge_requests = [r for r in model.requests if REVIEWER in r.body["messages"][0]["content"]]
         total = len(model.requests)
     assert result.returncode == 0, result.stderr
@@ -92,7 +92,7 @@ def test_an_answer_the_judge_keeps_rejecting_fails_the_step_with_the_reason(tmp_
     root = judged(tmp_path)
     script = {"rules": [{"when": {"system": REVIEWER}, "reply": REJECT}], "fallback": "It is affordable."}
     with ScriptedServer(script) as model:
-        result = runner(root, model, "run", "price")
+        result = run_cli(root, model, "run", "price")
         assert len(model.requests) == 4  # answer, judge, repaired answer, judge
     assert result.returncode == 1
     assert "the judge 'reviewer' rejected the answer: no price is given" in result.stderr
@@ -105,7 +105,7 @@ def test_a_judge_with_no_verdict_fails_without_a_repair(tmp_path: Path) -> None:
     root = judged(tmp_path)
     script = {"rules": [{"when": {"system": REVIEWER}, "reply": {"content": "Looks fine to me, I suppose."}}], "fallback": "20 EUR."}
     with ScriptedServer(script) as model:
-        result = runner(root, model, "run", "price", "--no-report")
+        result = run_cli(root, model, "run", "price", "--no-report")
         assert len(model.requests) == 2
     assert result.returncode == 1 and "gave no verdict" in result.stderr
 
@@ -113,7 +113,7 @@ def test_a_judge_with_no_verdict_fails_without_a_repair(tmp_path: Path) -> None:
 def test_the_judge_call_is_refused_by_a_cap_before_it_is_sent(tmp_path: Path) -> None:
     root = judged(tmp_path)
     with ScriptedServer({"rules": [{"when": {"system": REVIEWER}, "reply": ACCEPT}], "fallback": "20 EUR."}) as model:
-        result = runner(root, model, "run", "price", "--max-steps", "1", "--no-report")
+        result = run_cli(root, model, "run", "price", "--max-steps", "1", "--no-report")
         assert len(model.requests) == 1  # the answer; the judge's call never left
     assert result.returncode == 3 and "max_steps" in result.stderr
 
@@ -127,7 +127,7 @@ def test_the_judge_call_is_refused_by_a_cap_before_it_is_sent(tmp_path: Path) ->
 )
 def test_validate_checks_the_judge(tmp_path: Path, replacement: str, message: str) -> None:
     root = write_project(tmp_path, {"agents.d/all.yaml": JUDGED.replace(replacement, message)})
-    result = runner(root, None, "validate")
+    result = run_cli(root, None, "validate")
     assert result.returncode == 2 and "/checks/judge" in result.stdout
     assert "Did you mean 'reviewer'?" in result.stdout or "should be non-empty" in result.stdout or "is not valid" in result.stdout
 
@@ -172,7 +172,7 @@ SUMMARY_SCRIPT = {
 def test_over_budget_history_is_summarised_by_a_recorded_model_call(tmp_path: Path) -> None:
     root = summarizing(tmp_path)
     with ScriptedServer(SUMMARY_SCRIPT) as model:
-        result = runner(root, model, "run", "read")
+        result = run_cli(root, model, "run", "read")
         requests = [r.body for r in model.requests]
     assert result.returncode == 0, result.stderr
     summaries = [i for i, body in enumerate(requests) if SUMMARY_SYSTEM in body["messages"][0]["content"]]
@@ -190,11 +190,11 @@ def test_over_budget_history_is_summarised_by_a_recorded_model_call(tmp_path: Pa
 def test_the_summary_call_is_refused_by_a_cap_like_any_other(tmp_path: Path) -> None:
     root = summarizing(tmp_path)
     with ScriptedServer(SUMMARY_SCRIPT) as model:
-        full = runner(root, model, "run", "read", "--no-report")
+        full = run_cli(root, model, "run", "read", "--no-report")
         first_summary = next(i for i, r in enumerate(model.requests) if SUMMARY_SYSTEM in r.body["messages"][0]["content"])
     assert full.returncode == 0, full.stderr
     with ScriptedServer(SUMMARY_SCRIPT) as model:
-        capped = runner(root, model, "run", "read", "--no-report", "--max-steps", str(first_summary))
+        capped = run_cli(root, model, "run", "read", "--no-report", "--max-steps", str(first_summary))
         sent = [r.body for r in model.requests]
     assert capped.returncode == 3 and "max_steps" in capped.stderr
     assert len(sent) == first_summary and not any(SUMMARY_SYSTEM in b["messages"][0]["content"] for b in sent)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from runner.model.server import ScriptedServer
-from tests.cli.web_project import runner, tool_call, write_project
 from tests.knowledge.documents import write_docs
+from tests.support.project import run_cli, tool_call, write_project
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -53,22 +53,22 @@ def project(root: Path, **extra: str) -> Path:
 
 def test_index_builds_then_refreshes_incrementally(tmp_path: Path) -> None:
     root = project(tmp_path)
-    first = runner(root, None, "index", "product_docs")
+    first = run_cli(root, None, "index", "product_docs")
     assert first.returncode == 0, first.stderr
     assert "product_docs: 6 added, 0 updated, 0 removed, 0 unchanged" in first.stdout
     assert ".runner/knowledge/product_docs.sqlite3" in first.stdout
-    assert "6 unchanged" in runner(root, None, "index").stdout
+    assert "6 unchanged" in run_cli(root, None, "index").stdout
     (root / "docs/billing.md").write_text("# Billing\n\nNo refunds.\n")
     (root / "docs/notes.txt").unlink()
-    assert "0 added, 1 updated, 1 removed, 4 unchanged" in runner(root, None, "index").stdout
+    assert "0 added, 1 updated, 1 removed, 4 unchanged" in run_cli(root, None, "index").stdout
 
 
 def test_index_names_an_unknown_base_and_unreadable_files(tmp_path: Path) -> None:
     root = project(tmp_path)
-    unknown = runner(root, None, "index", "product_doc")
+    unknown = run_cli(root, None, "index", "product_doc")
     assert unknown.returncode == 2 and "Did you mean 'product_docs'?" in unknown.stderr
     (root / "docs/broken.docx").write_bytes(b"not a zip file")
-    broken = runner(root, None, "index")
+    broken = run_cli(root, None, "index")
     assert broken.returncode == 1 and "6 added" in broken.stdout
     assert "product_docs: error: docs/broken.docx: broken.docx is not a readable DOCX" in broken.stderr
     assert "Traceback" not in broken.stderr
@@ -76,13 +76,13 @@ def test_index_names_an_unknown_base_and_unreadable_files(tmp_path: Path) -> Non
 
 def test_sources_that_match_no_file_fail_the_index_and_warn_the_run(tmp_path: Path) -> None:
     root = project(tmp_path, **{"knowledge.d/docs.yaml": KNOWLEDGE.replace("[docs]", "[manuals/*.md]")})
-    assert runner(root, None, "validate").returncode == 0  # the documents may be deployed apart from the YAML
-    index = runner(root, None, "index")
+    assert run_cli(root, None, "validate").returncode == 0  # the documents may be deployed apart from the YAML
+    index = run_cli(root, None, "index")
     assert index.returncode == 1
     assert "product_docs: error: its sources (manuals/*.md) match no .md, .txt, .html, .pdf or .docx file" in index.stderr
     script = {"rules": [{"when": {"last_role": "user"}, "reply": tool_call("search_knowledge", query="refund")}], "fallback": "Not documented."}
     with ScriptedServer(script) as model:
-        result = runner(root, model, "run", "answer", "-i", "question=q")
+        result = run_cli(root, model, "run", "answer", "-i", "question=q")
         observation = model.requests[1].body["messages"][-1]["content"]
     assert result.returncode == 0, result.stderr
     assert "Nothing in the knowledge base matches" in observation
@@ -101,7 +101,7 @@ def test_a_run_builds_the_index_on_first_use_and_cites_its_sources(tmp_path: Pat
         "fallback": None,
     }
     with ScriptedServer(script) as model:
-        result = runner(root, model, "run", "answer", "-i", "question=Can I get a refund on my annual plan?")
+        result = run_cli(root, model, "run", "answer", "-i", "question=Can I get a refund on my annual plan?")
         observation = model.requests[1].body["messages"][-1]["content"]
     assert result.returncode == 0, result.stderr
     assert (root / ".runner/knowledge/product_docs.sqlite3").is_file()
@@ -123,7 +123,7 @@ def test_an_answer_the_docs_do_not_support_fails(tmp_path: Path) -> None:
         "fallback": "Refunds are possible within 90 days via Stripe.",
     }
     with ScriptedServer(script) as model:
-        result = runner(root, model, "run", "answer", "-i", "question=refund?", "--no-report")
+        result = run_cli(root, model, "run", "answer", "-i", "question=refund?", "--no-report")
     assert result.returncode == 1
     assert "not supported by the run's evidence" in result.stderr and "90" in result.stderr and "Stripe" in result.stderr
 
@@ -152,7 +152,7 @@ pipeline:
     writer = "apiVersion: runner/v1\nkind: Agent\nname: writer\nmodel: {id: gpt-4o-mini}\n"
     root = project(tmp_path, **{"tasks.d/lookup.yaml": task, "agents.d/writer.yaml": writer})
     with ScriptedServer({"fallback": "Port 7443 must be open [1]."}) as model:
-        result = runner(root, model, "run", "lookup", "-i", "question=What does error E42 mean?")
+        result = run_cli(root, model, "run", "lookup", "-i", "question=What does error E42 mean?")
         goal = model.requests[0].body["messages"][-1]["content"]
     assert result.returncode == 0, result.stderr
     assert "[1] docs/install.md — Installing Widgetizer > Troubleshooting (line 7): Error E42 means" in goal
@@ -168,10 +168,10 @@ def test_memory_persists_across_runs_within_its_scope_and_limit(tmp_path: Path) 
     for note in ("customer acme prefers email", "customer acme is on the team plan", "customer acme renews in march"):
         script = {"rules": [{"when": {"last_role": "user"}, "reply": tool_call("remember", note=note)}], "fallback": "Noted."}
         with ScriptedServer(script) as model:
-            assert runner(root, model, "run", "answer", "-i", "question=x", "--no-report").returncode == 0
+            assert run_cli(root, model, "run", "answer", "-i", "question=x", "--no-report").returncode == 0
     script = {"rules": [{"when": {"last_role": "user"}, "reply": tool_call("recall", query="acme")}], "fallback": "Done."}
     with ScriptedServer(script) as model:
-        assert runner(root, model, "run", "answer", "-i", "question=x", "--no-report").returncode == 0
+        assert run_cli(root, model, "run", "answer", "-i", "question=x", "--no-report").returncode == 0
         recalled = model.requests[1].body["messages"][-1]["content"]
     assert "Notes from memory (task:answer)" in recalled
     assert "renews in march" in recalled and "team plan" in recalled and "prefers email" not in recalled  # max_entries: 2
@@ -183,13 +183,13 @@ def test_embeddings_from_the_loopback_server_at_index_time(tmp_path: Path) -> No
     with ScriptedServer() as model:
         knowledge = KNOWLEDGE + f"embeddings: {{model: test-embed, base_url: '{model.base_url}', api_key_env: TEST_EMBED_KEY}}\n"
         root = project(tmp_path, **{"knowledge.d/docs.yaml": knowledge})
-        result = runner(root, None, "index", env={"TEST_EMBED_KEY": "sk-embed-abcdef012345"})
+        result = run_cli(root, None, "index", env={"TEST_EMBED_KEY": "sk-embed-abcdef012345"})
         embeddings = [r for r in model.requests if r.rule == "embeddings"]
     assert result.returncode == 0, result.stderr
     assert embeddings and all(r.path == "/v1/embeddings" and r.auth_present for r in embeddings)
     with sqlite3.connect(root / ".runner/knowledge/product_docs.sqlite3") as db:
         assert db.execute("SELECT value FROM meta WHERE key = 'dimensions'").fetchone()[0] == "256"
-    missing = runner(root, None, "index", "product_docs")
+    missing = run_cli(root, None, "index", "product_docs")
     assert missing.returncode == 2 and "TEST_EMBED_KEY" in missing.stderr
 
 
@@ -210,7 +210,7 @@ def test_embeddings_from_the_loopback_server_at_index_time(tmp_path: Path) -> No
 )
 def test_validate_checks_the_knowledge_keys(tmp_path: Path, files: dict[str, str], pointer: str, message: str) -> None:
     root = project(tmp_path, **files)
-    result = runner(root, None, "validate")
+    result = run_cli(root, None, "validate")
     assert result.returncode == 2, result.stdout
     assert message in result.stdout, result.stdout
     assert f"error: {pointer}" in result.stdout or f": {pointer}:" in result.stdout or pointer == "", result.stdout
@@ -220,10 +220,10 @@ def test_an_inline_knowledge_base_on_a_task_validates_and_runs(tmp_path: Path) -
     task = TASK + "knowledge:\n  - {name: inline_docs, sources: ['docs/*.md'], search: {top_k: 1}}\n"
     agent = AGENT.replace("knowledge: [product_docs]\n", "")
     root = project(tmp_path, **{"tasks.d/answer.yaml": task, "agents.d/support.yaml": agent})
-    assert runner(root, None, "validate").returncode == 0
+    assert run_cli(root, None, "validate").returncode == 0
     script = {"rules": [{"when": {"last_role": "user"}, "reply": tool_call("search_knowledge", query="refund")}], "fallback": "OK."}
     with ScriptedServer(script) as model:
-        result = runner(root, model, "run", "answer", "-i", "question=q", "--no-report")
+        result = run_cli(root, model, "run", "answer", "-i", "question=q", "--no-report")
         observation = model.requests[1].body["messages"][-1]["content"]
     assert result.returncode == 0, result.stderr
     assert observation.count("[1] docs/billing.md") == 1 and "[2]" not in observation

@@ -9,16 +9,15 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from runner.model.server import ScriptedServer
+from tests.support.project import run_cli, write_project
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM = "You triage support tickets into hardware, software or billing. Answer with the category only."
@@ -47,10 +46,7 @@ USAGE = {"prompt_tokens": 1000, "completion_tokens": 10, "cached_tokens": 600}
 
 
 def make_project(root: Path, setting: str = "") -> Path:
-    (root / "agents.d").mkdir(parents=True)
-    (root / "tasks.d").mkdir()
-    (root / "agents.d/triager.yaml").write_text(AGENT.format(setting=setting, system=SYSTEM))
-    (root / "tasks.d/triage.yaml").write_text(TASK)
+    write_project(root, {"agents.d/triager.yaml": AGENT.format(setting=setting, system=SYSTEM), "tasks.d/triage.yaml": TASK})
     with open(root / "rows.csv", "w", newline="") as out:
         writer = csv.writer(out)
         writer.writerow(["id", "subject"])
@@ -59,12 +55,7 @@ def make_project(root: Path, setting: str = "") -> Path:
 
 
 def runner(root: Path, server: ScriptedServer, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
-    env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test-cache", PYTHONPATH=str(REPO))
-    return subprocess.run(
-        [sys.executable, "-m", "runner", *args], cwd=root, env=env, capture_output=True, text=True, timeout=300,
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    return run_cli(root, server, *args, key="sk-test-cache")
 
 
 def batch(root: Path, server: ScriptedServer) -> subprocess.CompletedProcess[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pandas as pd
 import pytest
 
 from runner.model.server import ScriptedServer
+from tests.support.project import copy_shipped, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 CANARY = "sk-canary-cli-0123456789"
@@ -38,19 +38,11 @@ NARRATIVE = narrative()
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    for part in ("agents.d", "tasks.d", "examples/data"):
-        shutil.copytree(REPO / part, root / part)
-    return root
+    return copy_shipped(tmp_path / "project", ("agents.d", "tasks.d", "examples/data"))
 
 
 def runner(root: Path, server: ScriptedServer, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
-    env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY=CANARY)
-    return subprocess.run(
-        [sys.executable, "-m", "runner", *args], cwd=root, env=env, capture_output=True, text=True, timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_cli(root, server, *args, key=CANARY)
 
 
 def independent_figures(root: Path, day: str) -> dict[str, Any]:

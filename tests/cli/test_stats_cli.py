@@ -4,11 +4,8 @@ trends over days, and "did cost per run double this week?" against the week befo
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sqlite3
 import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,22 +13,18 @@ from typing import Any
 import pytest
 
 from runner.model.server import ScriptedServer
+from tests.support.project import copy_project, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    shutil.copytree(REPO / "tests" / "runs" / "project", root)
-    return root
+    return copy_project(REPO / "tests" / "runs" / "project", tmp_path / "project")
 
 
 def runner(root: Path, *args: str, server: ScriptedServer | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "OTEL_"))}
-    if server is not None:
-        env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test-stats")
-    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    return run_cli(root, server, *args, key="sk-test-stats", drop=("OTEL_",))
 
 
 def script(prompt: int, completion: int) -> dict[str, Any]:

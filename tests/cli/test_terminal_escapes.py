@@ -20,6 +20,7 @@ import pytest
 
 from runner.cli.terminal import json_for_terminal, safe_line, safe_text
 from runner.model.server import ScriptedServer
+from tests.support.project import runner_env, write_project
 
 HOSTILE = (
     "title\x1b]0;pwned\x07 clear\x1b[2J\x1b[H c1\x9b31m bidi\u202eevil\u202c isolate\u2067x\u2069"
@@ -49,10 +50,7 @@ SCRIPT: dict[str, Any] = {
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    for name, text in PROJECT.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    return tmp_path
+    return write_project(tmp_path, PROJECT)
 
 
 @pytest.fixture
@@ -62,9 +60,7 @@ def server() -> Iterator[ScriptedServer]:
 
 
 def environment(server: ScriptedServer) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
-    env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test-tty")
-    return env
+    return runner_env(server, key="sk-test-tty")
 
 
 def on_a_terminal(root: Path, server: ScriptedServer, *args: str) -> tuple[int, bytes]:

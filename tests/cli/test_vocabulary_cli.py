@@ -6,8 +6,6 @@ overrides by name."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,24 +14,18 @@ from typing import Any
 import pytest
 
 from runner.model.server import ScriptedServer
+from tests.support.project import copy_project, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    shutil.copytree(REPO / "tests/runs/project", root)
-    return root
+    return copy_project(REPO / "tests/runs/project", tmp_path / "project")
 
 
 def runner(root: Path, server: ScriptedServer, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
-    env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test-vocabulary-0001")
-    return subprocess.run(
-        [sys.executable, "-m", "runner", *args], cwd=root, env=env, capture_output=True, text=True, timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_cli(root, server, *args, key="sk-test-vocabulary-0001")
 
 
 def raw_call(name: str, arguments: str) -> dict[str, Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 from pathlib import Path
 from types import ModuleType
 
@@ -15,7 +14,7 @@ import yaml
 
 from runner.model.script_rules import Script
 from runner.model.server import ScriptedServer
-from tests.cli.web_project import REPO, runner
+from tests.support.project import REPO, copy_shipped, run_cli
 
 pytestmark = pytest.mark.timeout(300)
 CHROMIUM = Path("/usr/bin/chromium")
@@ -23,10 +22,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    for part in ("agents.d", "tasks.d", "examples"):
-        shutil.copytree(REPO / part, root / part)
-    return root
+    return copy_shipped(tmp_path / "project", ("agents.d", "tasks.d", "examples"))
 
 
 def demo_site() -> ModuleType:
@@ -40,7 +36,7 @@ def demo_site() -> ModuleType:
 def test_the_ticket_batch_answers_from_the_docs_with_citations(project: Path) -> None:
     script = Script.load(project / "examples/tickets/answer_script.yaml")
     with ScriptedServer(script) as model:
-        result = runner(project, model, "batch", "answer_ticket", "--input", "examples/tickets/questions.csv",
+        result = run_cli(project, model, "batch", "answer_ticket", "--input", "examples/tickets/questions.csv",
                         "--output", "answers.jsonl", "--id-column", "id")  # fmt: skip
     assert result.returncode == 0, result.stderr
     rows = {row["id"]: row for row in map(json.loads, (project / "answers.jsonl").read_text().splitlines())}
@@ -58,7 +54,7 @@ def test_a_ticket_reply_the_docs_do_not_support_fails_its_row(project: Path) -> 
     data["rules"] = [r for r in data["rules"] if "Refunds" not in str(r["when"])]
     data["rules"].insert(0, {"when": {"last_message": "^\\[1\\] examples/docs/billing.md — Acme Billing Portal > Refunds|none of your tool results"}, "reply": {"content": wrong}})
     with ScriptedServer(Script.from_obj(data)) as model:
-        result = runner(project, model, "batch", "answer_ticket", "--input", "examples/tickets/questions.csv",
+        result = run_cli(project, model, "batch", "answer_ticket", "--input", "examples/tickets/questions.csv",
                         "--output", "answers.jsonl", "--id-column", "id")  # fmt: skip
     assert result.returncode == 1
     rows = {row["id"]: row for row in map(json.loads, (project / "answers.jsonl").read_text().splitlines())}
@@ -76,7 +72,7 @@ def test_market_scan_searches_browses_and_cites(project: Path) -> None:
         for path in (project / "agents.d/market_researcher.yaml", project / "examples/web/market_script.yaml"):
             path.write_text(path.read_text().replace("8766", port))
         with ScriptedServer(Script.load(project / "examples/web/market_script.yaml")) as model:
-            result = runner(project, model, "run", "market_scan")
+            result = run_cli(project, model, "run", "market_scan")
             observations = [m["content"] for r in model.requests for m in r.body["messages"] if m["role"] == "tool"]
     finally:
         site.shutdown()
@@ -95,7 +91,7 @@ def test_market_scan_searches_browses_and_cites(project: Path) -> None:
 
 def test_a_missing_browser_refuses_the_run_before_any_call(project: Path) -> None:
     with ScriptedServer(Script.load(project / "examples/web/market_script.yaml")) as model:
-        result = runner(project, model, "run", "market_scan", env={"RUNNER_CHROMIUM": "/nonexistent/chromium"})
+        result = run_cli(project, model, "run", "market_scan", env={"RUNNER_CHROMIUM": "/nonexistent/chromium"})
         assert model.requests == []
     assert result.returncode == 2 and "no Chromium at /nonexistent/chromium" in result.stderr
     assert "Traceback" not in result.stderr

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from runner.model.server import ScriptedServer
-from tests.cli.web_project import runner, tool_call, write_project
 from tests.loopback_site import LoopbackSite, sample
+from tests.support.project import run_cli, tool_call, write_project
 
 pytestmark = pytest.mark.timeout(300)
 SEARCH_KEY = "brave-key-0123456789abcdef"
@@ -50,7 +50,7 @@ def test_web_search_run_end_to_end(tmp_path: Path) -> None:
     with LoopbackSite() as site, ScriptedServer(SCRIPT) as model:
         site.json("/res/v1/web/search", sample("brave"))
         root = project(tmp_path, site.url("/res/v1/web/search"))
-        result = runner(root, model, "run", "scan", env={"TEST_BRAVE_KEY": SEARCH_KEY})
+        result = run_cli(root, model, "run", "scan", env={"TEST_BRAVE_KEY": SEARCH_KEY})
         assert result.returncode == 0, result.stderr
         (search,) = site.seen("/res/v1/web/search")
         assert search.headers["x-subscription-token"] == SEARCH_KEY
@@ -74,7 +74,7 @@ def test_without_the_allow_list_the_loopback_provider_is_refused(tmp_path: Path)
     with LoopbackSite() as site, ScriptedServer(script) as model:
         site.json("/res/v1/web/search", sample("brave"))
         root = project(tmp_path, site.url("/res/v1/web/search"), network="")
-        result = runner(root, model, "run", "scan", "--no-report", env={"TEST_BRAVE_KEY": SEARCH_KEY})
+        result = run_cli(root, model, "run", "scan", "--no-report", env={"TEST_BRAVE_KEY": SEARCH_KEY})
         observation = model.requests[1].body["messages"][-1]["content"]
         assert site.requests == []
     assert result.returncode == 0, result.stderr
@@ -95,7 +95,7 @@ def test_without_the_allow_list_the_loopback_provider_is_refused(tmp_path: Path)
 def test_validate_checks_web_search_settings(tmp_path: Path, settings: str, message: str) -> None:
     agent = f"apiVersion: runner/v1\nkind: Agent\nname: a\nmodel: {{id: gpt-4o-mini}}\ntools: [{settings}]\n"
     root = write_project(tmp_path, {"agents.d/a.yaml": agent})
-    result = runner(root, None, "validate")
+    result = run_cli(root, None, "validate")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "agents.d/a.yaml:5:" in result.stdout + result.stderr
     assert message in result.stdout + result.stderr
@@ -108,7 +108,7 @@ def test_validate_checks_web_search_settings(tmp_path: Path, settings: str, mess
 def test_validate_checks_private_network_exemptions(tmp_path: Path, networks: str, message: str) -> None:
     agent = f"apiVersion: runner/v1\nkind: Agent\nname: a\nmodel: {{id: gpt-4o-mini}}\nnetwork: {{allow_private_networks: {networks}}}\n"
     root = write_project(tmp_path, {"agents.d/a.yaml": agent})
-    result = runner(root, None, "validate")
+    result = run_cli(root, None, "validate")
     assert result.returncode == 2, result.stdout
     assert "/network/allow_private_networks/0" in result.stdout + result.stderr
     assert message in result.stdout + result.stderr

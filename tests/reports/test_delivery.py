@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from runner.model.server import ScriptedServer
+from tests.support.project import copy_shipped
 
 REPO = Path(__file__).resolve().parents[2]
 SMTP_USER = "reports@example.com"
@@ -126,9 +127,7 @@ def hooks() -> Iterator[tuple[Hooks, str]]:
 
 
 def project_with_delivery(tmp_path: Path, smtp_port: int, cert: Path, formats: str = "[markdown, html, json, pdf, xlsx]") -> Path:
-    root = tmp_path / "project"
-    for part in ("agents.d", "tasks.d", "examples/data"):
-        shutil.copytree(REPO / part, root / part)
+    root = copy_shipped(tmp_path / "project", ("agents.d", "tasks.d", "examples/data"))
     (root / "certs").mkdir()
     shutil.copy(cert, root / "certs" / "smtp.pem")
     task = (root / "tasks.d" / "daily_report.yaml").read_text()

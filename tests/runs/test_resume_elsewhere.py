@@ -5,16 +5,15 @@ run store on both backends (SQLite on a shared path, PostgreSQL)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from runner.model.server import ScriptedServer
+from tests.support.project import copy_shipped, run_cli
 
 pytestmark = pytest.mark.timeout(180)
 REPO = Path(__file__).resolve().parents[2]
@@ -59,20 +58,14 @@ SCRIPT = {
 
 
 def _project(root: Path) -> Path:
-    (root / "agents.d").mkdir(parents=True)
-    (root / "tasks.d").mkdir()
-    (root / "agents.d/plain.yaml").write_text(AGENT)
-    (root / "tasks.d/resume_check.yaml").write_text(TASK)
-    shutil.copy(REPO / "examples/data/sales.csv", root / "sales.csv")
-    return root
+    files = {"agents.d/plain.yaml": AGENT, "tasks.d/resume_check.yaml": TASK}
+    return copy_shipped(root, (), files, copies={"examples/data/sales.csv": "sales.csv"})
 
 
 def _run(project: Path, server: ScriptedServer, store: list[str], env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "RUNNER_"))}
-    env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test-resume-000001", PYTHONPATH=str(REPO), **env_extra)
-    argv = [sys.executable, "-m", "runner", "run", "resume_check", "--root", str(project), "-i", "date=2026-03-02",
-            "--run-id", "daily-1", "--json", *store]  # fmt: skip
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=150, check=False)
+    return run_cli(project, server, "run", "resume_check", "--root", str(project), "-i", "date=2026-03-02",
+                   "--run-id", "daily-1", "--json", *store, key="sk-test-resume-000001", drop=("RUNNER_",),
+                   env=env_extra, timeout=150)  # fmt: skip
 
 
 def _events(done: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:

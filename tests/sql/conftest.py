@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,8 @@ from typing import Any
 import pytest
 
 from runner.model.server import ScriptedServer
+from tests.support.project import copy_shipped
+from tests.support.project import run_cli as support_cli
 
 REPO = Path(__file__).resolve().parents[2]
 CANARY = "sk-canary-sql-0123456789"
@@ -21,23 +22,12 @@ CANARY = "sk-canary-sql-0123456789"
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """The repository's agents, tasks and sample data, in a directory of its own."""
-    root = tmp_path / "project"
-    for part in ("agents.d", "tasks.d", "examples/data"):
-        shutil.copytree(REPO / part, root / part)
-    return root
+    return copy_shipped(tmp_path / "project", ("agents.d", "tasks.d", "examples/data"))
 
 
 def run_cli(root: Path, server: ScriptedServer | None, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``python -m runner ARGS`` in ``root``, talking to ``server``."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "SALES_DB", "RUNNER_TEST"))}
-    environ["PYTHONPATH"] = str(REPO) + os.pathsep + environ.get("PYTHONPATH", "")
-    if server is not None:
-        environ.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY=CANARY)
-    environ.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "runner", *args], cwd=root, env=environ, capture_output=True, text=True, timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
+    return support_cli(root, server, *args, env=env, key=CANARY, drop=("SALES_DB", "RUNNER_TEST"))
 
 
 def seed(url: str, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

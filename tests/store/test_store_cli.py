@@ -5,15 +5,13 @@ and never the password."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from runner.model.server import ScriptedServer
+from tests.support.project import copy_shipped, run_cli
 
 pytestmark = pytest.mark.timeout(180)
 REPO = Path(__file__).resolve().parents[2]
@@ -22,9 +20,7 @@ TRIAGE = '{"category": "bug", "urgency": "high", "summary": "It crashes."}'
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    for part in ("agents.d", "tasks.d"):
-        shutil.copytree(REPO / part, root / part)
+    root = copy_shipped(tmp_path / "project")
     (root / "tickets.jsonl").write_text("".join(
         json.dumps({"id": f"T{i}", "product": "app", "subject": "crash", "body": f"It crashes ({i})."}) + "\n" for i in range(3)
     ))  # fmt: skip
@@ -32,12 +28,8 @@ def project(tmp_path: Path) -> Path:
 
 
 def runner(project: Path, store_url: str, *args: str, server: ScriptedServer | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "RUNNER_"))}
-    env.update(PYTHONPATH=str(REPO), RUNNER_STORE_URL=store_url)
-    if server is not None:
-        env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test-store-cli-0001")
-    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=project, env=env, capture_output=True, text=True,
-                          timeout=150, check=False)  # fmt: skip
+    return run_cli(project, server, *args, key="sk-test-store-cli-0001", drop=("RUNNER_",),
+                   env={"RUNNER_STORE_URL": store_url}, timeout=150)  # fmt: skip
 
 
 def test_runs_and_journals_live_in_postgresql(project: Path, postgres_url: str) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 
 from runner.model.server import ScriptedServer
 from runner.store.runstore import RunStore
+from tests.support.project import copy_project
 
 pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parents[2]
@@ -38,9 +38,7 @@ SCRIPT = {"rules": [
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    shutil.copytree(REPO / "tests" / "runs" / "project", root)
-    return root
+    return copy_project(REPO / "tests" / "runs" / "project", tmp_path / "project")
 
 
 class Cli:

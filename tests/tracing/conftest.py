@@ -3,7 +3,6 @@ provider when there is one), and a copy of the test project per test."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +11,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from tests.support.project import copy_project
 
 PROJECT = Path(__file__).resolve().parents[1] / "runs" / "project"
 _EXPORTER = InMemorySpanExporter()
@@ -47,6 +48,4 @@ def spans(exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch) -> It
 
 @pytest.fixture
 def project_dir(tmp_path: Path) -> Path:
-    target = tmp_path / "project"
-    shutil.copytree(PROJECT, target)
-    return target
+    return copy_project(PROJECT, tmp_path / "project")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from runner.model.server import ScriptedServer
+from tests.support.project import copy_project, copy_shipped, run_cli
 from tests.tracing.phoenix import REPO, Phoenix, phoenix_executable
 
 KEY = "sk-test-phoenix-0123456789abcdef"
@@ -27,9 +27,7 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
 
 
 def cli(root: Path, server: ScriptedServer, *args: str, **env_extra: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "OTEL_"))}
-    env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY=KEY, **env_extra)
-    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    return run_cli(root, server, *args, env=env_extra, key=KEY, drop=("OTEL_",))
 
 
 def tool_then_answer() -> dict[str, object]:
@@ -41,8 +39,7 @@ def tool_then_answer() -> dict[str, object]:
 
 
 def test_a_cli_run_arrives_in_phoenix_as_genai_spans(phoenix: Phoenix, tmp_path: Path) -> None:
-    root = tmp_path / "project"
-    shutil.copytree(REPO / "tests" / "runs" / "project", root)
+    root = copy_project(REPO / "tests" / "runs" / "project", tmp_path / "project")
     with ScriptedServer(tool_then_answer()) as server:
         done = cli(root, server, "run", "sum", "-i", "a=3", "--json",
                    OTEL_EXPORTER_OTLP_ENDPOINT=phoenix.url, OTEL_SERVICE_NAME="runner-e2e",
@@ -70,9 +67,7 @@ def test_a_cli_run_arrives_in_phoenix_as_genai_spans(phoenix: Phoenix, tmp_path:
 
 
 def test_a_batch_traced_from_a_telemetry_document_is_one_trace(phoenix: Phoenix, tmp_path: Path) -> None:
-    root = tmp_path / "project"
-    for part in ("agents.d", "tasks.d"):
-        shutil.copytree(REPO / part, root / part)
+    root = copy_shipped(tmp_path / "project")
     (root / "tasks.d" / "telemetry.yaml").write_text(
         f"apiVersion: runner/v1\nkind: Telemetry\ntraces: {{endpoint: '{phoenix.url}', service_name: runner-batch}}\n"
     )
@@ -94,8 +89,7 @@ def test_a_batch_traced_from_a_telemetry_document_is_one_trace(phoenix: Phoenix,
 
 
 def test_without_an_endpoint_no_opentelemetry_is_imported(tmp_path: Path) -> None:
-    root = tmp_path / "project"
-    shutil.copytree(REPO / "tests" / "runs" / "project", root)
+    root = copy_project(REPO / "tests" / "runs" / "project", tmp_path / "project")
     with ScriptedServer({"fallback": {"content": "5"}}) as server:
         done = subprocess.run(
             [sys.executable, "-X", "importtime", "-m", "runner", "run", "sum", "-i", "a=3"], cwd=root,
@@ -108,8 +102,7 @@ def test_without_an_endpoint_no_opentelemetry_is_imported(tmp_path: Path) -> Non
 
 
 def test_without_the_sdk_the_run_goes_on_and_says_why_it_is_not_traced(tmp_path: Path) -> None:
-    root = tmp_path / "project"
-    shutil.copytree(REPO / "tests" / "runs" / "project", root)
+    root = copy_project(REPO / "tests" / "runs" / "project", tmp_path / "project")
     shadow = tmp_path / "shadow" / "opentelemetry"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("")  # an opentelemetry package without the SDK

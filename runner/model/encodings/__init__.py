@@ -14,7 +14,6 @@ needs an estimate for an OpenAI model): about 0.25 s once per process.
 from __future__ import annotations
 
 import base64
-import gzip
 import hashlib
 from dataclasses import dataclass
 from functools import cache
@@ -82,6 +81,8 @@ class EncodingDataError(RunnerError):
 
 def read_ranks(name: str) -> dict[bytes, int]:
     """The verified mergeable ranks of the shipped encoding ``name`` (token bytes -> rank)."""
+    import gzip  # only when an encoding is loaded
+
     spec = ENCODINGS[name]
     try:
         packed = resources.files(__name__).joinpath(spec.filename).read_bytes()

@@ -3,6 +3,8 @@
 STARTTLS by default (the connection is upgraded, and the server's certificate checked,
 before any credential is sent); ``tls: implicit`` for port 465; ``tls: none`` only to a
 server on this machine. The user name and password come from the variables the task names.
+The whole conversation must end within ``timeout_seconds`` (default 60), however the server
+paces it (:mod:`runner.reports.delivery.smtp_client`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import base64
 import re
 import smtplib
+import socket
 import ssl
 from collections.abc import Mapping
 from email.message import EmailMessage
@@ -17,6 +20,7 @@ from email.utils import make_msgid
 from typing import Any
 
 from runner.reports.delivery.outcome import DeliveryFailed, Package
+from runner.reports.delivery.smtp_client import ConversationExpired, conversation
 
 DEFAULT_ATTACH = ("pdf", "xlsx", "markdown", "json")
 MEDIA_TYPES = {".pdf": "application/pdf", ".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
@@ -42,8 +46,7 @@ def send_email(settings: Mapping[str, Any], package: Package, subject: str) -> l
     user, password = _credentials(smtp, package.environ)
     try:
         context = ssl.create_default_context(cafile=smtp.get("ca_file"))  # ca_file: resolved from the project root
-        client = smtplib.SMTP_SSL(host, port, timeout=timeout, context=context) if tls == "implicit" else smtplib.SMTP(host, port, timeout=timeout)
-        with client:
+        with conversation(host, port, implicit_tls=tls == "implicit", timeout=timeout, context=context) as client:
             client.ehlo()
             if tls == "starttls":
                 client.starttls(context=context)
@@ -51,6 +54,8 @@ def send_email(settings: Mapping[str, Any], package: Package, subject: str) -> l
             if user:
                 client.login(user, password)
             refused = client.send_message(message)
+    except ConversationExpired as error:
+        raise DeliveryFailed(f"the SMTP server {host}:{port} did not finish: {error}", "timeout") from None
     except smtplib.SMTPAuthenticationError as error:
         raise DeliveryFailed(f"the SMTP server refused the login ({error.smtp_code})", "auth") from None
     except smtplib.SMTPNotSupportedError:
@@ -62,7 +67,8 @@ def send_email(settings: Mapping[str, Any], package: Package, subject: str) -> l
     except ssl.SSLError as error:
         raise DeliveryFailed(f"TLS with {host}:{port} failed: {error.reason or error}", "tls") from None
     except (OSError, smtplib.SMTPException) as error:
-        raise DeliveryFailed(f"cannot reach {host}:{port}: {error.__class__.__name__}: {error}", "connection") from None
+        what = "cannot reach" if isinstance(error, ConnectionRefusedError | socket.gaierror) else "the SMTP conversation broke off with"
+        raise DeliveryFailed(f"{what} {host}:{port}: {error.__class__.__name__}: {_text(str(error))}", "connection") from None
     if refused:
         raise DeliveryFailed(f"the SMTP server refused {', '.join(sorted(refused))}", "refused")
     return attached

@@ -18,8 +18,9 @@ def current_time(timezone: str = "UTC") -> ToolResult:
     """
     try:
         zone = ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ToolFailure(f"unknown time zone '{timezone}'; use an IANA name such as 'UTC' or 'Europe/Paris'") from None
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name no file can have (too long, a directory)
+        shown = timezone if len(timezone) <= 64 else timezone[:63] + "…"
+        raise ToolFailure(f"unknown time zone {shown!r}; use an IANA name such as 'UTC' or 'Europe/Paris'") from None
     now = datetime.now(UTC).astimezone(zone)
     iso = now.isoformat(timespec="seconds")
     data = {"iso": iso, "timezone": timezone, "unix": int(now.timestamp()), "weekday": now.strftime("%A")}

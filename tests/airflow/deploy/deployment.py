@@ -6,10 +6,14 @@ The databases are made by ``.ci/airflow_e2e.sh`` (it starts PostgreSQL and passe
 ``RUNNER_AIRFLOW_DEPLOY_DB``, Airflow's, and ``RUNNER_AIRFLOW_DEPLOY_STORE``, the runner's
 shared store, reached through the Airflow connection ``runner_store`` named by
 ``RUNNER_STORE_CONN_ID``). Everything else lives in a temporary directory: AIRFLOW_HOME, the
-DAGs folder (the example DAG files copied in, as the README says), the runner project (the
-workers' local disk) and the shared location (``shared/``: the fan-out work directory and
-the run reports, given to the workers as ``local://`` URLs so they go through fsspec as
-``s3://`` would). Short scheduler and parser intervals keep it quick.
+DAGs folder (the example DAG files copied in, as the README says), the runner package (a
+wheel built from this checkout and installed into ``package/``: no process of the deployment
+imports the checkout), the runner project (mounted read-only for every Airflow process
+when bubblewrap can, as a deployed project on a read-only mount), the worker's local disk
+(``state/``: ``RUNNER_STATE_DIR``, the runner's local state) and the shared location
+(``shared/``: the fan-out work directory and the run reports, given to the workers as
+``local://`` URLs so they go through fsspec as ``s3://`` would). Every process starts in
+``/``. Short scheduler and parser intervals keep it quick.
 """
 
 from __future__ import annotations
@@ -29,12 +33,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-import runner.airflow
-
 REPO = Path(__file__).resolve().parents[3]
-EXAMPLE_DAGS = Path(runner.airflow.__file__).resolve().parent / "example_dags"
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 TERMINAL = {"success", "failed"}
+
+
+def read_only_mounts_work() -> bool:
+    """Whether bubblewrap can give a process a read-only bind mount here."""
+    if not shutil.which("bwrap"):
+        return False
+    probe = ["bwrap", "--dev-bind", "/", "/", "--ro-bind", "/tmp", "/tmp", "true"]
+    return subprocess.run(probe, capture_output=True, check=False).returncode == 0
 
 
 def free_port() -> int:
@@ -46,12 +55,16 @@ def free_port() -> int:
 class Deployment:
     """One Airflow installation; ``start()`` its services, ``stop()`` them (by their process ids)."""
 
-    def __init__(self, base: Path, database_url: str, project: Path) -> None:
+    def __init__(self, base: Path, database_url: str, project: Path, package: Path) -> None:
         self.home = base / "airflow"
         self.dags = self.home / "dags"
         self.shared = base / "shared"
         self.work = self.shared / "work"
         self.reports = self.shared / "reports"
+        self.state = base / "state"  # the worker's local disk: the runner's local state
+        self.package = package  # where the wheel is installed (PYTHONPATH)
+        self.project = project
+        self.read_only = read_only_mounts_work()
         self.port = free_port()
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.env = self._environment(database_url, project)
@@ -60,9 +73,11 @@ class Deployment:
     def _environment(self, database_url: str, project: Path) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "RUNNER_", "OPENAI", "PYTEST"))}
         env.update(
-            PYTHONPATH=str(REPO),
+            PYTHONPATH=str(self.package),
+            PYTHONNOUSERSITE="1",
             AIRFLOW_HOME=str(self.home),
             RUNNER_ROOT=str(project),
+            RUNNER_STATE_DIR=str(self.state),
             RUNNER_AIRFLOW_WORK_DIR=f"local://{self.work}",
             RUNNER_REPORTS_DIR=f"local://{self.reports}",
             RUNNER_STORE_CONN_ID="runner_store",
@@ -83,6 +98,8 @@ class Deployment:
             AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME="0.5",
             AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC="2",
             AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="2",
+            AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC="2",  # a restarted triggerer takes over a stopped one's triggers sooner
+            AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD="8",
             AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5",
             AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="10",
             AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES="1",
@@ -92,40 +109,61 @@ class Deployment:
 
     # --- the airflow CLI --------------------------------------------------------------
 
+    def mounted(self, *argv: str) -> list[str]:
+        """``argv`` started in ``/`` with the project mounted read-only (when bubblewrap can: a
+        real read-only mount, which holds for root, unlike permission bits)."""
+        mount = ["bwrap", "--dev-bind", "/", "/", "--ro-bind", str(self.project), str(self.project), "--chdir", "/"]
+        return [*(mount if self.read_only else []), *argv]
+
+    def argv(self, *args: str) -> list[str]:
+        """``airflow ARGS`` with the deployment's interpreter (and so its Airflow), mounted as :meth:`mounted` says."""
+        return self.mounted(sys.executable, "-m", "airflow", *args)
+
     def airflow(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        """``airflow ARGS`` as a process (the same interpreter, so the same Airflow and runner)."""
-        argv = [sys.executable, "-m", "airflow", *args]
-        done = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout, check=False)
+        """``airflow ARGS`` as a process (the same interpreter and Airflow; the runner from the wheel)."""
+        done = subprocess.run(
+            self.argv(*args), env=self.env, capture_output=True, text=True, timeout=timeout, check=False, cwd="/"
+        )
         if check and done.returncode != 0:
             raise AssertionError(f"airflow {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
         return done
 
     def install_dags(self) -> None:
-        """What the README says: copy the example DAG files (not the package's __init__.py)."""
+        """What the README says: copy the example DAG files (not the package's __init__.py), from the installed package."""
         self.dags.mkdir(parents=True, exist_ok=True)
         for name in ("daily_report.py", "batch_fanout.py", "batch_api.py"):
-            shutil.copy(EXAMPLE_DAGS / name, self.dags / name)
+            shutil.copy(self.package / "runner/airflow/example_dags" / name, self.dags / name)
 
     # --- the services -------------------------------------------------------------------
 
     def start(self) -> None:
-        logs = self.home / "service-logs"
-        logs.mkdir(parents=True, exist_ok=True)
+        (self.home / "service-logs").mkdir(parents=True, exist_ok=True)
         for service in SERVICES:
-            with (logs / f"{service}.log").open("wb") as log:
-                self.processes[service] = subprocess.Popen(
-                    [sys.executable, "-m", "airflow", service], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )  # fmt: skip
+            self._launch(service)
         self.wait(lambda: self._health() is not None, 180, "the api-server to answer")
+
+    def _launch(self, service: str) -> None:
+        with (self.home / "service-logs" / f"{service}.log").open("ab") as log:
+            self.processes[service] = subprocess.Popen(
+                self.argv(service), env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd="/",
+            )  # fmt: skip
+
+    def restart(self, service: str) -> None:
+        """Stop ``service`` as a deploy or a crash-free restart does (SIGTERM, it shuts down), start a new one."""
+        self._stop([self.processes[service]])
+        self._launch(service)
 
     def stop(self) -> None:
         """SIGTERM each service's process group (the services and their task processes), then SIGKILL."""
-        for process in self.processes.values():
+        self._stop(list(self.processes.values()))
+
+    @staticmethod
+    def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+        for process in processes:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + 30
-        for process in self.processes.values():
+        for process in processes:
             try:
                 process.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -142,9 +180,11 @@ class Deployment:
 
     # --- the REST API ------------------------------------------------------------------
 
-    def api(self, path: str) -> Any:
+    def api(self, path: str, *, method: str = "GET", body: Any = None) -> Any:
         url = f"http://127.0.0.1:{self.port}/api/v2/{path.lstrip('/')}"
-        with urllib.request.urlopen(url, timeout=10) as answer:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
             return json.load(answer)
 
     def _health(self) -> Any:

@@ -17,8 +17,14 @@ reached through fsspec. Each test asserts on one part of what it did:
   to spend, the other two spend more than an even split would have let them);
 * the provider-batch DAG (``runner_batch_api``, a deferrable operator) submits one batch to a
   second model server with a slow Batch API, goes ``deferred`` (no worker slot held) while
-  ``airflow triggerer`` polls it, then succeeds with every row collected; the trigger Airflow
-  stored holds no key.
+  ``airflow triggerer`` polls it (and keeps polling it after the triggerer is restarted), then
+  succeeds with every row collected; the trigger Airflow stored holds no key; a second run's
+  deferred task marked failed through the REST API has its provider batch cancelled;
+* the deployment is a deployer's: the runner comes from its built wheel, every process starts
+  in ``/``, the project is on a read-only mount and the state in ``RUNNER_STATE_DIR``;
+* an operator's actions (:mod:`tests.airflow.deploy.operations`): a param only the runner can
+  refuse, a backfill of two logical dates, clearing a finished task (as the UI does), ``airflow tasks test``,
+  and a fan-out with a row no retry can fix (its DAG run fails).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,7 +46,11 @@ import pytest
 import yaml
 
 from runner.model.batch_endpoints import BatchBehaviour
+from tests.airflow.deploy import operations as ops_
 from tests.airflow.deploy.deployment import REPO, Deployment, free_port
+from tests.airflow.deploy.operations import BACKFILL_DATES, MISSPELT_TASK, TASKS_TEST_DATE, Operations
+from tests.support.project import copy_shipped
+from tests.wheel import build_and_install
 
 DATABASE_URL = os.environ.get("RUNNER_AIRFLOW_DEPLOY_DB", "")
 STORE_URL = os.environ.get("RUNNER_AIRFLOW_DEPLOY_STORE", "")
@@ -59,6 +71,8 @@ CAP_USD = 0.0012  # about 42 of those tickets' calls (~0.0000287 USD each; each 
 BATCH_TICKETS = 12  # the provider batch: the first 12 tickets, through a second model server ...
 BATCH_POLLS = 8  # ... whose batches end at the 8th retrieve: about 20 s of polling in the triggerer
 RESUME_DATE = "2026-03-02"
+REJECTED = "ALWAYS-REJECTED"  # a ticket body the endpoint refuses every time (400): a row no retry can fix
+BAD_ROWS = 5  # the fan-out with that row: 4 tickets no other run sends, then the refused one
 RESUME_AGENT = """\
 apiVersion: runner/v1
 kind: Agent
@@ -123,17 +137,22 @@ class Outcome:
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by dag id, read before the services stop
     states: dict[str, Any] = field(default_factory=dict)  # by dag run id: {(task_id, map_index): (state, try)}
     wiped: dict[str, list[str]] = field(default_factory=dict)  # what each wipe removed from the worker's disk
+    ops: Operations = field(default_factory=Operations)
+    bad_rows: list[dict[str, str]] = field(default_factory=list)
+    package_check: Any = None  # where an Airflow process imports runner from, and the DAG folder's import errors
+    kill_requests: list[Any] = field(default_factory=list)
+    kill_batches_created: int = 0
+
+
+def _bad_rows(project: Path) -> list[dict[str, str]]:
+    with (project / "tickets_bad.csv").open(newline="") as handle:
+        return list(csv.DictReader(handle))
 
 
 def _project(base: Path) -> tuple[Path, list[dict[str, str]], list[dict[str, str]]]:
     """A runner project (the repository's agents and tasks, and ``resume_check``) with two ticket files."""
-    root = base / "project"
-    for part in ("agents.d", "tasks.d"):
-        shutil.copytree(REPO / part, root / part)
-    (root / "agents.d/plain.yaml").write_text(RESUME_AGENT)
-    (root / "tasks.d/resume_check.yaml").write_text(RESUME_TASK)
-    (root / "examples/data").mkdir(parents=True)
-    shutil.copy(REPO / "examples/data/sales.csv", root / "examples/data/sales.csv")
+    root = copy_shipped(base / "project", ("agents.d", "tasks.d", "examples/data/sales.csv"),
+                        {"agents.d/plain.yaml": RESUME_AGENT, "tasks.d/resume_check.yaml": RESUME_TASK})  # fmt: skip
     with (REPO / "examples/batch/tickets.csv").open(newline="") as handle:
         reader = csv.DictReader(handle)
         columns = list(reader.fieldnames or [])
@@ -151,6 +170,9 @@ def _project(base: Path) -> tuple[Path, list[dict[str, str]], list[dict[str, str
     capped = free + paid[:CAPPED_PAID]
     _write(root / "tickets_capped.csv", columns, capped)
     _write(root / "tickets_batch.csv", columns, rows[:BATCH_TICKETS])
+    bad = paid[CAPPED_PAID : CAPPED_PAID + BAD_ROWS - 1]
+    bad.append({**bad[0], "id": "B-REJECTED", "body": f"{REJECTED}: this ticket is refused by the endpoint"})
+    _write(root / "tickets_bad.csv", columns, bad)
     return root, rows, capped
 
 
@@ -176,7 +198,8 @@ def _script(tickets: list[dict[str, str]]) -> dict[str, Any]:
     fault = {"name": "flaky", "when": {"last_message": re.escape(_flaky_prefix(tickets))}, "times": FLAKY_CALLS,
              "reply": {"fault": {"status": 503}}}  # fmt: skip
     final_fails_once = {"name": "final", "when": {"last_message": "^FINAL"}, "times": 1, "reply": {"fault": {"status": 400}}}
-    script["rules"][:0] = [fault, final_fails_once, {"when": {"last_message": "^DRAFT"}, "reply": "Four regions sold."}]
+    refused = {"name": "refused", "when": {"last_message": REJECTED}, "reply": {"fault": {"status": 400}}}
+    script["rules"][:0] = [fault, final_fails_once, refused, {"when": {"last_message": "^DRAFT"}, "reply": "Four regions sold."}]
     return script
 
 
@@ -192,15 +215,17 @@ def _flaky_shard(tickets: list[dict[str, str]]) -> int:
     return 0 if row <= 14 else 1 if row <= 27 else 2
 
 
-def _wipe_local_disk(project: Path) -> list[str]:
-    """What a new worker would not have: everything the runner left on this one's disk."""
-    gone = [str(p.relative_to(project)) for part in (".runner", "reports") for p in (project / part).rglob("*") if p.is_file()]
-    for part in (".runner", "reports"):
-        shutil.rmtree(project / part, ignore_errors=True)
+def _wipe_local_disk(deployment: Deployment) -> list[str]:
+    """What a new worker would not have: everything the runner left on this one's disk (its
+    state directory, and what a writable project would hold)."""
+    places = [deployment.state, deployment.project / ".runner", deployment.project / "reports"]
+    gone = [str(p.relative_to(place)) for place in places for p in place.rglob("*") if p.is_file()]
+    for place in places:
+        shutil.rmtree(place, ignore_errors=True)
     return sorted(gone)
 
 
-def _wipe_between_tries(deployment: Deployment, project: Path, waits: dict[str, tuple[str, str, int]]) -> dict[str, list[str]]:
+def _wipe_between_tries(deployment: Deployment, waits: dict[str, tuple[str, str, int]]) -> dict[str, list[str]]:
     """Wipe the worker's disk when each task in ``waits`` ({name: (dag id, run id, map index)}) is waiting to be retried."""
     wiped: dict[str, list[str]] = {}
 
@@ -211,7 +236,7 @@ def _wipe_between_tries(deployment: Deployment, project: Path, waits: dict[str, 
             state = {k[1]: v for k, v in deployment.task_states(dag_id, run_id).items() if k[0] in ("daily_report", "run_shard")}
             now, attempt = state.get(index, (None, 0))
             if now == "up_for_retry":
-                wiped[name] = _wipe_local_disk(project)
+                wiped[name] = _wipe_local_disk(deployment)
             elif (attempt or 0) > 1 or now in ("success", "failed"):
                 raise AssertionError(f"{name}: the retry began before the disk could be wiped ({now}, try {attempt})")
         return len(wiped) == len(waits)
@@ -226,25 +251,27 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
 
     base = tmp_path_factory.mktemp("airflow-deploy")
     project, tickets, capped = _project(base)
-    deployment = Deployment(base, DATABASE_URL, project)
     begun = time.monotonic()
+    _, package = build_and_install(base / "wheel")  # the deployment runs the package as built, not the checkout
+    deployment = Deployment(base, DATABASE_URL, project, package)
+    deployment.timed("wheel built and installed", begun)
+    ops = Operations()
     triage = yaml.safe_load((REPO / "examples/batch/triage_script.yaml").read_text())
     batch_api = ScriptedServer(triage, batch=BatchBehaviour(polls=BATCH_POLLS), api_key=KEY)
-    with ScriptedServer(_script(tickets)) as server, batch_api:
+    kill_api = ScriptedServer(triage, batch=BatchBehaviour(polls=10_000), api_key=KEY)  # out until cancelled
+    with ScriptedServer(_script(tickets)) as server, batch_api, kill_api:
         started = time.monotonic()
         deployment.airflow("db", "migrate", timeout=600)
         deployment.timed("airflow db migrate", started)
         deployment.install_dags()
-        deployment.airflow("connections", "add", "runner_model_default", "--conn-type", "runner_model",
-                           "--conn-host", server.base_url, "--conn-password", KEY)  # fmt: skip
-        closed = f"http://127.0.0.1:{free_port()}/v1"
-        deployment.airflow("connections", "add", "runner_model_closed", "--conn-type", "runner_model",
-                           "--conn-host", closed, "--conn-password", KEY)  # fmt: skip
-        deployment.airflow("connections", "add", "runner_model_batch", "--conn-type", "runner_model",
-                           "--conn-host", batch_api.base_url, "--conn-password", KEY)  # fmt: skip
+        for name, url in (("runner_model_default", server.base_url), ("runner_model_batch", batch_api.base_url),
+                          ("runner_model_kill", kill_api.base_url), ("runner_model_closed", f"http://127.0.0.1:{free_port()}/v1")):
+            deployment.airflow("connections", "add", name, "--conn-type", "runner_model", "--conn-host", url,
+                               "--conn-password", KEY)  # fmt: skip
         deployment.add_store_connection(STORE_URL)
         tests = {name: deployment.airflow("connections", "test", name, check=False)
                  for name in ("runner_model_default", "runner_model_closed")}  # fmt: skip
+        package_check = _package_check(deployment)
         started = time.monotonic()
         deployment.start()
         try:
@@ -253,6 +280,11 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
             started = time.monotonic()
             batch = _deferred_batch(deployment)  # first, alone: while it waits, no task holds a worker slot
             deployment.timed("provider batch submitted and deferred", started)
+            ops.restart = ops_.restart_triggerer(deployment, "runner_batch_api", batch.run_id,
+                                                 lambda: _retrieves(batch_api))  # fmt: skip
+            deployment.timed("triggerer restarted, the same batch polled again", started)
+            ops_.kill_deferred_batch(deployment, ops, kill_api, "runner_model_kill")
+            deployment.timed("a deferred task marked failed, its batch cancelled", started)
             deployment.airflow("dags", "unpause", "runner_daily_report")
             deployment.airflow("dags", "unpause", "runner_batch_fanout")
             refused = _trigger(deployment, "runner_batch_fanout", check=False)
@@ -264,15 +296,28 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
             capped_conf = json.dumps({"input_path": "tickets_capped.csv", "id_column": "id", "num_shards": 3,
                                       "concurrency": 1, "max_cost_usd": CAP_USD, "max_failed_rows": 100})  # fmt: skip
             capped_run = _trigger(deployment, "runner_batch_fanout", "--conf", capped_conf)
-            wiped = _wipe_between_tries(deployment, project, {
+            wiped = _wipe_between_tries(deployment, {
                 "daily": ("runner_daily_report", daily, -1),
                 "fanout": ("runner_batch_fanout", fanout, _flaky_shard(tickets)),
             })  # fmt: skip
-            for run_id in (fanout, capped_run):
+            # the operations start once the disk was wiped: a wipe would pull a running task's workspace away
+            ops.bad_row_run = _trigger(deployment, "runner_batch_fanout", "--conf", json.dumps(
+                {"input_path": "tickets_bad.csv", "id_column": "id", "num_shards": 2, "concurrency": 2}))  # fmt: skip
+            ops.misspelt_run = _trigger(deployment, "runner_daily_report", "--conf", json.dumps({"task": MISSPELT_TASK}))
+            ops.backfill = ops_.backfill(deployment)  # queued behind the runs above (max_active_runs=1)
+            tasks_test = subprocess.Popen(  # in an operator's shell while the retries run (after the wipes: same disk)
+                deployment.argv("tasks", "test", "runner_daily_report", "daily_report", TASKS_TEST_DATE),
+                env=deployment.env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )  # fmt: skip
+            ops.tasks_test = (tasks_test.wait(300), tasks_test.communicate()[0])
+            for run_id in (fanout, capped_run, ops.bad_row_run):
                 deployment.wait_for_run("runner_batch_fanout", run_id, 900)
+            deployment.wait(lambda: len(ops_.backfilled_runs(deployment)) == len(BACKFILL_DATES), 120, "the backfill's runs")
             for run in deployment.runs("runner_daily_report"):
                 deployment.wait_for_run("runner_daily_report", run["dag_run_id"], 600)
-            deployment.wait_for_run("runner_batch_api", batch.run_id, 600)
+            ops.cleared = ops_.clear_first_backfilled(deployment)
+            for run_id in (batch.run_id, ops.killed_run):
+                deployment.wait_for_run("runner_batch_api", run_id, 600)
             deployment.timed("every DAG run, triggered to finished", started)
             runs = {dag_id: deployment.runs(dag_id) for dag_id in DAG_IDS}
             states = {r["dag_run_id"]: deployment.task_states(dag_id, r["dag_run_id"])
@@ -281,15 +326,37 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
             batch.batches_created = batch_api.batches.batches_created
             batch.uploads = sum(1 for f in batch_api.batches.files.values() if f.purpose == "batch")
             batch.chat_calls = sum(1 for r in batch_api.requests if r.path.endswith("/chat/completions"))
+            kill_requests, kill_created = kill_api.requests, kill_api.batches.batches_created
         finally:
             deployment.stop()
     deployment.timed("whole deployment test", begun)
     yield Outcome(deployment, project, tickets, capped, fanout, capped_run, daily, requests, refused, batch, tests,
-                  runs, states, wiped)  # fmt: skip
+                  runs, states, wiped, ops, _bad_rows(project), package_check, kill_requests, kill_created)  # fmt: skip
     print(f"\nairflow deploy timings (s): {json.dumps(deployment.timings)}")
 
 
 DAG_IDS = ("runner_daily_report", "runner_batch_fanout", "runner_batch_api")
+PACKAGE_CHECK = """
+import json, sys, runner, runner.airflow.operator
+print("RUNNER", json.dumps({"module": runner.__file__, "cwd": __import__("os").getcwd(), "path0": sys.path[0]}))
+"""
+
+
+def _package_check(deployment: Deployment) -> dict[str, Any]:
+    """Where an Airflow process of the deployment imports runner from, what `airflow dags
+    list-import-errors` says of the DAG folder, and whether the project is read-only to it."""
+    errors = deployment.airflow("dags", "list-import-errors", "--output", "json", check=False)
+    argv = deployment.mounted(sys.executable, "-c", PACKAGE_CHECK)
+    done = subprocess.run(argv, env=deployment.env, cwd="/", capture_output=True, text=True, timeout=120, check=False)
+    found = next((json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RUNNER ")), {})
+    probe = deployment.mounted("sh", "-c", f"touch {deployment.project}/.probe && rm {deployment.project}/.probe")
+    writable = subprocess.run(probe, env=deployment.env, cwd="/", capture_output=True, check=False).returncode == 0
+    return {"import_errors": errors, "runner": found, "project_writable": writable, "stderr": done.stderr[-2000:]}
+
+
+def _retrieves(server: Any) -> int:
+    """Status checks of the (one) provider batch on ``server``."""
+    return sum(1 for r in server.requests if r.method == "GET" and re.fullmatch(r"/v1/batches/[^/]+", r.path))
 
 
 def _parsed(deployment: Deployment) -> bool:
@@ -356,7 +423,7 @@ def test_every_dag_run_succeeds_from_plain_triggers(outcome: Outcome) -> None:
         ("split", -1): ("success", 1), ("run_shard", 0): ("success", 1), ("run_shard", 1): ("success", 1),
         ("run_shard", 2): ("success", 1), ("merge", -1): ("success", 1),
     }  # fmt: skip  # a cap is not retried: another try would meet it again
-    daily_runs = outcome.runs["runner_daily_report"]
+    daily_runs = _plain_daily_runs(outcome)
     assert outcome.daily_run in {r["dag_run_id"] for r in daily_runs}
     for run in daily_runs:  # the triggered run (no logical date) and any run the unpause scheduled
         assert run["state"] == "success", run
@@ -364,6 +431,16 @@ def test_every_dag_run_succeeds_from_plain_triggers(outcome: Outcome) -> None:
         assert outcome.states[run["dag_run_id"]] == {("daily_report", -1): ("success", tries)}
     triggered = next(r for r in daily_runs if r["dag_run_id"] == outcome.daily_run)
     assert triggered["logical_date"] is None and triggered["run_type"] == "manual"
+
+
+def _plain_daily_runs(outcome: Outcome) -> list[dict[str, Any]]:
+    """The daily DAG's runs but those of the operations (a refused param, the backfill, `tasks test`)."""
+    return [r for r in outcome.runs["runner_daily_report"] if r["dag_run_id"] != outcome.ops.misspelt_run
+            and r["run_type"] != "backfill" and not r["dag_run_id"].startswith("__airflow_temporary_run")]  # fmt: skip
+
+
+def _extra_dates() -> tuple[str, ...]:
+    return (*BACKFILL_DATES, TASKS_TEST_DATE)
 
 
 def test_a_retry_on_a_wiped_disk_resumes_the_run_and_pays_nothing_twice(outcome: Outcome) -> None:
@@ -394,8 +471,8 @@ def test_the_merged_output_has_one_record_per_input_row_with_its_id(outcome: Out
     assert not (work / "journals").exists()  # the journals are in the shared store
     found = dict(_store("SELECT journal, COUNT(*) FROM journal_rows GROUP BY journal"))
     journals = {name: rows for name, rows in found.items() if not name.startswith("runner_batch_api/")}
-    assert len(journals) == 6 and all(name.startswith("runner_batch_fanout/") for name in journals)  # 2 fan-outs x 3 shards
-    assert sum(journals.values()) == len(outcome.tickets) + len(outcome.capped)
+    assert len(journals) == 8 and all(name.startswith("runner_batch_fanout/") for name in journals)  # 3 + 3 + 2 shards
+    assert sum(journals.values()) == len(outcome.tickets) + len(outcome.capped) + len(outcome.bad_rows)
 
 
 def test_the_model_server_saw_each_row_once_plus_the_retried_one(outcome: Outcome) -> None:
@@ -406,11 +483,15 @@ def test_the_model_server_saw_each_row_once_plus_the_retried_one(outcome: Outcom
     daily = [p for p in prompts if "Write the summary" in p]
     resume = [p for p in prompts if p.startswith(("DRAFT", "FINAL"))]
     capped_calls = [p for p in prompts if p in capped]
-    assert len(triage) + len(daily) + len(resume) + len(capped_calls) == len(prompts)
+    bad = [p for p in prompts if p in {_prompt(t) for t in outcome.bad_rows}]
+    assert len(triage) + len(daily) + len(resume) + len(capped_calls) + len(bad) == len(prompts)
     flaky = next(t for t in outcome.tickets if t["id"] == FLAKY)
     assert sum(flaky["body"] in p for p in triage) == FLAKY_CALLS + 1
     assert len(triage) == 40 + FLAKY_CALLS, "no row is paid for twice, not even after the disk was wiped"
-    assert len(daily) == len(outcome.runs["runner_daily_report"]) - 1  # every run but the resume_check one
+    plain = [p for p in daily if not any(day in p for day in _extra_dates())]
+    assert len(plain) == len(_plain_daily_runs(outcome)) - 1  # every run but the resume_check one
+    cleared, other, tested = (sum(day in p for p in prompts) for day in _extra_dates())
+    assert cleared == other == tested > 0  # the cleared run's calls were not made again
     assert len(capped_calls) == len(set(capped_calls)), "a capped row is never sent twice"
 
 
@@ -448,6 +529,7 @@ def test_a_fanout_cost_cap_holds_across_its_shards(outcome: Outcome) -> None:
 
 def test_nothing_shared_is_left_on_the_worker(outcome: Outcome) -> None:
     assert not list(outcome.project.rglob("*.sqlite3")), "the run store and journals are in PostgreSQL"
+    assert not list(outcome.deployment.state.rglob("*.sqlite3")), "... not in the worker's state directory either"
     assert not (outcome.project / "reports").exists(), "reports went to the shared location"
 
 
@@ -467,7 +549,7 @@ def test_a_trigger_without_input_path_is_refused(outcome: Outcome) -> None:
     assert refused.returncode != 0
     assert "input_path" in refused.stdout + refused.stderr
     assert sorted(r["dag_run_id"] for r in outcome.runs["runner_batch_fanout"]) == sorted(
-        [outcome.fanout_run, outcome.capped_run]
+        [outcome.fanout_run, outcome.capped_run, outcome.ops.bad_row_run]
     )
 
 
@@ -478,10 +560,10 @@ def test_connections_test_makes_a_real_request(outcome: Outcome) -> None:
     assert sum(1 for r in outcome.requests if r.method == "GET" and r.path == "/v1/models") == 1
 
 
-def _task_log(outcome: Outcome, dag_id: str, task_id: str, map_index: int, attempt: int) -> str:
+def _task_log(outcome: Outcome, dag_id: str, task_id: str, map_index: int, attempt: int, run_id: str = "*") -> str:
     root = outcome.deployment.home / "logs" / f"dag_id={dag_id}"
     mapped = f"map_index={map_index}/" if map_index >= 0 else ""
-    found = list(root.glob(f"run_id=*/task_id={task_id}/{mapped}attempt={attempt}.log"))
+    found = list(root.glob(f"run_id={run_id}/task_id={task_id}/{mapped}attempt={attempt}.log"))
     assert found, sorted(str(p) for p in root.rglob("*.log"))
     return "\n".join(p.read_text(errors="replace") for p in found)
 
@@ -519,6 +601,7 @@ def test_the_trigger_airflow_stored_names_the_connection_never_the_key(outcome: 
     assert classpath == "runner.airflow.triggers.ProviderBatchTrigger"
     assert "runner_model_batch" in kwargs and "batch_0" in kwargs  # readable: the check below means something
     assert KEY not in kwargs and KEY not in stored
+    assert "cancel_on_kill" in kwargs  # a user's kill cancels the batch (the operator's default)
 
 
 def _decrypted(deployment: Deployment, stored: str) -> str:
@@ -529,3 +612,94 @@ def _decrypted(deployment: Deployment, stored: str) -> str:
     from cryptography.fernet import Fernet
 
     return Fernet(key.encode()).decrypt(stored.encode()).decode()
+
+
+# --- the deployment as a deployer builds it, and what its operators do ----------------------
+
+
+def test_every_process_runs_the_built_wheel_from_slash_with_the_project_read_only(outcome: Outcome) -> None:
+    check, deployment = outcome.package_check, outcome.deployment
+    assert Path(check["runner"]["module"]).is_relative_to(deployment.package), check  # not the checkout
+    assert check["runner"]["cwd"] == "/"
+    assert json.loads(check["import_errors"].stdout.strip().splitlines()[-1] or "[]") == [], check["import_errors"].stdout
+    if not deployment.read_only:
+        pytest.skip("bubblewrap cannot mount the project read-only here")
+    assert check["project_writable"] is False
+    assert not (outcome.project / ".runner").exists() and not (outcome.project / "reports").exists()
+    assert (deployment.state / "workspaces").is_dir(), "the runs' workspaces went to $RUNNER_STATE_DIR"
+
+
+def test_a_triggerer_restart_mid_wait_picks_up_the_same_batch(outcome: Outcome) -> None:
+    batch = outcome.batch
+    assert batch is not None
+    restart = outcome.ops.restart
+    assert restart["state_after"] == "deferred" and 0 < restart["retrieves_before"] < BATCH_POLLS, restart
+    assert outcome.states[batch.run_id] == {("batch_api", -1): ("success", 1)}
+    assert batch.batches_created == 1, "the restarted triggerer waited for the batch already out: none was submitted again"
+
+
+def test_marking_a_deferred_batch_task_failed_cancels_its_provider_batch(outcome: Outcome) -> None:
+    ops = outcome.ops
+    assert "deferred" in ops.killed_states
+    assert outcome.states[ops.killed_run] == {("batch_api", -1): ("failed", 1)}
+    assert next(r for r in outcome.runs["runner_batch_api"] if r["dag_run_id"] == ops.killed_run)["state"] == "failed"
+    cancels = [r.path for r in outcome.kill_requests if r.method == "POST" and r.path.endswith("/cancel")]
+    assert outcome.kill_batches_created == 1 and len(cancels) == 1, cancels
+
+
+def test_a_param_only_the_runner_can_refuse_fails_once_with_its_message(outcome: Outcome) -> None:
+    run_id = outcome.ops.misspelt_run
+    assert outcome.states[run_id] == {("daily_report", -1): ("failed", 1)}, "not retried (the task has retries=2)"
+    log = _task_log(outcome, "runner_daily_report", "daily_report", -1, 1, run_id)
+    assert f"unknown task '{MISSPELT_TASK}'. Did you mean 'daily_report'?" in log
+    assert "runner.errors" not in log, "the runner's message, not its traceback"
+
+
+def test_a_backfill_of_two_logical_dates_gives_each_its_own_run(outcome: Outcome) -> None:
+    assert outcome.ops.backfill.returncode == 0
+    backfilled = [r for r in outcome.runs["runner_daily_report"] if r["run_type"] == "backfill"]
+    assert sorted(r["logical_date"][:10] for r in backfilled) == list(BACKFILL_DATES)
+    assert all(r["state"] == "success" for r in backfilled)
+    found = _store("SELECT run_id, inputs_json FROM runs WHERE task = 'daily_report'")
+    ids = {json.loads(inputs)["date"]: run_id for run_id, inputs in found if json.loads(inputs)["date"] in BACKFILL_DATES}
+    assert len(ids) == 2 and len(set(ids.values())) == 2, found  # separate runner runs: no collision
+
+
+def test_clearing_a_finished_task_resumes_its_run_and_pays_nothing_twice(outcome: Outcome) -> None:
+    answer, run_id, before = outcome.ops.cleared
+    assert [(ti["task_id"], ti["dag_run_id"]) for ti in answer["task_instances"]] == [("daily_report", run_id)]
+    assert outcome.states[run_id] == {("daily_report", -1): ("success", before + 1)}
+    day, other = BACKFILL_DATES
+    prompts = _prompts(outcome)
+    assert sum(day in p for p in prompts) == sum(other in p for p in prompts) > 0, "run twice, paid once"
+    rows = [(a, s) for r, i, a, s in _store("SELECT run_id, inputs_json, attempts, status FROM runs WHERE task = 'daily_report'")
+            if json.loads(i)["date"] == day]  # fmt: skip
+    assert rows == [(before + 1, "completed")]
+    log = _task_log(outcome, "runner_daily_report", "daily_report", -1, before + 1, run_id)
+    assert "[summary] reused from an earlier attempt (completed)" in log  # the run's progress, in the task log
+    assert re.search(r"run daily_report-af-\w+ completed \(exit 0\): \d+ model call", log)  # its summary
+
+
+def test_tasks_test_runs_a_task_and_shows_its_progress(outcome: Outcome) -> None:
+    returncode, output = outcome.ops.tasks_test
+    assert returncode == 0, output[-3000:]
+    assert "[summary] agent step started (report_writer)" in output and "think #1" in output
+    assert re.search(r"run daily_report-af-\w+ completed \(exit 0\): \d+ model call", output)
+    assert KEY not in output
+
+
+def test_a_fanout_with_a_row_no_retry_can_fix_fails_its_dag_run(outcome: Outcome) -> None:
+    run_id = outcome.ops.bad_row_run
+    states = outcome.states[run_id]
+    assert states[("merge", -1)] == ("failed", 1) and states[("split", -1)] == ("success", 1)
+    assert all(states[("run_shard", i)] == ("success", 1) for i in range(2)), states  # a final error is not retried
+    assert next(r for r in outcome.runs["runner_batch_fanout"] if r["dag_run_id"] == run_id)["state"] == "failed"
+    log = _task_log(outcome, "runner_batch_fanout", "merge", -1, 1, run_id)
+    assert f"1 of {BAD_ROWS} row(s) not done" in log and "B-REJECTED" in log and "max_failed_rows=0" in log
+
+
+def test_the_task_log_shows_the_runs_progress_and_summary(outcome: Outcome) -> None:
+    log = _task_log(outcome, "runner_daily_report", "daily_report", -1, 2, outcome.daily_run)
+    assert "started: task resume_check, resuming (attempt 2; reusing draft)" in log
+    assert "[final] agent step started (plain)" in log and "| spent $" in log
+    assert re.search(r"run resume_check-af-\w+ completed \(exit 0\): \d+ model call\(s\), \d+ tool call", log)

@@ -1,0 +1,71 @@
+"""Where the runner keeps a project's local state on this machine: the SQLite run store, batch
+journals, run workspaces, knowledge and memory indexes and the compiled project cache.
+
+By default that is ``<root>/.runner``. A project on a read-only mount (a container image, a
+deployed checkout that an Airflow worker's user may not write) sets ``$RUNNER_STATE_DIR`` to a
+writable directory instead (one per project: the files are not named after the project; a
+relative value is taken from the project root, never from the working directory, which
+under Airflow is whatever the worker started in). Nothing else moves: reports go to
+``--reports-dir`` / ``$RUNNER_REPORTS_DIR`` (Airflow) or ``<root>/reports``.
+
+:func:`require_writable` turns a directory this process cannot write into one
+:class:`~runner.errors.UsageError` naming the directory, what goes there and the fix, so a
+run on a read-only project stops before anything is spent.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from runner.errors import UsageError
+
+STATE_DIR_ENV = "RUNNER_STATE_DIR"
+"""The environment variable that moves a project's local state out of ``<root>/.runner``."""
+DEFAULT_STATE_DIR = ".runner"
+
+
+def state_dir(root: Path) -> Path:
+    """``$RUNNER_STATE_DIR`` (relative to ``root`` when relative), else ``<root>/.runner``."""
+    configured = os.environ.get(STATE_DIR_ENV, "").strip()
+    if not configured:
+        return root / DEFAULT_STATE_DIR
+    return root / Path(configured).expanduser()  # an absolute value replaces root
+
+
+def require_writable(directory: Path, holds: str, fix: str) -> None:
+    """Make ``directory`` (and its parents) if needed; raise a :class:`UsageError` that names
+    it, what it ``holds`` and the ``fix`` when this process cannot create or write it."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(_message(directory, holds, fix, error.errno, error.strerror)) from None
+    if not directory.is_dir():
+        raise UsageError(_message(directory, holds, fix, errno.ENOTDIR, None))
+    if not os.access(directory, os.W_OK | os.X_OK):  # EROFS and permissions both show here
+        read_only = _on_read_only_mount(directory)
+        raise UsageError(_message(directory, holds, fix, errno.EROFS if read_only else errno.EACCES, None))
+
+
+def _message(directory: Path, holds: str, fix: str, code: int | None, reason: str | None) -> str:
+    why = reason or os.strerror(code or errno.EACCES)
+    if code == errno.EACCES:
+        why += f" for user {_user()}"
+    return f"cannot write {directory} ({holds}): {why}; {fix}"
+
+
+def _on_read_only_mount(directory: Path) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _user() -> str:
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(os.geteuid()).pw_name} (uid {os.geteuid()})"
+    except (ImportError, KeyError):
+        return f"uid {os.geteuid()}"
