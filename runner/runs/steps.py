@@ -139,7 +139,7 @@ def call_cache(ctx: RunContext, agent: AgentSpec) -> CallAnswers | None:
         from runner.agent.replay import ReplayCache
         from runner.store.provider_answers import ProviderAnswers
 
-        return ReplayCache(ProviderAnswers(ctx.store.database), ctx.run_id, cache)
+        return ReplayCache(ProviderAnswers(ctx.store.database, create=False), ctx.run_id, cache)  # made by the rounds
     return cache
 
 

@@ -17,12 +17,13 @@ from typing import Any
 
 from runner.store.database import Database
 from runner.store.runstore import now_iso
+from runner.store.schema import Schema
 
-SCHEMA = """
+SCHEMA = Schema("""
 CREATE TABLE IF NOT EXISTS provider_answers (
   run_id TEXT NOT NULL,
   fingerprint TEXT NOT NULL,
-  ledger_id BIGINT,
+  ledger_id {bigint},
   batch_part TEXT,
   body_json TEXT,
   error_kind TEXT,
@@ -30,16 +31,19 @@ CREATE TABLE IF NOT EXISTS provider_answers (
   sent_at TEXT NOT NULL,
   answered_at TEXT,
   PRIMARY KEY (run_id, fingerprint)
-);
-"""
+)
+""")
+"""The table, for both backends (:mod:`runner.store.schema`)."""
 
 
 class ProviderAnswers:
     """Calls sent through provider batches, and their answers, by run id and fingerprint."""
 
-    def __init__(self, db: Database):
+    def __init__(self, db: Database, *, create: bool = True):
+        """``create=False``: the table is known to exist (the batch's rounds created it)."""
         self._db = db
-        db.script(SCHEMA)
+        if create:
+            db.create(SCHEMA)
 
     def sent(self, run_id: str, fingerprint: str, ledger_id: int | None) -> None:
         """Note a call handed to a provider batch, with its reservation's id (the latest wins)."""
