@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -26,12 +27,17 @@ from typing import Any, TypeVar
 from runner.errors import StoreUnavailable, UsageError
 from runner.redact import redact
 from runner.store.database import Database, Dialect, placeholders, redacted_url, storable, url_password
+from runner.store.schema import Schema
 
 RECONNECT_ENV = "RUNNER_STORE_RECONNECT_SECONDS"
 """How many seconds a dropped store connection is tried again before the command gives up."""
 _LOST_STATES = ("57P01", "57P02", "57P03")  # admin shutdown, crash shutdown, cannot connect now (starting up)
 T = TypeVar("T")
 log = logging.getLogger("runner.store")
+
+
+_CREATED = re.compile(r"CREATE\s+(?:UNIQUE\s+)?(?:TABLE|INDEX)\s+IF\s+NOT\s+EXISTS\s+(\w+)", re.IGNORECASE)
+"""The name a schema statement creates (a table or an index)."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,18 @@ class PostgresDatabase(Database):
         return (
             "SELECT column_name AS name FROM information_schema.columns"
             " WHERE table_name = ? AND table_schema = current_schema()"
+        )
+
+    def _present(self, schema: Schema) -> bool:
+        names = [found.group(1) for statement in schema.statements(self.dialect) if (found := _CREATED.match(statement))]
+        if len(names) != len(schema.statements(self.dialect)):
+            return False  # a statement that creates something else: run the DDL
+        for name in names:
+            if self._cursor("SELECT to_regclass(?) AS found", (name,)).fetchone()["found"] is None:
+                return False
+        return all(
+            column in {str(r["name"]) for r in self._cursor(self._columns_sql(), (table,)).fetchall()}
+            for table, column, _ in schema.added_for(self.dialect)
         )
 
     def _serialise_ddl(self) -> None:
