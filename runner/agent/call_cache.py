@@ -22,7 +22,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from runner.core.sources import Source
 from runner.model.base import ModelRequest, ModelResponse, ToolCall
@@ -34,6 +34,20 @@ from runner.untrusted_json import loads as load_json
 IDEMPOTENT_TOOLS = frozenset({"calculator", "fetch_url", "web_search"})
 """Built-ins whose result depends only on their arguments and settings (within a TTL)."""
 KEY_VERSION = "runner-result-cache/1"  # part of every key: a new request shape starts a new cache
+
+
+class CallAnswers(Protocol):
+    """What the loop asks before a model or tool call: an answer it may use instead, at no
+    cost (the result cache; :class:`~runner.agent.replay.ReplayCache` for a provider batch's
+    stored lines)."""
+
+    def model_response(self, request: ModelRequest) -> ModelResponse | None: ...
+
+    def keep_response(self, request: ModelRequest, response: ModelResponse) -> None: ...
+
+    def tool_result(self, name: str, settings: dict[str, Any], arguments: str) -> ToolResult | None: ...
+
+    def keep_tool_result(self, name: str, settings: dict[str, Any], arguments: str, result: ToolResult) -> None: ...
 
 
 @dataclass(frozen=True)

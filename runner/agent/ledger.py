@@ -10,12 +10,14 @@ worst case (:meth:`runner.store.runstore.RunStore.start_run`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
 from runner.caps.budget import Budget, Estimate, Reservation
 from runner.core.calls import ModelCallEntry, ModelCallStatus
 from runner.core.usage import Usage
+from runner.model.base import Tariff
 
 BILLABLE_FAULTS = frozenset({"timeout", "connection", "invalid_response"})
 """Failed attempts the endpoint may still have processed (and billed)."""
@@ -35,14 +37,21 @@ class CallLedger:
     """One model call's attempts: each reserved before it is sent, each settled once."""
 
     def __init__(
-        self, budget: Budget, estimate: Estimate, recorder: CallRecorder, template: ModelCallEntry, *, count_step: bool = True
+        self, budget: Budget, estimate: Estimate, recorder: CallRecorder, template: ModelCallEntry, *, count_step: bool = True,
+        reprice: Callable[[Estimate, Tariff], Estimate] | None = None,
     ):
         self.budget, self.estimate, self.recorder, self.template = budget, estimate, recorder, template
         self.count_step = count_step  # False: not a step of an agent (an embeddings request), not counted in max_steps
+        self.reprice = reprice  # the worst case at another tariff (a provider batch's call retried live)
         self.worst = Usage(estimate.input_tokens, estimate.output_tokens, 0, estimate.cost_usd)
         self.attempts = 0
         self._held: Reservation | None = None
         self._ledger_id: int | None = None
+
+    @property
+    def ledger_id(self) -> int | None:
+        """The run store's record of the attempt in flight (``None`` before the first is opened)."""
+        return self._ledger_id
 
     def open(self) -> None:
         """Reserve the next attempt in every scope (or raise ``CapReached``), then write it down."""
@@ -50,10 +59,14 @@ class CallLedger:
         self.attempts += 1
         self._ledger_id = self.recorder.call_reserved(self._entry(self.worst, "reserved"))
 
-    def retry(self, kind: str, message: str) -> None:
+    def retry(self, kind: str, message: str, tariff: Tariff | None = None) -> None:
         """The endpoint failed this attempt with ``kind`` and the client will retry: settle it,
-        then reserve the retry (a cap reached here stops the retries)."""
+        then reserve the retry (a cap reached here stops the retries). With ``tariff`` the
+        retry is billed at that price, and reserved at it."""
         self.failed(kind, message)
+        if tariff is not None and self.reprice is not None:
+            self.estimate = self.reprice(self.estimate, tariff)
+            self.worst = Usage(self.estimate.input_tokens, self.estimate.output_tokens, 0, self.estimate.cost_usd)
         self.open()
 
     def answered(

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from runner.agent.call_cache import CallCache
+from runner.agent.call_cache import CallAnswers
 from runner.agent.checks import AnswerCheck, Rejection, Seen, build_checks, figures_fallback, parse_json_answer
 from runner.agent.context import compact, history_budget, summary_span, transcript, truncate_output
 from runner.agent.ledger import CallLedger
@@ -88,7 +88,7 @@ class AgentEnv:
     model_id: str | None = None  # the model actually called (after overrides / embedded fallback)
     other_agent: Callable[[str], ModelBinding] | None = None  # another agent's model (a judge's), by name
     prompt_cache_key: str | None = None  # sent with every call (runner.model.prompt_cache)
-    call_cache: CallCache | None = None  # the result cache, when the agent or task opts in (cache: {ttl})
+    call_cache: CallAnswers | None = None  # the result cache (cache: {ttl}), or a provider batch's stored answers
     tool_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # by tool name: part of a cached tool call's key
 
 
@@ -232,7 +232,7 @@ class _AgentRun:
         cached = env.call_cache.model_response(request) if env.call_cache is not None else None
         if cached is not None:
             return self._served_from_cache(cached, template)
-        ledger = CallLedger(env.budget, estimate, env.recorder, template)
+        ledger = CallLedger(env.budget, estimate, env.recorder, template, reprice=binding.pricer.reprice)
         ledger.open()
         started = time.monotonic()
         try:
@@ -246,7 +246,7 @@ class _AgentRun:
         finally:
             self.model_seq += ledger.attempts
         usage = _trusted_usage(response, estimate)
-        usage = replace(usage, cost_usd=binding.pricer.cost(usage))
+        usage = replace(usage, cost_usd=binding.pricer.cost(usage, response.tariff))
         ledger.answered(
             usage, time.monotonic() - started, tool_calls=len(response.tool_calls), content=response.content,
             finish_reason=response.finish_reason, reply=_reply(response),

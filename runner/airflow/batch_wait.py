@@ -79,7 +79,7 @@ class WaitPolicy:
 
 async def wait_for_batches(client: Any, batch_ids: Sequence[str], policy: WaitPolicy) -> BatchWaitEvent:
     """Retrieve ``batch_ids`` through ``client`` (an ``openai.AsyncOpenAI``) until all have ended."""
-    from runner.batch.provider_batch import FINISHED, PollPolicy
+    from runner.batch.provider_api import FINISHED, PollPolicy
 
     seen: dict[str, str] = {}
     waits = PollPolicy(first_seconds=policy.first_seconds, max_seconds=policy.max_seconds).waits()

@@ -44,7 +44,7 @@ class KeySource:
 def key_source(project: Project, task: TaskSpec, request: BatchRequest, conn_id: str | None) -> KeySource:
     """Where the key of ``request``'s endpoint comes from; ``conn_id`` is the connection whose
     password is ``request.api_key`` (when one applied). Compares keys in this process only."""
-    from runner.batch.provider_requests import single_request_agent
+    from runner.batch.batch_api import batch_api_agent as single_request_agent
     from runner.model.factory import resolve_endpoint
 
     model = single_request_agent(project, task).model

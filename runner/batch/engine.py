@@ -17,6 +17,8 @@ Rules, in the order they apply:
   auth and bad-request failures are final.
 - One row never stops the batch: an exception from the executor is recorded as that row's
   failure (``error_kind='internal_error'``). ``failure_policy`` may stop after N failures.
+- A row that waits on something outside the command (:class:`~runner.batch.executor.RowDeferred`:
+  a provider batch still running) is recorded ``not_run`` and goes on when it runs again.
 - Cancellation (Ctrl-C under ``asyncio.run``): in-flight rows are recorded as ``failed``
   with ``error_kind='interrupted'`` (retryable), unstarted rows as ``not_run``; the journal
   stays consistent and ``CancelledError`` propagates.
@@ -32,7 +34,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from runner.batch.executor import RowExecutor, SpendLedger
+from runner.batch.executor import RowDeferred, RowExecutor, SpendLedger
 from runner.batch.inputs import Row
 from runner.batch.journal import INTERRUPTED, BatchJournal, JournalRow, RowOutcome
 from runner.batch.progress import BatchProgress, NoProgress
@@ -229,6 +231,10 @@ class _Batch:
         except asyncio.CancelledError:
             self.journal.record(row.number, _interrupted(time.monotonic() - started))
             raise
+        except RowDeferred as deferred:  # goes on when the command runs again; not a failure
+            self.journal.record(row.number, RowOutcome("not_run", error=str(deferred), error_kind=deferred.kind))
+            self.progress.row_finished("not_run", self.budget.spent.cost_usd)
+            return
         except CapReached as exc:  # the contract is a 'capped' result, but treat it the same
             result = RunResult(run_id, "", "capped", error=str(exc), error_kind=exc.cap, error_scope=exc.scope)
         except Exception as exc:  # the row's isolation boundary: a bug in one row must not stop the batch

@@ -22,9 +22,18 @@ from runner.runs.options import RunOptions
 if TYPE_CHECKING:
     from runner.config.project import Project
     from runner.config.specs import TaskSpec
+    from runner.model.factory import BatchTransport
 
 RowExecutor = Callable[[dict[str, Any], RunOptions], Awaitable[RunResult]]
 """Runs one row: ``await executor(inputs, options) -> RunResult`` (never raises for run failures)."""
+
+
+class RowDeferred(Exception):
+    """The row did not finish and did not fail: it waits on something outside this command (a
+    provider batch still running), so it is recorded ``not_run`` and goes on when the command
+    runs again."""
+
+    kind = "provider_pending"
 
 
 class SpendLedger(Protocol):
@@ -54,6 +63,11 @@ class TaskExecutor:
         self.project, self.task, self.rate_gate = project, task, rate_gate
         self.store = open_run_store(project.root, path=store_path, url=store_url)
         self.pool = ModelPool(on_retry=self._on_retry)
+
+    def send_through(self, transport: BatchTransport) -> None:
+        """Send the rows' calls to OpenAI-compatible endpoints through ``transport`` (their
+        provider's Batch API, ``--via batch-api``) instead of calling them directly."""
+        self.pool.batch = transport
 
     def spent(self, run_id: str) -> Usage:
         """The run store's ledger for one run (a :class:`SpendLedger`)."""

@@ -22,9 +22,8 @@ from runner.batch.ratelimit import SharedRateLimiter
 from runner.batch.summary import batch_report, write_reports
 from runner.caps.budget import Budget
 from runner.caps.shared import SharedBudget, shared_caps
-from runner.config.prices import unpriced_message
 from runner.config.project import Project
-from runner.config.specs import Caps, TaskSpec
+from runner.config.specs import BatchApiLimits, Caps, TaskSpec
 from runner.errors import UsageError
 from runner.locations import Location
 from runner.model.factory import check_endpoints
@@ -85,10 +84,15 @@ class BatchRequest:
     log_interval: float = 30.0
     rows: tuple[int, int] | None = None  # only input rows FIRST..LAST (1-based, inclusive): one shard of a fan-out
     shared_scope: SharedScope | None = None  # caps held with other processes (a fan-out's batch caps)
-    via: str = "live"  # live | batch-api: each row one request in a provider batch (runner.batch.provider_batch)
-    batch_fallback: str | None = None  # "live": rows the provider batch failed run through the live engine
+    via: str | None = None  # live | batch-api (model calls in provider batch rounds: runner.batch.rounds); None: the task's mode
+    batch_fallback: str | None = None  # "live": a call its provider batch did not answer is sent live
     batch_poll_seconds: float = 30.0  # first wait between provider batch retrieves (grows up to 10 minutes)
-    provider_wait: bool = True  # False: return once the provider batch is out (summary "provider_pending"); run again to collect
+    batch_limits: BatchApiLimits | None = None  # requests and bytes per provider batch (default: the task's batch_api block)
+    provider_wait: bool = True  # False: return once a provider batch is out (summary "provider_pending"); run again to collect
+
+    def mode(self, task: TaskSpec) -> str:
+        """``live`` or ``batch-api``: the request's ``via``, else the task's ``mode``."""
+        return self.via or ("batch-api" if task.mode == "batch_api" else "live")
 
 
 def _progress(kind: str, stream: IO[str], interval: float) -> Any:
@@ -158,8 +162,10 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
     check_endpoints(
         project, task, model_override=request.model_override, base_url_override=request.base_url_override, api_key=request.api_key,
     )
-    if request.via == "batch-api":
-        check_provider_batch(project, task, request)
+    if request.mode(task) == "batch-api":
+        from runner.batch.batch_api import check_batch_api
+
+        check_batch_api(project, task, request.model_override, request.base_url_override, request.api_key)
     source = _source(task, request)
     journal_path = _journal_path(project, task, request, source)
     output = request.output_path
@@ -195,36 +201,14 @@ async def _run_locked(
 ) -> tuple[BatchSummary, int, Location | None]:
     """The batch proper, while this process holds the output file: rows, output, report."""
     journal = _open_journal(task, request, source, journal_path)
-    gate = SharedRateLimiter(requests_per_minute=request.requests_per_minute, tokens_per_minute=request.tokens_per_minute)
-    base = RunOptions(
-        write_report=False, caps=request.run_caps, model_override=request.model_override,
-        base_url_override=request.base_url_override, api_key=request.api_key, store_path=request.store_path,
-        store_url=request.store_url, use_cache=request.use_cache,
-    )
     ledger = open_shared_ledger(request)
     span = {"runner.batch.id": journal.batch_id, "runner.task": task.name, "runner.batch.input": source.path.name}
     try:
         with current_span(project.telemetry, f"batch {task.name}", span) as note:  # the rows' runs are its children
-            provider = await _via_provider(project, task, request, source, journal) if request.via == "batch-api" else None
-            summary = provider
-            if provider is not None and provider.pending:  # out at the provider: no output or report until collected
-                return provider, 0, None
-            if provider is None or _fall_back(request, provider):
-                # a row's provider attempt counts: the live engine still gets its --max-attempts
-                attempts = request.max_attempts + (provider is not None)
-                async with TaskExecutor(
-                    project, task, rate_gate=gate, store_path=request.store_path, store_url=request.store_url
-                ) as executor:
-                    summary = await run_batch(
-                        _rows_between(read_rows(source, task.inputs), request.rows),
-                        DedupingExecutor(executor) if request.dedupe else executor, journal=journal,
-                        budget=_budget(request, ledger), concurrency=request.concurrency,
-                        max_attempts=attempts, failure_policy=FailurePolicy(stop_after=request.stop_after_failures),
-                        rate_gate=gate, progress=_progress(request.progress, sys.stderr, request.log_interval), base_options=base,
-                        ledger=executor,
-                    )
-            assert summary is not None
+            summary = await _run_rows(project, task, request, source, journal, ledger)
             note(**{f"runner.batch.rows.{status}": n for status, n in summary.counts.items()})
+        if summary.pending and not request.provider_wait:  # out at the provider: no output or report until collected
+            return summary, 0, None
         records = write_output(journal, request.output_path, format=request.output_format)
         report_dir = request.report_dir or project.root / "reports" / task.name / f"batch-{summary.batch_id}"
         report = batch_report(journal, summary)
@@ -238,38 +222,34 @@ async def _run_locked(
     return summary, records, markdown
 
 
-def check_provider_batch(project: Project, task: TaskSpec, request: BatchRequest) -> None:
-    """Refuse (exit 2, before any call) a ``--via batch-api`` request it cannot honour."""
-    from runner.batch.provider_requests import single_request_agent
-
-    single_request_agent(project, task)
-    if request.shared_scope is not None:
-        raise UsageError("--via batch-api cannot share caps with other processes (a fan-out's shared scope); run it as one batch")
-
-
-async def _via_provider(
-    project: Project, task: TaskSpec, request: BatchRequest, source: InputSource, journal: BatchJournal
+async def _run_rows(
+    project: Project, task: TaskSpec, request: BatchRequest, source: InputSource, journal: BatchJournal, ledger: CapLedger | None
 ) -> BatchSummary:
-    """The pending rows sent as one provider batch (or the one the journal recorded, re-attached)."""
-    from runner.batch.provider_batch import PollPolicy, run_provider_batch
-    from runner.batch.provider_requests import RequestBuilder, single_request_agent
-
-    builder = RequestBuilder.open(
-        project, task, single_request_agent(project, task), model_override=request.model_override,
-        base_url_override=request.base_url_override, api_key=request.api_key,
+    """Every pending row through the engine: calling the model live, or in provider batch rounds."""
+    batch_api = request.mode(task) == "batch-api"
+    gate = None if batch_api else SharedRateLimiter(requests_per_minute=request.requests_per_minute, tokens_per_minute=request.tokens_per_minute)
+    base = RunOptions(
+        write_report=False, caps=request.run_caps, model_override=request.model_override,
+        base_url_override=request.base_url_override, api_key=request.api_key, store_path=request.store_path,
+        store_url=request.store_url, use_cache=request.use_cache, replay_provider_answers=batch_api,
     )
-    if request.batch_caps.max_cost_usd is not None and not builder.pricer.priced:
-        raise UsageError(unpriced_message(builder.endpoint.model_id, builder.agent.name))
-    return await run_provider_batch(
-        journal, _rows_between(read_rows(source, task.inputs), request.rows), builder, caps=request.batch_caps,
-        row_caps=request.run_caps, max_attempts=request.max_attempts, poll=PollPolicy(first_seconds=request.batch_poll_seconds),
-        log=None if request.progress == "none" else sys.stderr, wait=request.provider_wait,
-    )
+    rows = _rows_between(read_rows(source, task.inputs), request.rows)
+    async with TaskExecutor(project, task, rate_gate=gate, store_path=request.store_path, store_url=request.store_url) as executor:
+        if batch_api:
+            from runner.batch.batch_api import run_batch_api
+
+            return await run_batch_api(project, task, request, journal, rows, executor, _budget(request, ledger), base)
+        return await run_batch(
+            rows, DedupingExecutor(executor) if request.dedupe else executor, journal=journal,
+            budget=_budget(request, ledger), concurrency=request.concurrency, max_attempts=request.max_attempts,
+            failure_policy=FailurePolicy(stop_after=request.stop_after_failures), rate_gate=gate,
+            progress=progress_for(request), base_options=base, ledger=executor,
+        )
 
 
-def _fall_back(request: BatchRequest, provider: BatchSummary) -> bool:
-    """Whether rows the provider batch failed now run live: asked for, some failed, no cap reached."""
-    return request.batch_fallback == "live" and provider.counts.get("failed", 0) > 0 and provider.stop_kind is None
+def progress_for(request: BatchRequest) -> Any:
+    """The progress display ``request`` asks for, on stderr."""
+    return _progress(request.progress, sys.stderr, request.log_interval)
 
 
 def open_shared_ledger(request: BatchRequest) -> CapLedger | None:

@@ -187,21 +187,17 @@ class BatchJournal(ABC):
     def ingested(self) -> bool:
         return self.meta.get("ingested") == "1"
 
-    @property
-    def provider_batch_id(self) -> str | None:
-        """The provider batch (``--via batch-api``) this batch submitted, once recorded."""
-        return self.meta.get("provider_batch_id") or None
+    def provider_state(self) -> dict[str, Any]:
+        """What ``--via batch-api`` keeps between processes (:mod:`runner.batch.provider_state`):
+        the provider batches out, the ones about to be created, the round counter."""
+        state = json.loads(self.meta.get("provider_state") or "{}")
+        return state if isinstance(state, dict) else {}
 
-    def record_provider_batch(self, provider_batch_id: str) -> None:
-        """Remember the provider batch before waiting on it, so a resume after ``kill -9``
-        re-attaches to it instead of submitting (and paying for) the rows again."""
-        self._set_meta({"provider_batch_id": provider_batch_id})
-        self.meta["provider_batch_id"] = provider_batch_id
-
-    def provider_batch_collected(self) -> None:
-        """Forget the provider batch once every row it held is recorded: the next run of the
-        command submits what is left (failed or not-run rows) as a new batch."""
-        self.record_provider_batch("")
+    def save_provider_state(self, state: Mapping[str, Any]) -> None:
+        """Replace the provider state in one transaction (before anything waits on it)."""
+        text = json.dumps(dict(state), sort_keys=True)
+        self._set_meta({"provider_state": text})
+        self.meta["provider_state"] = text
 
     def age_seconds(self) -> float:
         """Seconds since this batch was created (its first attempt started)."""

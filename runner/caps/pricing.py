@@ -5,20 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runner.caps.budget import Budget, Estimate
-from runner.config.prices import cost_usd
+from runner.config.prices import batch_price, cost_usd
 from runner.config.specs import Price
-from runner.model.base import ModelRequest, Usage
+from runner.model.base import ModelRequest, Tariff, Usage
 from runner.model.tokens import UTF8_BYTES_BOUND, estimate_prompt_tokens
 from runner.model.wire import request_body
 
 
 @dataclass(frozen=True)
 class Pricer:
-    """Prices one model. ``price`` is ``None`` for a model with no known price: its calls
-    are recorded as unpriced (0 USD), which is only allowed without a money cap."""
+    """Prices one model. ``price`` is its live price, ``None`` for a model with no known price:
+    its calls are recorded as unpriced (0 USD), which is only allowed without a money cap.
+    ``tariff`` is how its calls are sent, so what they reserve: live, or through the
+    provider's Batch API (``--via batch-api``) at the batch price."""
 
     model_id: str
     price: Price | None
+    tariff: Tariff = "live"
 
     @property
     def priced(self) -> bool:
@@ -33,10 +36,22 @@ class Pricer:
         worst = self.cost(Usage(prompt, max_output_tokens, 0))
         return Estimate(prompt, max_output_tokens, worst)
 
-    def cost(self, usage: Usage) -> float:
-        if self.price is None:
+    def cost(self, usage: Usage, tariff: Tariff | None = None) -> float:
+        """USD for ``usage`` billed at ``tariff`` (default: this pricer's)."""
+        rates = self.rates(tariff or self.tariff)
+        if rates is None:
             return 0.0
-        return cost_usd(self.price, usage.input_tokens, usage.output_tokens, usage.cached_input_tokens)
+        return cost_usd(rates, usage.input_tokens, usage.output_tokens, usage.cached_input_tokens)
+
+    def rates(self, tariff: Tariff) -> Price | None:
+        """The price per million tokens at ``tariff``."""
+        if self.price is None or tariff == "live":
+            return self.price
+        return batch_price(self.price)
+
+    def reprice(self, estimate: Estimate, tariff: Tariff) -> Estimate:
+        """The same worst case billed at ``tariff`` (a provider batch's call sent live instead)."""
+        return Estimate(estimate.input_tokens, estimate.output_tokens, self.cost(Usage(estimate.input_tokens, estimate.output_tokens), tariff))
 
 
 TOKEN_AND_MONEY_CAPS = ("max_input_tokens", "max_tokens", "max_cost_usd")

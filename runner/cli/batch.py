@@ -27,9 +27,9 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.option("--output-format", type=FORMATS, help="Output format (default: from the suffix).")
 @click.option("--map", "mapping", multiple=True, metavar="INPUT=COLUMN", help="Take a task input from a differently named column (repeatable).")
 @click.option("--id-column", help="Column holding each row's id (default: a hash of the row's inputs).")
-@click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True, help="Rows in flight at once.")
-@click.option("--rpm", type=FiniteFloatRange(min=0, min_open=True), help="Model requests per minute, shared by all rows.")
-@click.option("--tpm", type=FiniteFloatRange(min=0, min_open=True), help="Model tokens per minute, shared by all rows.")
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True, help="Rows in flight at once (with --via batch-api: every row).")
+@click.option("--rpm", type=FiniteFloatRange(min=0, min_open=True), help="Model requests per minute, shared by all rows (live calls only).")
+@click.option("--tpm", type=FiniteFloatRange(min=0, min_open=True), help="Model tokens per minute, shared by all rows (live calls only).")
 @click.option("--max-attempts", type=click.IntRange(1, 100), default=2, show_default=True, help="Attempts per row, counting resumed ones.")
 @click.option("--stop-after-failures", type=click.IntRange(min=1), help="Stop starting rows after this many failed rows (default: carry on).")
 @click.option("--max-cost-usd", type=CapValue("max_cost_usd"), help="Batch cap: total US dollars (0: free models only).")
@@ -46,9 +46,11 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.option("--progress", type=click.Choice(["auto", "bar", "log", "none"]), default="auto", show_default=True)
 @click.option("--model", type=ModelId(), help="Use this model id for every agent.")
 @click.option("--base-url", type=EndpointURL(), help="Send model calls to this OpenAI-compatible endpoint.")
-@click.option("--via", type=click.Choice(["live", "batch-api"]), default="live", show_default=True, help="live: the engine calls the model per row; batch-api: one provider batch (OpenAI Batch API, about half price, results within 24h). Single-agent tasks without tools only.")
-@click.option("--batch-fallback", type=click.Choice(["live"]), help="With --via batch-api: rows the provider batch failed (expired, cancelled, errors) run live in the same command.")
+@click.option("--via", type=click.Choice(["live", "batch-api"]), help="live: each model call is sent as it comes; batch-api: every row's k-th call goes out in one provider batch (OpenAI Batch API, about half price, each round answered within 24h). Default: the task's mode (live unless mode: batch_api).")
+@click.option("--batch-fallback", type=click.Choice(["live"]), help="With --via batch-api: a call its provider batch did not answer (expired, cancelled, a server error) is sent live at once, at the live price.")
 @click.option("--batch-poll-seconds", type=FiniteFloatRange(min=0, min_open=True), default=30.0, show_default=True, help="With --via batch-api: first wait between status checks (grows to 10 minutes).")
+@click.option("--batch-max-requests", type=click.IntRange(min=1), help="With --via batch-api: requests per provider batch; a larger round is split (default: the task's batch_api.max_requests, 50,000).")
+@click.option("--batch-max-file-bytes", type=click.IntRange(min=1), help="With --via batch-api: bytes per provider batch input file; a larger round is split (default: the task's batch_api.max_file_bytes, 200 MB).")
 @click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Project root.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def batch(task: str, input_path: Path, output_path: Location, input_format: str | None, output_format: str | None,
@@ -56,8 +58,8 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
           max_attempts: int, stop_after_failures: int | None, max_cost_usd: float | None, max_tokens: int | None,
           max_wall_seconds: float | None, row_max_cost_usd: float | None, row_max_steps: int | None,
           journal_path: Path | None, restart: bool, no_cache: bool, dedupe: bool, durable: bool, report_dir: Location | None, progress: str,
-          model: str | None, base_url: str | None, via: str, batch_fallback: str | None, batch_poll_seconds: float,
-          root: Path | None, as_json: bool) -> None:
+          model: str | None, base_url: str | None, via: str | None, batch_fallback: str | None, batch_poll_seconds: float,
+          batch_max_requests: int | None, batch_max_file_bytes: int | None, root: Path | None, as_json: bool) -> None:
     """Run TASK once per row of --input; write one record per row to --output.
 
     Rerunning the same command resumes: rows already done are skipped, failed ones are
@@ -65,12 +67,19 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
     Exit codes: 0 every row done, 1 some row failed or was invalid, 2 usage error,
     3 a batch cap stopped the batch, 130 interrupted (rerun to resume).
     """
+    from dataclasses import replace
+
     from runner.batch.file_batch import BatchRequest, run_batch_file
     from runner.batch.local_dirs import check_batch_dirs
 
     root = (root or find_root(Path(task) if task.endswith((".yaml", ".yml")) else Path.cwd())).resolve()
     project = load_project_or_raise(root)
     spec = project.task_for(task)
+    limits = spec.batch_api
+    if batch_max_requests is not None:
+        limits = replace(limits, max_requests=batch_max_requests)
+    if batch_max_file_bytes is not None:
+        limits = replace(limits, max_file_bytes=batch_max_file_bytes)
     request = BatchRequest(
         input_path=input_path, output_path=output_path, format=input_format, output_format=output_format,
         mapping=mapping, id_column=id_column, journal_path=journal_path, report_dir=report_dir, restart=restart,
@@ -79,10 +88,13 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
         run_caps=caps_from_flags({"max_cost_usd": row_max_cost_usd, "max_steps": row_max_steps}),
         requests_per_minute=rpm, tokens_per_minute=tpm, model_override=model, base_url_override=base_url,
         progress=progress, use_cache=not no_cache, dedupe=dedupe, via=via, batch_fallback=batch_fallback,
-        batch_poll_seconds=batch_poll_seconds,
+        batch_poll_seconds=batch_poll_seconds, batch_limits=limits,
     )
-    if batch_fallback and via != "batch-api":
-        raise click.UsageError("--batch-fallback only applies with --via batch-api")
+    if request.mode(spec) != "batch-api":
+        given = [flag for flag, value in (("--batch-fallback", batch_fallback), ("--batch-max-requests", batch_max_requests),
+                                          ("--batch-max-file-bytes", batch_max_file_bytes)) if value is not None]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} only applies with --via batch-api (or mode: batch_api on the task)")
     check_batch_dirs(project, request)  # a read-only project fails here, before any row is paid for
     try:
         summary = asyncio.run(run_batch_file(project, spec, request))

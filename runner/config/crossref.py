@@ -210,8 +210,23 @@ class TaskChecker:
             name = task.report.narrative_step
             self._add("/report/narrative_step", f"unknown step '{name}'{did_you_mean(name, step_ids)}")
         self._check_data(step_ids)
+        self._check_mode()
         del data
         return self.problems
+
+    def _check_mode(self) -> None:
+        """``mode: batch_api`` needs every agent the task runs (and their judges) on an endpoint
+        with a Batch API: the embedded local model has none."""
+        if self.task.mode != "batch_api":
+            return
+        names = list(self.task.agents_used())
+        names += [judge.agent for n in list(names) if n in self.project.agents and (judge := self.project.agents[n].judge)]
+        local = [n for n in dict.fromkeys(names) if n in self.project.agents and self.project.agents[n].model.provider == "local"]
+        if local:
+            agents = ", ".join(f"'{n}'" for n in local)
+            self._add("/mode", f"mode batch_api sends the model calls through the endpoint's Batch API, but agent(s) {agents} "
+                      "use the embedded local model (model.provider: local), which has none; use mode: live, or give "
+                      "the agent an OpenAI-compatible model")  # fmt: skip
 
     def _check_knowledge_tools(self) -> None:
         """search_knowledge is only useful with a knowledge base to search."""

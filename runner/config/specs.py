@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from runner.config.project_files import FileRefused, boundary_for, read_prompt_file
 from runner.config.report_options import ColumnFormat, Delivery, build_columns, build_deliveries
@@ -264,6 +264,23 @@ class ReportSpec:
 
 
 @dataclass(frozen=True)
+class BatchApiLimits:
+    """What one provider batch may hold (a task's ``batch_api:`` block): a round with more
+    requests, or a larger input file, is split over several batches. OpenAI's limits by default."""
+
+    max_requests: int = 50_000
+    max_file_bytes: int = 200_000_000
+
+    @classmethod
+    def from_config(cls, data: dict[str, Any] | None) -> BatchApiLimits:
+        return cls(**(data or {}))
+
+
+TaskMode = Literal["live", "batch_api"]
+"""How ``runner batch`` sends a task's model calls: one by one, or in provider batch rounds."""
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     """A task from ``tasks.d/``."""
 
@@ -281,6 +298,8 @@ class TaskSpec:
     report: ReportSpec = field(default_factory=ReportSpec)
     cache: CachePolicy | None = None  # the result cache for every agent of the task that sets none
     sources: dict[str, SqlSource] = field(default_factory=dict)  # declared on the task (they win over Source documents)
+    mode: TaskMode = "live"  # batch_api: runner batch sends the model calls through the provider's Batch API
+    batch_api: BatchApiLimits = field(default_factory=BatchApiLimits)
     source: str = ""
     root: Path = field(default_factory=Path)
 
@@ -470,6 +489,8 @@ def build_task(doc: Document, root: Path) -> TaskSpec:
         ),
         cache=CachePolicy.from_config(doc.data.get("cache")),
         sources=task_sources(doc, root),
+        mode=d.get("mode", "live"),
+        batch_api=BatchApiLimits.from_config(d.get("batch_api")),
         source=doc.source.file,
         root=root,
     )

@@ -7,11 +7,15 @@ model) implements :class:`ChatModel`. The agent loop only sees these types.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from runner.core.usage import Usage
 
-__all__ = ["AttemptHook", "ChatModel", "Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"]
+__all__ = ["AttemptHook", "ChatModel", "Message", "ModelRequest", "ModelResponse", "Tariff", "ToolCall", "Usage"]
+
+Tariff = Literal["live", "batch"]
+"""How the provider bills a call: at its live price, or through its Batch API (about half;
+``runner.config.prices.batch_price``)."""
 
 
 @dataclass(frozen=True)
@@ -69,13 +73,20 @@ class ModelResponse:
     model: str = ""
     finish_reason: str | None = None
     latency_seconds: float = 0.0
+    tariff: Tariff = "live"  # a provider batch's answer is billed at the batch price
 
 
 class AttemptHook(Protocol):
     """Told about each failed attempt a model is about to retry (so every attempt can be
     reserved against the caps first); raising stops the retries with that exception."""
 
-    def retry(self, kind: str, message: str) -> None: ...
+    def retry(self, kind: str, message: str, tariff: Tariff | None = None) -> None:
+        """Settle the failed attempt and reserve the next; ``tariff``: the next attempt is
+        billed at another price (a provider batch's line retried live)."""
+
+    @property
+    def ledger_id(self) -> int | None:
+        """The run store's record of the attempt in flight (written before it was sent)."""
 
 
 class ChatModel(Protocol):

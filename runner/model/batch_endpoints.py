@@ -5,6 +5,7 @@ Implements, as OpenAI documents them:
 - ``POST /v1/files`` (multipart: ``file``, ``purpose``), ``GET /v1/files/{id}`` and
   ``GET /v1/files/{id}/content``;
 - ``POST /v1/batches`` (``input_file_id``, ``endpoint``, ``completion_window``, ``metadata``),
+  ``GET /v1/batches`` (newest first, ``limit`` and ``after``, each with its ``metadata``),
   ``GET /v1/batches/{id}`` and ``POST /v1/batches/{id}/cancel``.
 
 A batch moves ``validating -> in_progress -> completed`` as it is retrieved: it is
@@ -15,9 +16,17 @@ the script like a live request: a completion goes to the output file
 error file with its status code (a partial failure). ``outcome: expired`` ends the batch
 ``expired`` instead, every line in the error file with code ``batch_expired``;
 ``outcome: cancelled`` ends it ``cancelled`` (as if cancelled by someone else), as does
-``POST .../cancel`` (``cancelling`` until the next retrieve). An input file that is not
-valid JSONL of ``{custom_id, method, url, body}`` lines with unique ids for the batch's
-endpoint fails the batch at validation (``status: failed`` with ``errors``).
+``POST .../cancel`` (``cancelling`` until the next retrieve). A batch that ends expired or
+cancelled has answered its first ``partial`` lines (billed, in the output file) and none of
+the others. An input file that is not valid JSONL of ``{custom_id, method, url, body}``
+lines with unique ids for the batch's endpoint, or with more than ``max_requests`` lines,
+fails the batch at validation (``status: failed`` with ``errors``).
+
+``hold`` stops requests at named points until :meth:`BatchEndpoints.release` (tests kill a
+client there): ``upload`` (before a file is stored), ``create`` (before a batch is
+created), ``created`` (after it is created, before the reply), ``output`` (before an output
+or error file is served). Released with ``drop=True``, a request held before it did its work
+fails instead (HTTP 503), as if it had never arrived.
 """
 
 from __future__ import annotations
@@ -39,16 +48,25 @@ ENDPOINTS = ("/v1/chat/completions",)
 WINDOWS = ("24h",)
 
 
+HOLD_POINTS = frozenset({"upload", "create", "created", "output"})
+
+
 @dataclass(frozen=True)
 class BatchBehaviour:
-    """How the server's batches end: after ``polls`` retrieves, with ``outcome``."""
+    """How the server's batches end: after ``polls`` retrieves, with ``outcome``; see the module doc."""
 
     polls: int = 2
     outcome: Outcome = "completed"
+    partial: int = 0  # lines answered by a batch that ends expired or cancelled
+    max_requests: int | None = None  # a larger input file fails validation
+    hold: frozenset[str] = frozenset()  # points where requests wait for release()
+    hold_after: int = 0  # hold only once this many batches exist (e.g. 1: from the second batch's upload)
 
     def __post_init__(self) -> None:
         if self.polls < 1:
             raise ValueError("polls must be at least 1")
+        if not self.hold <= HOLD_POINTS:
+            raise ValueError(f"hold points are {sorted(HOLD_POINTS)}")
 
 
 @dataclass
@@ -99,12 +117,40 @@ class _Batch:
 class BatchEndpoints:
     """The files and batches a server holds (thread-safe); answers with ``(status, JSON)``."""
 
-    def __init__(self, script: Script, behaviour: BatchBehaviour, bill: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(
+        self, script: Script, behaviour: BatchBehaviour, bill: Callable[[dict[str, Any]], None], closing: threading.Event | None = None
+    ) -> None:
         self.script, self.behaviour, self._bill = script, behaviour, bill
         self.files: dict[str, _File] = {}
         self.batches: dict[str, _Batch] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._closing = closing or threading.Event()
+        self._released = threading.Event()
+        self._dropped = False
+        self._holding: dict[str, int] = dict.fromkeys(HOLD_POINTS, 0)
+
+    # --- holding requests (tests) --------------------------------------------------------
+
+    def holding(self, point: str) -> int:
+        """How many requests have stopped at ``point`` (see ``BatchBehaviour.hold``)."""
+        with self._lock:
+            return self._holding[point]
+
+    def release(self, *, drop: bool = False) -> None:
+        """Let every held request, and every later one, go on (``drop``: fail without doing anything)."""
+        self._dropped = drop
+        self._released.set()
+
+    def _hold(self, point: str) -> bool:
+        """Wait here while ``point`` is held; ``False``: the request is dropped."""
+        if point not in self.behaviour.hold or self._released.is_set() or len(self.batches) < self.behaviour.hold_after:
+            return True
+        with self._lock:
+            self._holding[point] += 1
+        while not self._released.wait(0.02) and not self._closing.is_set():
+            pass
+        return not self._dropped
 
     @property
     def batches_created(self) -> int:
@@ -120,6 +166,8 @@ class BatchEndpoints:
         if fields is None or "file" not in fields or "purpose" not in fields:
             return _error(400, "expected multipart/form-data with 'file' and 'purpose'")
         filename, content = fields["file"]
+        if not self._hold("upload"):
+            return _error(503, "dropped")
         with self._lock:
             created = self._file(filename or "upload.jsonl", fields["purpose"][1].decode(), content)
         return 200, created.as_dict()
@@ -130,6 +178,8 @@ class BatchEndpoints:
             found = self.files.get(file_id)
         if found is None:
             return _error(404, f"no file {file_id}")
+        if content and found.purpose == "batch_output":
+            self._hold("output")
         return 200, (found.content if content else found.as_dict())
 
     # --- batches -----------------------------------------------------------------------
@@ -143,6 +193,8 @@ class BatchEndpoints:
             return _error(400, f"missing required parameter(s): {', '.join(missing)}")
         if body["endpoint"] not in ENDPOINTS or body["completion_window"] not in WINDOWS:
             return _error(400, f"endpoint must be one of {ENDPOINTS} and completion_window one of {WINDOWS}")
+        if not self._hold("create"):
+            return _error(503, "dropped")
         with self._lock:
             if body["input_file_id"] not in self.files:
                 return _error(404, f"no file {body['input_file_id']}")
@@ -152,7 +204,24 @@ class BatchEndpoints:
             )  # fmt: skip
             self.batches[batch.id] = batch
             self._validate(batch)
-            return 200, batch.as_dict()
+            created = batch.as_dict()
+        self._hold("created")
+        return 200, created
+
+    def list(self, query: dict[str, str]) -> tuple[int, Any]:
+        """``GET /v1/batches``: newest first, ``limit`` (1-100, default 20) after the id ``after``."""
+        try:
+            limit = min(max(int(query.get("limit", "20")), 1), 100)
+        except ValueError:
+            return _error(400, "limit must be an integer")
+        with self._lock:
+            ordered = sorted(self.batches.values(), key=lambda b: (b.created_at, b.id), reverse=True)
+            ids = [b.id for b in ordered]
+            start = ids.index(query["after"]) + 1 if query.get("after") in ids else 0
+            page = [b.as_dict() for b in ordered[start : start + limit]]
+            more = start + limit < len(ordered)
+        first, last = (page[0]["id"], page[-1]["id"]) if page else (None, None)
+        return 200, {"object": "list", "data": page, "first_id": first, "last_id": last, "has_more": more}
 
     def retrieve(self, batch_id: str) -> tuple[int, Any]:
         """``GET /v1/batches/{id}``: each retrieve moves an unfinished batch one step on."""
@@ -179,6 +248,9 @@ class BatchEndpoints:
     def _validate(self, batch: _Batch) -> None:
         lines, problem = _requests(self.files[batch.input_file_id].content, batch.endpoint)
         batch.total = len(lines)
+        limit = self.behaviour.max_requests
+        if problem is None and limit is not None and len(lines) > limit:
+            problem = _problem("too_many_requests", f"the input file has {len(lines)} requests, more than {limit}", None)
         if problem is not None:
             batch.status, batch.errors = "failed", {"object": "list", "data": [problem]}
             batch.times["failed_at"] = int(time.time())
@@ -204,8 +276,8 @@ class BatchEndpoints:
         lines, _ = _requests(self.files[batch.input_file_id].content, batch.endpoint)
         out: list[dict[str, Any]] = []
         err: list[dict[str, Any]] = []
-        for line in lines:
-            if status == "completed":
+        for number, line in enumerate(lines):
+            if status == "completed" or number < self.behaviour.partial:
                 answered = self._answer(line)
                 (out if answered["response"] and answered["response"]["status_code"] == 200 else err).append(answered)
             else:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Protocol
 
 from runner.config.prices import LOCAL_MODEL_ID
 from runner.config.specs import ModelSpec
@@ -26,7 +26,7 @@ from runner.endpoints import (
     standard_endpoint,
 )
 from runner.errors import ConfigError, Problem
-from runner.model.base import ChatModel
+from runner.model.base import ChatModel, Tariff
 
 if TYPE_CHECKING:
     from runner.config.project import Project
@@ -46,6 +46,14 @@ class Endpoint:
     model_id: str
     base_url: str | None = None
     api_key: str | None = field(default=None, repr=False)
+    tariff: Tariff = "live"  # batch: the calls go through the provider's Batch API (runner batch --via batch-api)
+
+
+class BatchTransport(Protocol):
+    """Sends an endpoint's calls through its provider's Batch API (``--via batch-api``;
+    :mod:`runner.batch.round_model`), ``live`` being the same endpoint called directly."""
+
+    def model(self, endpoint: Endpoint, live: ChatModel) -> ChatModel: ...
 
 
 def resolve_endpoint(
@@ -163,10 +171,13 @@ class ModelPool:
         on_retry: Callable[[str, int, float], None] | None = None,
         notice: Callable[[str], None] | None = None,
         fixed: ChatModel | None = None,
+        batch: BatchTransport | None = None,
     ):
-        """``fixed``: answer every agent with this model (e.g. a ``ScriptedModel`` in tests)."""
+        """``fixed``: answer every agent with this model (e.g. a ``ScriptedModel`` in tests);
+        ``batch``: send the calls to OpenAI-compatible endpoints through their Batch API."""
         self._models: dict[tuple[object, ...], ChatModel] = {}
         self.fixed = fixed
+        self.batch = batch
         self._on_retry = on_retry
         self._notice = notice
         self._noticed = False
@@ -178,20 +189,25 @@ class ModelPool:
         (so prices and records name the model the agent asked for)."""
         if self.fixed is not None:
             return Endpoint("fixed", model_override or spec.id)
-        return resolve_endpoint(
+        endpoint = resolve_endpoint(
             spec, model_override=model_override, base_url_override=base_url_override, api_key=api_key
         )
+        return replace(endpoint, tariff="batch") if self.batch is not None and endpoint.provider == "openai" else endpoint
 
     def get(self, endpoint: Endpoint, spec: ModelSpec) -> ChatModel:
         if self.fixed is not None:
             return self.fixed
         key_hash = hashlib.sha256((endpoint.api_key or "").encode()).hexdigest()[:16]
-        cache_key = (endpoint.provider, endpoint.model_id, endpoint.base_url, key_hash, spec.timeout_seconds, spec.retries)
+        cache_key = (
+            endpoint.provider, endpoint.model_id, endpoint.base_url, key_hash, spec.timeout_seconds, spec.retries, endpoint.tariff,
+        )
         if cache_key not in self._models:
             self._models[cache_key] = self._build(endpoint, spec)
         return self._models[cache_key]
 
     def _build(self, endpoint: Endpoint, spec: ModelSpec) -> ChatModel:
+        if endpoint.tariff == "batch" and self.batch is not None:
+            return self.batch.model(endpoint, self.get(replace(endpoint, tariff="live"), spec))
         if endpoint.provider == "local":
             from runner.model.local import LocalChatModel
 

@@ -36,6 +36,7 @@ import re
 import signal
 import sys
 import threading
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -77,7 +78,6 @@ class ScriptedServer:
         api_key: str | None = None,
     ) -> None:
         self.script = script if isinstance(script, Script) else Script.from_obj(script or [])
-        self.batches = BatchEndpoints(self.script, batch or BatchBehaviour(), self.bill)
         self.api_key = api_key  # when set, any other key (or none) is answered 401, as OpenAI answers a bad key
         self._address = (host, port)
         self._record_path = Path(record_path) if record_path else None
@@ -85,6 +85,7 @@ class ScriptedServer:
         self._billed: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
         self.closing = threading.Event()
+        self.batches = BatchEndpoints(self.script, batch or BatchBehaviour(), self.bill, self.closing)
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -188,7 +189,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self._unauthorized():
             return
         route = self._route()
-        if route.startswith(("/v1/files/", "/v1/batches/")):
+        if route.startswith(("/v1/files/", "/v1/batches")):
             return self._batch_api("GET", route)
         if route != "/v1/models":
             return self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
@@ -248,6 +249,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif parts == ["batches"] and method == "POST":
             body = _json_object(raw)
             status, answer = endpoints.create(body)
+        elif parts == ["batches"] and method == "GET":
+            query = dict(urllib.parse.parse_qsl(self.path.partition("?")[2]))
+            status, answer, body = *endpoints.list(query), None
         elif parts[0] == "batches" and len(parts) == 2 and method == "GET":
             status, answer, body = *endpoints.retrieve(parts[1]), None
         elif parts[0] == "batches" and parts[2:] == ["cancel"] and method == "POST":

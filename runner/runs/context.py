@@ -65,7 +65,7 @@ class RunContext:
         return self.pool.endpoint(agent.model, options.model_override, options.base_url_override, options.api_key)
 
     def pricer(self, endpoint: Endpoint) -> Pricer:
-        return Pricer(endpoint.model_id, find_price(self.project.prices, endpoint.model_id))
+        return Pricer(endpoint.model_id, find_price(self.project.prices, endpoint.model_id), endpoint.tariff)
 
 
 def template_context(

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from runner.agent.call_cache import CallCache
+from runner.agent.call_cache import CallAnswers, CallCache
 from runner.agent.loop import AgentEnv, ModelBinding, run_agent
 from runner.caps.budget import within_deadline
 from runner.config.prices import find_price, unpriced_message
@@ -127,13 +127,20 @@ async def run_agent_step(
     return _finish(ctx, record, started, outcome.status, error=outcome.error, kind=outcome.error_kind, scope=outcome.error_scope)
 
 
-def call_cache(ctx: RunContext, agent: AgentSpec) -> CallCache | None:
+def call_cache(ctx: RunContext, agent: AgentSpec) -> CallAnswers | None:
     """The result cache for ``agent``'s calls: its own ``cache:`` policy, else the task's;
-    none without a policy or with ``--no-cache``."""
+    none without a policy or with ``--no-cache``. Under a provider batch, the answers it
+    stored for this run come first (:mod:`runner.agent.replay`)."""
     policy = agent.cache or ctx.task.cache
-    if policy is None or not ctx.options.use_cache:
-        return None
-    return CallCache(ctx.store.result_cache, policy.ttl_seconds, ctx.recorder.secrets)
+    cache = None
+    if policy is not None and ctx.options.use_cache:
+        cache = CallCache(ctx.store.result_cache, policy.ttl_seconds, ctx.recorder.secrets)
+    if ctx.options.replay_provider_answers:
+        from runner.agent.replay import ReplayCache
+        from runner.store.provider_answers import ProviderAnswers
+
+        return ReplayCache(ProviderAnswers(ctx.store.database, create=False), ctx.run_id, cache)  # made by the rounds
+    return cache
 
 
 async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dict[str, Any], visible: set[str]) -> StepRecord:

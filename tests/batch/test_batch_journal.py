@@ -191,18 +191,27 @@ def test_a_journal_exists_once_it_was_opened(tmp_path: Path, journal_url: str | 
     assert not BatchJournal.exists(tmp_path / "other.sqlite3", database_url=journal_url)
 
 
-def test_the_provider_batch_id_survives_reopening_and_restart_forgets_it(make_batch) -> None:
+def test_the_provider_state_survives_reopening_and_restart_forgets_it(make_batch) -> None:
+    from runner.batch.provider_state import BatchPart, ProviderState
+
     source, journal = make_batch(tickets(2))
     journal.ingest(rows_of(source))
-    assert journal.provider_batch_id is None
-    journal.record_provider_batch("batch_abc")
-    journal.close()  # as a killed process would leave it
+    state = ProviderState(journal)
+    assert (state.rounds, state.intents, state.out) == (0, [], [])
+    first = state.intend(BatchPart(state.next_round(), 1, "gpt-4o-mini", "https://api.openai.com/v1"))
+    second = state.intend(BatchPart(state.rounds, 2, "gpt-4o-mini", "https://api.openai.com/v1"))
+    state.created(first, "batch_abc")
+    journal.close()  # as a killed process would leave it: one batch out, one about to be created
     _, reopened = make_batch()
-    assert reopened.provider_batch_id == "batch_abc" and reopened.ingested
-    reopened.record_provider_batch("batch_def")  # a new submission (say, after an expired one) replaces it
+    state = ProviderState(reopened)
+    assert state.rounds == 1 and state.out_ids == ("batch_abc",) and [i.key for i in state.intents] == ["1.2"]
+    assert state.intents[0] == second and second.metadata("b") == {"runner_batch_id": "b", "runner_round": "1", "runner_part": "2"}
+    state.dropped(second)
+    state.collected("batch_abc")
     reopened.close()
     _, again = make_batch()
-    assert again.provider_batch_id == "batch_def"
+    state = ProviderState(again)
+    assert (state.rounds, state.intents, state.out) == (1, [], [])
     again.close()
     _, fresh = make_batch(restart=True)
-    assert fresh.provider_batch_id is None
+    assert ProviderState(fresh).rounds == 0

@@ -1,0 +1,122 @@
+"""``runner batch --via batch-api`` (or ``mode: batch_api`` on the task): the batch engine as
+usual, its model calls sent in provider batch rounds (:mod:`runner.batch.rounds`).
+
+Every row runs through the live path (the agent loop with its tools, checks and repairs,
+caps reserved at batch prices before each call, the write-ahead call ledger); each model
+call waits for its round, and every row's k-th call goes out in the same provider batch.
+All pending rows are in flight at once (a provider batch is not rate limited: ``--rpm``,
+``--tpm`` and ``--concurrency`` do not apply), so each round holds every row that has a call
+to make. A resumed command first collects what the last one left out, then replays the
+stored answers (:mod:`runner.agent.replay`), so no round is submitted or paid for twice.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from runner.batch.dedupe import DedupingExecutor
+from runner.batch.engine import FailurePolicy, run_batch
+from runner.batch.executor import RowExecutor, TaskExecutor
+from runner.batch.inputs import Row
+from runner.batch.journal import BatchJournal
+from runner.batch.provider_api import PollPolicy
+from runner.batch.round_model import RoundRows, RoundTransport
+from runner.batch.rounds import RoundCollector
+from runner.batch.summary import BatchSummary
+from runner.caps.budget import Budget
+from runner.caps.pricing import Pricer
+from runner.config.prices import find_price
+from runner.config.project import Project
+from runner.config.specs import AgentSpec, TaskSpec
+from runner.errors import UsageError
+from runner.model.factory import Endpoint, resolve_endpoint
+from runner.runs.options import RunOptions
+from runner.runs.secrets import known_secrets
+
+if TYPE_CHECKING:
+    from runner.batch.file_batch import BatchRequest
+
+TODO_STATUSES = ("pending", "running", "failed", "not_run")
+
+
+def check_batch_api(
+    project: Project, task: TaskSpec, model_override: str | None, base_url_override: str | None, api_key: str | None
+) -> list[Endpoint]:
+    """The endpoints the task's agents call, or :class:`UsageError` (exit 2, before any call)
+    when one of them has no Batch API (the embedded local model)."""
+    endpoints: list[Endpoint] = []
+    for agent in _agents(project, task):
+        endpoint = resolve_endpoint(agent.model, model_override=model_override, base_url_override=base_url_override, api_key=api_key)
+        if endpoint.provider == "local":
+            raise UsageError(
+                f"task '{task.name}' cannot run with --via batch-api: its agent '{agent.name}' uses the embedded local "
+                "model, which has no Batch API. Configure an OpenAI-compatible endpoint (OPENAI_API_KEY, OPENAI_BASE_URL "
+                "or --base-url), or run it live (--via live)"
+            )
+        endpoints.append(endpoint)
+    return endpoints
+
+
+def batch_api_agent(project: Project, task: TaskSpec) -> AgentSpec:
+    """The agent whose model the task's provider batches are for (the first the task runs),
+    or :class:`UsageError` (exit 2) when the task has none, or one of its agents is on the
+    embedded local model, which has no Batch API."""
+    agents = _agents(project, task)
+    local = [agent.name for agent in agents if agent.model.provider == "local"]
+    if not agents or local:
+        why = f"its agent '{local[0]}' uses the embedded local model, which has no Batch API" if local else "it runs no agent"
+        raise UsageError(f"task '{task.name}' cannot run with --via batch-api: {why}; run it live (--via live)")
+    return agents[0]
+
+
+def _agents(project: Project, task: TaskSpec) -> list[AgentSpec]:
+    """Every agent whose model a row may call: the task's, and their judges."""
+    names = list(task.agents_used())
+    names += [judge.agent for name in list(names) if (judge := project.agents[name].judge) is not None]
+    return [project.agents[name] for name in dict.fromkeys(names) if name in project.agents]
+
+
+async def run_batch_api(
+    project: Project, task: TaskSpec, request: BatchRequest, journal: BatchJournal, rows: Iterable[Row],
+    executor: TaskExecutor, budget: Budget, base: RunOptions,
+) -> BatchSummary:
+    """Run the journal's pending rows with their model calls in provider batch rounds; see the module doc."""
+    from runner.batch.file_batch import progress_for
+
+    started = time.monotonic()
+    if not journal.ingested:
+        journal.ingest(rows)
+    budget.count_from(journal.age_seconds())  # the rounds' polls stop at the batch's deadline, as the rows do
+    endpoints = check_batch_api(project, task, request.model_override, request.base_url_override, request.api_key)
+    collector = RoundCollector(
+        journal, executor.store, endpoints=endpoints, prices=lambda model: Pricer(model, find_price(project.prices, model)),
+        deadline=budget, limits=request.batch_limits or task.batch_api, poll=PollPolicy(first_seconds=request.batch_poll_seconds),
+        wait=request.provider_wait, fallback_live=request.batch_fallback == "live", secrets=known_secrets(project, base),
+        log=None if request.progress == "none" else sys.stderr,
+    )
+    executor.send_through(RoundTransport(collector))
+    async with collector:
+        if not await collector.resume():
+            return BatchSummary(
+                batch_id=journal.batch_id, counts=journal.counts(), usage=journal.spent(),
+                elapsed_seconds=round(time.monotonic() - started, 3), pending=collector.pending,
+            )
+        rounds: RowExecutor = RoundRows(executor, collector)
+        summary = await run_batch(
+            (), DedupingExecutor(rounds) if request.dedupe else rounds, journal=journal, budget=budget,
+            concurrency=_rows_to_run(journal), max_attempts=request.max_attempts,
+            failure_policy=FailurePolicy(stop_after=request.stop_after_failures), progress=progress_for(request),
+            base_options=base, ledger=executor,
+        )
+    # calls settled after their rows ended (cut off at a cap) corrected the journal since
+    return replace(summary, counts=journal.counts(), usage=journal.spent(), pending=collector.pending)
+
+
+def _rows_to_run(journal: BatchJournal) -> int:
+    """How many rows may be in flight: every row that may run, so each round holds them all."""
+    counts = journal.counts()
+    return max(1, sum(counts[status] for status in TODO_STATUSES))

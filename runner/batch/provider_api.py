@@ -1,0 +1,151 @@
+"""The provider's Files and Batch APIs (OpenAI's ``/v1/files`` and ``/v1/batches``), as
+``runner batch --via batch-api`` uses them: upload a round's requests, create the batch,
+find it again by its metadata, poll it with backoff, cancel it, read its output and error
+files, and turn each line into the answer or the typed error a live call would give.
+
+Every endpoint failure leaves as a :class:`~runner.errors.ModelError` classified like a live
+call's (:mod:`runner.model.openai_faults`), its message redacted, no SDK object chained.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from runner.errors import ModelError
+from runner.model.factory import Endpoint
+from runner.model.faults import kind_for_status
+
+CHAT_COMPLETIONS = "/v1/chat/completions"
+FINISHED = frozenset({"completed", "failed", "expired", "cancelled"})
+"""Provider batch statuses that will not change again."""
+NOT_FOR_LIVE = frozenset({"bad_request", "auth", "not_found"})
+"""Line errors a live call would meet too: never sent live by ``--batch-fallback live``."""
+
+
+@dataclass(frozen=True)
+class PollPolicy:
+    """How often a provider batch is retrieved: ``first_seconds``, growing by ``factor`` up to
+    ``max_seconds``; after a cancel, at most ``cancel_grace_seconds`` more for it to end."""
+
+    first_seconds: float = 30.0
+    max_seconds: float = 600.0
+    factor: float = 1.5
+    cancel_grace_seconds: float = 600.0  # OpenAI: a cancelled batch takes up to 10 minutes to end
+
+    def waits(self) -> Iterator[float]:
+        wait = self.first_seconds
+        while True:
+            yield wait
+            wait = min(wait * self.factor, max(self.max_seconds, self.first_seconds))
+
+
+class ProviderClient:
+    """The Files and Batch APIs of one endpoint."""
+
+    def __init__(self, endpoint: Endpoint, timeout_seconds: float = 120.0):
+        self._client = _sdk_client(endpoint, timeout_seconds)
+
+    async def upload(self, name: str, content: bytes) -> str:
+        uploaded = await self._call(self._client.files.create(file=(name, content), purpose="batch"))
+        return str(uploaded.id)
+
+    async def create(self, file_id: str, metadata: dict[str, str]) -> str:
+        batch = await self._call(self._client.batches.create(
+            input_file_id=file_id, endpoint=CHAT_COMPLETIONS, completion_window="24h", metadata=metadata,
+        ))
+        return str(batch.id)
+
+    async def retrieve(self, provider_id: str) -> Any:
+        return await self._call(self._client.batches.retrieve(provider_id))
+
+    async def cancel(self, provider_id: str) -> Any:
+        return await self._call(self._client.batches.cancel(provider_id))
+
+    async def find(self, metadata: dict[str, str], since: float) -> str | None:
+        """The batch created with ``metadata`` (newest first, none older than ``since``)."""
+        page = await self._call(self._client.batches.list(limit=100))
+        while True:
+            for batch in page.data:
+                if (batch.metadata or {}) == metadata:
+                    return str(batch.id)
+                if batch.created_at < since:
+                    return None
+            if not page.has_next_page():
+                return None
+            page = await self._call(page.get_next_page())
+
+    async def lines(self, file_id: str | None) -> list[dict[str, Any]]:
+        """The JSON lines of an output or error file (none without a file)."""
+        if not file_id:
+            return []
+        content = await self._call(self._client.files.content(file_id))
+        found: list[dict[str, Any]] = []
+        for text in content.text.splitlines():
+            try:
+                line = json.loads(text) if text.strip() else None
+            except ValueError:
+                continue  # a garbled line: its call is answered as missing
+            if isinstance(line, dict):
+                found.append(line)
+        return found
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def _call(self, pending: Any) -> Any:
+        """Await one call; an endpoint failure becomes a :class:`ModelError`."""
+        from runner.model.openai_faults import ENDPOINT_EXCEPTIONS, classify
+
+        try:
+            return await pending
+        except ENDPOINT_EXCEPTIONS as exc:
+            fault = classify(exc, (self._client.api_key,))
+        raise fault.to_error(1)
+
+
+def _sdk_client(endpoint: Endpoint, timeout_seconds: float) -> Any:
+    import openai
+
+    try:
+        return openai.AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=3, timeout=timeout_seconds)
+    except openai.OpenAIError:
+        pass
+    # raised outside the except block: no SDK exception chained to ours
+    raise ModelError("auth", "no API key: set the environment variable named by the agent's model api_key_env, or OPENAI_API_KEY")
+
+
+def line_outcome(line: dict[str, Any] | None, batch: Any) -> dict[str, Any] | ModelError:
+    """A line of a batch's output or error file as the completion body it holds, or the error
+    a live call would have raised (``None``: the batch has no line for the call)."""
+    if line is None:
+        return _missing(batch)
+    response = line.get("response") if isinstance(line.get("response"), dict) else None
+    status = response.get("status_code") if response else None
+    if response is not None and status == 200 and isinstance(response.get("body"), dict):
+        return dict(response["body"])
+    error = line.get("error") if isinstance(line.get("error"), dict) else None
+    if error is not None:
+        code = str(error.get("code") or "batch_error")
+        return ModelError(code, f"provider batch {batch.id}: {str(error.get('message') or code)[:500]}")
+    kind = kind_for_status(status) if isinstance(status, int) else "invalid_response"
+    return ModelError(kind, f"provider batch {batch.id}: HTTP {status}: {_message(response)}")
+
+
+def _missing(batch: Any) -> ModelError:
+    """Why a call has no line: the batch failed validation, or it ended without answering it."""
+    if batch.status == "failed":
+        errors = batch.errors.data if batch.errors is not None and batch.errors.data else []
+        found = "; ".join(f"{e.code}: {e.message}" for e in errors) or "no detail"
+        return ModelError("batch_failed", f"provider batch {batch.id} failed validation: {found}")
+    return ModelError(f"batch_{batch.status}", f"provider batch {batch.id} ended {batch.status} without an answer for this call")
+
+
+def _message(response: dict[str, Any] | None) -> str:
+    body = response.get("body") if response else None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])[:500]
+    return "no detail"

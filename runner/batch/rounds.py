@@ -1,0 +1,547 @@
+"""Rounds of a provider batch: every row's k-th model call goes out in one provider batch.
+
+Under ``runner batch --via batch-api`` the rows run through the live engine as usual (the
+agent loop, its tools, checks, repairs, caps reserved before each call and the write-ahead
+call ledger), but their model calls come here instead of going over HTTP
+(:class:`~runner.batch.round_model.BatchRoundModel`). A call waits in the next round. When
+every row in flight is waiting on a call (none is running a tool or thinking), the round is
+sealed: its calls are split into provider batches (one model at one endpoint each, within
+:class:`~runner.config.specs.BatchApiLimits`), each is uploaded and created (an intent
+written to the journal first, the batch id right after: :mod:`runner.batch.provider_state`),
+polled with backoff, and its lines are handed back to the waiting calls. Every answer is
+kept in the run store first (:class:`~runner.store.provider_answers.ProviderAnswers`), so a
+resumed run is answered from there and nothing is paid twice.
+
+- A call whose caller is gone when its answer arrives (cut off at a wall-clock cap, or its
+  process killed) still settles its reservation in the run store with what it used.
+- When no caller is left waiting on a provider batch (every row reached its deadline), the
+  batch is cancelled; what it answered before it ended is collected (it was billed).
+- ``wait=False``: once a round is out and not finished, the rows in flight stop where they
+  are (recorded ``not_run``; :class:`~runner.batch.executor.RowDeferred`) and the command
+  returns with the batches' ids; the next run of the command collects them (:meth:`resume`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
+from typing import IO, Any
+
+from runner.agent.ledger import BILLABLE_FAULTS
+from runner.batch.journal import BatchJournal
+from runner.batch.provider_api import FINISHED, PollPolicy, ProviderClient, line_outcome
+from runner.batch.provider_state import BatchPart, ProviderState
+from runner.caps.budget import Budget
+from runner.caps.pricing import Pricer
+from runner.config.specs import BatchApiLimits
+from runner.core.calls import ModelCallEntry
+from runner.core.usage import Usage
+from runner.endpoints import DEFAULT_BASE_URL, safe_url
+from runner.errors import ModelError
+from runner.model.base import ModelRequest
+from runner.model.factory import Endpoint
+from runner.model.faults import RETRYABLE_KINDS
+from runner.model.fingerprint import request_fingerprint
+from runner.model.wire import InvalidResponse, parse_completion
+from runner.redact import redact_secrets
+from runner.store.provider_answers import ProviderAnswers
+from runner.store.runstore import RunStore
+
+CURRENT_RUN: ContextVar[str | None] = ContextVar("runner_provider_batch_run", default=None)
+"""The run id of the row a model call belongs to (set for each row's task)."""
+CANCEL_POLL_SECONDS = 5.0
+"""How often a cancelled provider batch is looked at (at most) until it ends."""
+STEADY_TURNS = 3
+"""Event-loop turns a sealable round must stay so: a row just handed out by the engine has
+registered by then (registering happens before its first await)."""
+
+
+@dataclass(frozen=True)
+class LineError:
+    """A call its provider batch did not answer: the kind and message a live call's error has."""
+
+    kind: str
+    message: str
+
+    def error(self) -> ModelError:
+        return ModelError(self.kind, self.message)
+
+    @classmethod
+    def of(cls, error: ModelError) -> LineError:
+        return cls(error.kind, str(error).removeprefix(f"model endpoint error ({error.kind}): "))
+
+
+Answer = dict[str, Any] | LineError
+"""A completion body, or why there is none."""
+
+
+@dataclass
+class _Call:
+    """One model call waiting for a round, and the callers waiting on its answer."""
+
+    run_id: str
+    fingerprint: str
+    custom_id: str
+    endpoint: Endpoint
+    line: bytes
+    waiters: list[asyncio.Future[Answer]] = field(default_factory=list)
+
+    @property
+    def group(self) -> tuple[str, str]:
+        return endpoint_key(self.endpoint), self.endpoint.model_id
+
+    def waited(self) -> bool:
+        return any(not waiter.done() for waiter in self.waiters)
+
+
+def endpoint_key(endpoint: Endpoint) -> str:
+    """How the journal names an endpoint: its base URL without credentials."""
+    return safe_url(endpoint.base_url or DEFAULT_BASE_URL)
+
+
+class RoundCollector:
+    """The rounds of one batch (see the module doc). Open with ``async with``; register each
+    row's task with :meth:`enter` / :meth:`leave` (:class:`~runner.batch.round_model.RoundRows`)."""
+
+    def __init__(
+        self, journal: BatchJournal, store: RunStore, *, endpoints: Iterable[Endpoint], prices: Callable[[str], Pricer],
+        deadline: Budget, limits: BatchApiLimits | None = None, poll: PollPolicy | None = None, wait: bool = True,
+        fallback_live: bool = False, secrets: list[str] | None = None, log: IO[str] | None = sys.stderr,
+    ) -> None:
+        self.journal, self.store, self.state = journal, store, ProviderState(journal)
+        self.answers = ProviderAnswers(store.database)
+        self.endpoints = {endpoint_key(e): e for e in endpoints}
+        self.prices, self.deadline, self.limits = prices, deadline, limits or BatchApiLimits()
+        self.poll, self.wait, self.fallback_live = poll or PollPolicy(), wait, fallback_live
+        self.secrets, self.log = secrets or [], log
+        self.deferral: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting: dict[str, int] = {}  # run id -> its calls not answered yet, for each row in flight
+        self._blocked = 0  # rows in flight with a call not answered yet
+        self._queue: dict[str, _Call] = {}  # custom id -> call, for the next round
+        self._flight: list[_Call] = []  # the calls of the round out now
+        self._changed = asyncio.Event()  # a row entered or left, or a call joined the queue
+        self._gone = asyncio.Event()  # a caller stopped waiting
+        self._version = 0
+        self._settled: set[str] = set()  # runs whose calls were settled after their caller had gone
+        self._clients: dict[str, ProviderClient] = {}
+        self._driver: asyncio.Task[None] | None = None
+        self._closing = False
+
+    # --- the rows ----------------------------------------------------------------------
+
+    @property
+    def pending(self) -> tuple[str, ...]:
+        """The provider batches out now (empty when every round was collected)."""
+        return self.state.out_ids
+
+    def enter(self, run_id: str) -> None:
+        """A row's run started: rounds wait for it to reach its next call or end."""
+        self._waiting[run_id] = 0
+        self._touch()
+
+    def leave(self, run_id: str) -> None:
+        if self._waiting.pop(run_id, 0):
+            self._blocked -= 1
+        self._touch()
+
+    def _waits(self, run_id: str, change: int) -> None:
+        """``run_id`` has ``change`` more (or fewer) calls not answered yet."""
+        if run_id not in self._waiting:
+            return
+        before = self._waiting[run_id]
+        self._waiting[run_id] = before + change
+        self._blocked += (self._waiting[run_id] > 0) - (before > 0)
+
+    async def send(self, endpoint: Endpoint, request: ModelRequest, ledger_id: int | None) -> Answer:
+        """Wait for the answer to ``request`` from the next round (the caller's row is :data:`CURRENT_RUN`)."""
+        run_id = CURRENT_RUN.get()
+        if run_id is None or run_id not in self._waiting:
+            raise RuntimeError("a provider batch call outside a registered row")  # our bug: rows always register
+        fingerprint = request_fingerprint(request)
+        kept = self.answers.take_error(run_id, fingerprint)
+        if kept is not None:  # its line failed after an earlier caller had gone: this one fails as that one would have
+            return LineError(*kept)
+        self.answers.sent(run_id, fingerprint, ledger_id)  # before it is handed over: a late answer can settle it
+        call = self._queued(run_id, fingerprint, endpoint, request)
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        call.waiters.append(future)
+        self._waits(run_id, +1)
+        self._touch()
+        try:
+            return await future
+        finally:
+            if future.cancelled() or not future.done():  # the caller was cancelled (a deadline, the command returning)
+                future.cancel()
+                self._waits(run_id, -1)
+                self._gone.set()
+
+    def _queued(self, run_id: str, fingerprint: str, endpoint: Endpoint, request: ModelRequest) -> _Call:
+        from runner.model.openai_client import wire_body
+
+        custom_id = f"{run_id.removeprefix(self.journal.batch_id + '-')}.{fingerprint}"
+        call = self._queue.get(custom_id)
+        if call is None:
+            line = {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": wire_body(request, endpoint.model_id)}
+            encoded = (json.dumps(line, ensure_ascii=False) + "\n").encode()
+            call = self._queue[custom_id] = _Call(run_id, fingerprint, custom_id, endpoint, encoded)
+        return call
+
+    def _touch(self) -> None:
+        self._version += 1
+        self._changed.set()
+
+    # --- opening and closing -----------------------------------------------------------
+
+    async def __aenter__(self) -> RoundCollector:
+        self._driver = asyncio.create_task(self._drive())
+        return self
+
+    async def __aexit__(self, exc_type: object, *rest: object) -> None:
+        assert self._driver is not None
+        self._closing = True
+        self._touch()
+        if exc_type is not None:
+            self._driver.cancel()
+        try:
+            await asyncio.wait({self._driver})
+            if exc_type is None:
+                self._driver.result()  # a failure of the rounds themselves surfaces here
+                self._correct_rows()
+        finally:
+            for client in self._clients.values():
+                await client.close()
+
+    async def resume(self) -> bool:
+        """Settle what an earlier process left: find the batches it may have created without
+        recording them, then wait for every batch out and collect it. ``False`` when not
+        waiting (``wait=False``) and one is still running: the caller returns with it pending."""
+        for intent in list(self.state.intents):
+            client = self._client(intent.endpoint)
+            found = await client.find(intent.metadata(self.journal.batch_id), since=intent.at - 600)
+            if found is not None:
+                self._say(f"found provider batch {found} (round {intent.round}) created before the last process ended")
+                self.state.created(intent, found)
+            else:
+                self._never_sent(intent)
+                self.state.dropped(intent)
+        out = {batch.id: batch.part for batch in self.state.out}
+        if out:
+            self._say(f"re-attaching to provider batch(es) {', '.join(out)}")
+        finished = await self._await({pid: (part, None) for pid, part in out.items()}, self._before_deadline)
+        self._correct_rows()
+        return finished
+
+    # --- the rounds --------------------------------------------------------------------
+
+    async def _drive(self) -> None:
+        try:
+            while True:
+                await self._changed.wait()
+                self._changed.clear()
+                if self._sealable() and await self._steady():
+                    calls = self._seal()
+                    if calls:
+                        await self._round(calls)
+                if self._closing and not self._waiting:  # no row in flight: what is queued has nobody waiting
+                    return
+        except BaseException as exc:
+            for call in [*self._queue.values(), *self._flight]:
+                for waiter in call.waiters:
+                    if not waiter.done():
+                        waiter.set_exception(RuntimeError(f"the provider batch rounds stopped: {exc!r}"))
+                        self._waits(call.run_id, -1)
+            raise
+
+    def _sealable(self) -> bool:
+        """Some call is queued and every row in flight is waiting on one (when no round is out,
+        every call not answered yet is in the queue); none once the command is returning with
+        a round out (its rows are stopping)."""
+        return bool(self._queue) and self._blocked == len(self._waiting) and not self.deferral.done()
+
+    async def _steady(self) -> bool:
+        version = self._version
+        for _ in range(STEADY_TURNS):
+            await asyncio.sleep(0)
+        return version == self._version and self._sealable()
+
+    def _seal(self) -> list[_Call]:
+        calls = [call for call in self._queue.values() if call.waited()]  # a call whose callers all left is not sent
+        self._queue.clear()
+        return calls
+
+    async def _round(self, calls: list[_Call]) -> None:
+        number = self.state.next_round()
+        self._flight = calls
+        try:
+            out: dict[str, tuple[BatchPart, list[_Call] | None]] = {}
+            for part, members in self._parts(number, calls):
+                provider_id = await self._submit(part, members)
+                if provider_id is not None:
+                    out[provider_id] = (part, members)
+            finished = await self._await(out, lambda members: any(c.waited() for c in members or ()))
+            if not finished and not self.deferral.done():
+                self.deferral.set_result(None)  # the rows stop here; the next command collects
+        finally:
+            self._flight = []
+        self._correct_rows()
+
+    def _parts(self, number: int, calls: list[_Call]) -> list[tuple[BatchPart, list[_Call]]]:
+        """The round's calls by model and endpoint, each group split within the limits."""
+        groups: dict[tuple[str, str], list[_Call]] = defaultdict(list)
+        for call in calls:
+            if len(call.line) > self.limits.max_file_bytes:
+                message = f"the request is {len(call.line)} bytes, more than a provider batch file may hold ({self.limits.max_file_bytes})"
+                self._answer(call, LineError("batch_too_large", message))
+            else:
+                groups[call.group].append(call)
+        parts: list[tuple[BatchPart, list[_Call]]] = []
+        for (endpoint, model), members in groups.items():
+            chunk: list[_Call] = []
+            size = 0
+            for call in members:
+                if chunk and (len(chunk) >= self.limits.max_requests or size + len(call.line) > self.limits.max_file_bytes):
+                    parts.append((BatchPart(number, len(parts) + 1, model, endpoint), chunk))
+                    chunk, size = [], 0
+                chunk.append(call)
+                size += len(call.line)
+            parts.append((BatchPart(number, len(parts) + 1, model, endpoint), chunk))
+        return parts
+
+    async def _submit(self, part: BatchPart, members: list[_Call]) -> str | None:
+        """Upload and create one provider batch (intent first, id right after); on failure its
+        calls get the error (a batch the failed create may still have made is looked for)."""
+        client = self._client(part.endpoint)
+        self.answers.in_part([(c.run_id, c.fingerprint) for c in members], self._part_key(part))
+        intent = self.state.intend(part)
+        metadata = part.metadata(self.journal.batch_id)
+        try:
+            file_id = await client.upload(f"{self.journal.batch_id}-round{part.round}-{part.part}.jsonl", b"".join(c.line for c in members))
+            provider_id = await client.create(file_id, metadata)
+        except ModelError as exc:
+            found = await self._created_anyway(client, metadata, intent)
+            if found is None:
+                failed = LineError.of(exc)
+                if exc.kind in BILLABLE_FAULTS:  # surely not created: nothing was processed, nothing billed
+                    failed = LineError("batch_not_created", f"the provider batch could not be created: {failed.message}")
+                for call in members:
+                    self._answer(call, failed)
+                return None
+            provider_id = found
+        self.state.created(intent, provider_id)
+        self._say(f"round {part.round}: provider batch {provider_id} with {len(members)} request(s) ({part.model})")
+        return provider_id
+
+    def _part_key(self, part: BatchPart) -> str:
+        return f"{self.journal.batch_id}:{part.key}"
+
+    def _never_sent(self, intent: BatchPart) -> None:
+        """The calls of a batch that was never created (its process died first) were not sent:
+        settle their reservations at nothing."""
+        for run_id, ledger_id in self.answers.unanswered_in(self._part_key(intent)):
+            self._settle(ledger_id, intent.model, None, LineError("batch_not_created", "its provider batch was never created"))
+            self._settled.add(run_id)
+
+    async def _created_anyway(self, client: ProviderClient, metadata: dict[str, str], intent: BatchPart) -> str | None:
+        """The batch a failed upload or create may still have made, or ``None`` (the intent is
+        dropped when it surely made none; kept when that cannot be told: a resume looks again)."""
+        try:
+            found = await client.find(metadata, since=intent.at - 600)
+        except ModelError:
+            return None
+        if found is None:
+            self.state.dropped(intent)  # (its calls' callers are still here: they settle them)
+        return found
+
+    async def _await(
+        self, out: dict[str, tuple[BatchPart, list[_Call] | None]], wanted: Callable[[list[_Call] | None], bool]
+    ) -> bool:
+        """Poll the batches ``out`` with backoff until each has ended and is collected. One nobody
+        wants any more (its callers cut off at a wall-clock cap) is cancelled at once, then looked
+        at every few seconds until it ends (what it answered is collected) or its grace runs
+        out. Not waiting: ``False`` as soon as one is still running after the first look."""
+        waits, seen = self.poll.waits(), dict.fromkeys(out, "")
+        cancelled: dict[str, float] = {}  # provider id -> when to stop waiting for it to end
+        look = time.monotonic()
+        while out:
+            if time.monotonic() >= look:
+                for provider_id, (part, members) in list(out.items()):
+                    if await self._looked(provider_id, part, members, seen, cut_off=provider_id in cancelled):
+                        del out[provider_id]
+                    elif provider_id in cancelled and time.monotonic() > cancelled[provider_id]:
+                        self._say(f"provider batch {provider_id} did not end after its cancel; run the command again to collect it")
+                        del out[provider_id]
+                if out and not self.wait and not cancelled:
+                    return False
+                look = time.monotonic() + (self._cancel_poll() if cancelled else next(waits))
+            for provider_id, (part, members) in out.items():
+                if provider_id not in cancelled and not wanted(members):
+                    self._say(f"provider batch {provider_id}: nobody waits for it any more (a wall-clock cap); cancelling it")
+                    cancelled[provider_id] = time.monotonic() + self.poll.cancel_grace_seconds
+                    with contextlib.suppress(ModelError):  # it may have ended meanwhile; the next look tells
+                        await self._client(part.endpoint).cancel(provider_id)
+                    look = min(look, time.monotonic() + self._cancel_poll())
+            if out:
+                await self._nap(look - time.monotonic())
+        return True
+
+    def _cancel_poll(self) -> float:
+        return min(self.poll.first_seconds, CANCEL_POLL_SECONDS)
+
+    async def _looked(
+        self, provider_id: str, part: BatchPart, members: list[_Call] | None, seen: dict[str, str], *, cut_off: bool
+    ) -> bool:
+        """Look at one batch; ``True`` when it has ended (and is collected) or cannot be looked at.
+        ``cut_off``: this process cancelled it (its callers were cut off at a cap)."""
+        batch = await self._retrieve(part, provider_id, members)
+        if batch is not None and batch.status not in FINISHED:
+            if batch.status != seen[provider_id]:
+                seen[provider_id] = batch.status
+                self._say(f"provider batch {provider_id}: {batch.status}{_answered(batch)}")
+            return False
+        if batch is not None:
+            await self._collect(batch, part, members, keep_failures=not cut_off)
+        return True
+
+    async def _retrieve(self, part: BatchPart, provider_id: str, members: list[_Call] | None) -> Any | None:
+        """The batch's status; a failure that will not pass answers its calls with the error
+        (``None``; the batch stays recorded out, so a rerun can still collect it)."""
+        try:
+            return await self._client(part.endpoint).retrieve(provider_id)
+        except ModelError as exc:
+            if exc.kind in RETRYABLE_KINDS:
+                return _Unknown()
+            for call in members or ():
+                self._answer(call, LineError.of(exc))
+            return None
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less when a caller stops waiting or the batch's deadline comes."""
+        deadline, now = self.deadline.deadline(), time.monotonic()
+        if deadline is not None and deadline.at > now:
+            seconds = min(seconds, deadline.at - now)
+        seconds = max(seconds, 0.0)
+        self._gone.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._gone.wait(), seconds)
+
+    def _before_deadline(self, members: list[_Call] | None) -> bool:
+        deadline = self.deadline.deadline()
+        return deadline is None or time.monotonic() < deadline.at
+
+    # --- collecting --------------------------------------------------------------------
+
+    async def _collect(self, batch: Any, part: BatchPart, members: list[_Call] | None, *, keep_failures: bool) -> None:
+        """Keep every line of an ended batch, answer the calls waiting on it, settle the ones
+        whose caller has gone (and keep their failures for the next attempt, unless this
+        process cancelled the batch); then it is no longer out."""
+        client = self._client(part.endpoint)
+        try:
+            found = [*await client.lines(batch.output_file_id), *await client.lines(batch.error_file_id)]
+        except ModelError as exc:
+            for call in members or ():
+                self._answer(call, LineError.of(exc))
+            return  # still out: a rerun collects it
+        lines = {str(line.get("custom_id")): line for line in found}
+        if members is None:  # re-attached: every line, none waited on
+            for custom_id, line in lines.items():
+                run = self._run_of(custom_id)
+                if run is not None:
+                    self._keep(run[0], run[1], part.model, line_outcome(line, batch), waited=False, keep_failure=keep_failures)
+        for call in members or ():
+            outcome = line_outcome(lines.get(call.custom_id), batch)
+            answer = self._keep(call.run_id, call.fingerprint, part.model, outcome, call.waited(), keep_failure=keep_failures)
+            self._answer(call, answer)
+        self.state.collected(batch.id)
+        self._say(f"provider batch {batch.id}: {batch.status}{_answered(batch)}, collected")
+
+    def _keep(
+        self, run_id: str, fingerprint: str, model: str, outcome: dict[str, Any] | ModelError, waited: bool, *, keep_failure: bool
+    ) -> Answer:
+        """Store an answered call's body (redacted) before anyone uses it; when its caller has
+        gone, settle its reservation with what the provider billed (nothing for a failed line)
+        and, with ``keep_failure``, keep the failure for its next attempt to take."""
+        answer: Answer
+        usage: Usage | None = None
+        if isinstance(outcome, ModelError):
+            answer = LineError.of(outcome)
+        else:
+            body: dict[str, Any] = redact_secrets(outcome, self.secrets)
+            try:
+                usage = parse_completion(body).usage
+            except InvalidResponse as exc:
+                answer = LineError("invalid_response", f"the provider batch's answer is not a chat completion: {exc}")
+            else:
+                self.answers.answered(run_id, fingerprint, body)
+                answer = body
+        if waited:
+            return answer
+        if isinstance(answer, LineError) and keep_failure:
+            self.answers.failed(run_id, fingerprint, answer.kind, answer.message)
+        ledger_id = self.answers.ledger_id(run_id, fingerprint)
+        if ledger_id is not None:
+            self._settle(ledger_id, model, usage, answer)
+            self._settled.add(run_id)
+        return answer
+
+    def _settle(self, ledger_id: int, model: str, usage: Usage | None, answer: Answer) -> None:
+        """Settle a call whose caller has gone: the answer's usage at the batch price, or nothing."""
+        if usage is not None:
+            priced = replace(usage, cost_usd=self.prices(model).cost(usage, "batch"))
+            self.store.settle_model_call(ledger_id, ModelCallEntry("", "", model, 0, priced, 0.0, "ok"))
+        else:
+            error = answer.message if isinstance(answer, LineError) else "no answer"
+            self.store.settle_model_call(ledger_id, ModelCallEntry("", "", model, 0, Usage(), 0.0, "error", error=error))
+
+    def _answer(self, call: _Call, answer: Answer) -> None:
+        for waiter in call.waiters:
+            if not waiter.done():
+                waiter.set_result(answer)
+                self._waits(call.run_id, -1)
+
+    def _run_of(self, custom_id: str) -> tuple[str, str] | None:
+        row_id, dot, fingerprint = custom_id.rpartition(".")
+        return (f"{self.journal.batch_id}-{row_id}", fingerprint) if dot and row_id else None
+
+    def _correct_rows(self) -> None:
+        """Rows no longer running whose calls were settled late get their run's spend from the
+        store (a row still running records its own when it ends)."""
+        if not self._settled:
+            return
+        for row in self.journal.records():
+            if row.run_id in self._settled and row.status != "running":
+                self.journal.correct_usage(row.number, self.store.spent(row.run_id))
+                self._settled.discard(row.run_id)
+
+    # --- helpers -----------------------------------------------------------------------
+
+    def _client(self, key: str) -> ProviderClient:
+        if key not in self._clients:
+            endpoint = self.endpoints.get(key)
+            if endpoint is None:
+                raise ModelError("config", f"a provider batch at {key} is recorded, but no agent of this task calls that endpoint now")
+            self._clients[key] = ProviderClient(endpoint)
+        return self._clients[key]
+
+    def _say(self, text: str) -> None:
+        if self.log is not None:
+            print(text, file=self.log, flush=True)
+
+
+@dataclass(frozen=True)
+class _Unknown:
+    """A status that could not be read this time (a transient failure): look again later."""
+
+    status: str = "unknown"
+    request_counts: None = None
+
+
+def _answered(batch: Any) -> str:
+    counts = getattr(batch, "request_counts", None)
+    return f" ({counts.completed} answered, {counts.failed} not, of {counts.total})" if counts is not None else ""

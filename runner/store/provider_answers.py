@@ -1,0 +1,112 @@
+"""The answers a provider batch (``runner batch --via batch-api``) collected, in the run store.
+
+One row per model call a run sent to a provider batch, keyed by the run's id and the
+request's fingerprint (:mod:`runner.model.fingerprint`): written when the call is handed to
+a batch (with the run store id of the call's reservation, so an answer that comes back after
+the caller is gone can still settle it), then completed with the answer's body when its line
+is collected. A resumed run whose request matches a stored answer is served from here
+(:class:`runner.agent.replay.ReplayCache`) instead of being sent again. A failed line whose
+caller had gone is kept too, until the resumed call takes it (it fails as the caller would
+have: once). Bodies are redacted before they are written, like everything else in the store.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from runner.store.database import Database
+from runner.store.runstore import now_iso
+from runner.store.schema import Schema
+
+SCHEMA = Schema("""
+CREATE TABLE IF NOT EXISTS provider_answers (
+  run_id TEXT NOT NULL,
+  fingerprint TEXT NOT NULL,
+  ledger_id {bigint},
+  batch_part TEXT,
+  body_json TEXT,
+  error_kind TEXT,
+  error_message TEXT,
+  sent_at TEXT NOT NULL,
+  answered_at TEXT,
+  PRIMARY KEY (run_id, fingerprint)
+)
+""")
+"""The table, for both backends (:mod:`runner.store.schema`)."""
+
+
+class ProviderAnswers:
+    """Calls sent through provider batches, and their answers, by run id and fingerprint."""
+
+    def __init__(self, db: Database, *, create: bool = True):
+        """``create=False``: the table is known to exist (the batch's rounds created it)."""
+        self._db = db
+        if create:
+            db.create(SCHEMA)
+
+    def sent(self, run_id: str, fingerprint: str, ledger_id: int | None) -> None:
+        """Note a call handed to a provider batch, with its reservation's id (the latest wins)."""
+        self._db.execute(
+            "INSERT INTO provider_answers (run_id, fingerprint, ledger_id, sent_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (run_id, fingerprint) DO UPDATE SET ledger_id = excluded.ledger_id, sent_at = excluded.sent_at",
+            (run_id, fingerprint, ledger_id, now_iso()),
+        )
+
+    def in_part(self, keys: list[tuple[str, str]], part: str) -> None:
+        """Note that these calls (run id, fingerprint) are about to go out in the provider batch ``part``."""
+        self._db.executemany(
+            "UPDATE provider_answers SET batch_part = ? WHERE run_id = ? AND fingerprint = ?", [(part, *key) for key in keys]
+        )
+
+    def unanswered_in(self, part: str) -> list[tuple[str, int]]:
+        """``(run id, reservation id)`` of the calls of ``part`` that have no answer."""
+        rows = self._db.rows(
+            "SELECT run_id, ledger_id FROM provider_answers WHERE batch_part = ? AND body_json IS NULL AND ledger_id IS NOT NULL",
+            (part,),
+        )
+        return [(str(row["run_id"]), int(row["ledger_id"])) for row in rows]
+
+    def answered(self, run_id: str, fingerprint: str, body: dict[str, Any]) -> None:
+        """Keep the body of the completion that answered the call (already redacted)."""
+        now = now_iso()
+        self._db.execute(
+            "INSERT INTO provider_answers (run_id, fingerprint, body_json, sent_at, answered_at) VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT (run_id, fingerprint) DO UPDATE SET body_json = excluded.body_json, answered_at = excluded.answered_at",
+            (run_id, fingerprint, json.dumps(body, ensure_ascii=False), now, now),
+        )
+
+    def failed(self, run_id: str, fingerprint: str, kind: str, message: str) -> None:
+        """Keep why the call was not answered, for its caller's next attempt to take."""
+        self._set_error(run_id, fingerprint, kind, message)
+
+    def take_error(self, run_id: str, fingerprint: str) -> tuple[str, str] | None:
+        """The failure kept for this call, forgotten as it is taken (``None``: none kept)."""
+        row = self._db.row(
+            "SELECT error_kind, error_message FROM provider_answers WHERE run_id = ? AND fingerprint = ? AND error_kind IS NOT NULL",
+            (run_id, fingerprint),
+        )
+        if row is None:
+            return None
+        self._set_error(run_id, fingerprint, None, None)
+        return str(row["error_kind"]), str(row["error_message"] or "")
+
+    def _set_error(self, run_id: str, fingerprint: str, kind: str | None, message: str | None) -> None:
+        self._db.execute(
+            "UPDATE provider_answers SET error_kind = ?, error_message = ? WHERE run_id = ? AND fingerprint = ?",
+            (kind, message, run_id, fingerprint),
+        )
+
+    def answer(self, run_id: str, fingerprint: str) -> dict[str, Any] | None:
+        """The completion body stored for this call, if it was answered."""
+        row = self._db.row(
+            "SELECT body_json FROM provider_answers WHERE run_id = ? AND fingerprint = ? AND body_json IS NOT NULL",
+            (run_id, fingerprint),
+        )
+        body = json.loads(row["body_json"]) if row is not None else None
+        return body if isinstance(body, dict) else None
+
+    def ledger_id(self, run_id: str, fingerprint: str) -> int | None:
+        """The run store id of the reservation made for this call when it was sent."""
+        row = self._db.row("SELECT ledger_id FROM provider_answers WHERE run_id = ? AND fingerprint = ?", (run_id, fingerprint))
+        return int(row["ledger_id"]) if row is not None and row["ledger_id"] is not None else None

@@ -1,0 +1,125 @@
+"""``runner batch --via batch-api`` with what used to be refused: a judge on another model, a
+pipeline whose steps run in parallel, and ``--dedupe``; every model call goes in a round."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runner.model.batch_endpoints import BatchBehaviour
+from runner.model.server import ScriptedServer
+from tests.cli.batch_api_project import batch_inputs, chat_calls, records, row_of, run, via_api, write_rows
+from tests.support.project import write_project
+
+pytestmark = pytest.mark.timeout(300)
+
+JUDGED = """\
+apiVersion: runner/v1
+kind: Agent
+name: writer
+model: {id: gpt-4o-mini, max_tokens: 100}
+system_prompt: You write product answers.
+checks:
+  judge: {agent: reviewer, criteria: ["The answer gives the price in euros."]}
+  max_repairs: 1
+---
+apiVersion: runner/v1
+kind: Agent
+name: reviewer
+model: {id: gpt-4o, max_tokens: 100}
+system_prompt: You are a strict reviewer of support answers.
+---
+apiVersion: runner/v1
+kind: Task
+name: price
+inputs:
+  plan: {type: string}
+agent: writer
+goal: "How much does the {{ inputs.plan }} plan cost?"
+caps: {max_cost_usd: 1.0}
+"""
+JUDGE_SCRIPT = {
+    "fallback": None,
+    "rules": [
+        {"when": {"system": "strict reviewer", "any_message": "no idea"}, "reply": {"content": '{"pass": false, "reason": "no price"}'}},
+        {"when": {"system": "strict reviewer"}, "reply": {"content": '{"pass": true, "reason": "gives a price"}'}},
+        {"when": {"last_message": "Team plan"}, "times": 1, "reply": {"content": "no idea"}},
+        {"when": {"system": "product answers"}, "reply": {"content": "20 EUR a month."}},
+    ],
+}  # fmt: skip
+
+
+def test_a_judge_on_another_model_gets_rounds_of_its_own(tmp_path: Path) -> None:
+    root = write_project(tmp_path, {"agents.d/all.yaml": JUDGED})
+    source = write_rows(root / "plans.jsonl", [{"id": p, "plan": p.title()} for p in ("team", "solo", "pro")])
+    with ScriptedServer(JUDGE_SCRIPT, batch=BatchBehaviour(polls=1)) as server:
+        result = run(root, server, "price", *via_api(source, root / "out.jsonl"))
+        assert result.returncode == 0, result.stderr
+        batches = batch_inputs(server)
+        assert chat_calls(server) == []
+    models = [{line["body"]["model"] for line in lines} for lines in batches]
+    assert models == [{"gpt-4o-mini"}, {"gpt-4o"}, {"gpt-4o-mini"}, {"gpt-4o"}]  # answer, verdict, repair, verdict
+    assert [sorted(row_of(line) for line in lines) for lines in batches] == [
+        ["pro", "solo", "team"], ["pro", "solo", "team"], ["team"], ["team"],
+    ]
+    rows = records(root / "out.jsonl")
+    assert {r["output"] for r in rows.values()} == {"20 EUR a month."}
+
+
+PIPELINE = """\
+apiVersion: runner/v1
+kind: Agent
+name: writer
+model: {id: gpt-4o-mini, max_tokens: 50}
+system_prompt: You write short notes.
+---
+apiVersion: runner/v1
+kind: Task
+name: notes
+inputs:
+  topic: {type: string}
+pipeline:
+  steps:
+    - {id: pros, agent: writer, goal: "Pros of {{ inputs.topic }}"}
+    - {id: cons, agent: writer, goal: "Cons of {{ inputs.topic }}"}
+    - id: verdict
+      agent: writer
+      goal: "Weigh {{ steps.pros.output }} against {{ steps.cons.output }}"
+      depends_on: [pros, cons]
+"""
+NOTES_SCRIPT = {"rules": [
+    {"when": {"last_message": "^Pros"}, "reply": {"content": "cheap"}},
+    {"when": {"last_message": "^Cons"}, "reply": {"content": "slow"}},
+    {"when": {"last_message": "^Weigh"}, "reply": {"content": "worth it"}},
+]}  # fmt: skip
+
+
+def test_a_pipeline_with_parallel_steps_sends_both_in_the_same_round(tmp_path: Path) -> None:
+    root = write_project(tmp_path, {"agents.d/all.yaml": PIPELINE})
+    source = write_rows(root / "topics.jsonl", [{"id": t, "topic": t} for t in ("trains", "bikes")])
+    with ScriptedServer(NOTES_SCRIPT, batch=BatchBehaviour(polls=1)) as server:
+        result = run(root, server, "notes", *via_api(source, root / "out.jsonl"))
+        assert result.returncode == 0, result.stderr
+        first, second = batch_inputs(server)
+    assert sorted((row_of(line), line["body"]["messages"][-1]["content"].split()[0]) for line in first) == [
+        ("bikes", "Cons"), ("bikes", "Pros"), ("trains", "Cons"), ("trains", "Pros"),
+    ]
+    assert sorted(row_of(line) for line in second) == ["bikes", "trains"]
+    assert all(line["body"]["messages"][-1]["content"] == "Weigh cheap against slow" for line in second)
+    assert {r["status"] for r in records(root / "out.jsonl").values()} == {"done"}
+
+
+def test_dedupe_sends_identical_rows_once(tmp_path: Path) -> None:
+    root = write_project(tmp_path, {"agents.d/all.yaml": PIPELINE})
+    rows = [{"id": "a", "topic": "trains"}, {"id": "b", "topic": "trains"}, {"id": "c", "topic": "bikes"}]
+    source = write_rows(root / "topics.jsonl", rows)
+    with ScriptedServer(NOTES_SCRIPT, batch=BatchBehaviour(polls=1)) as server:
+        result = run(root, server, "notes", *via_api(source, root / "out.jsonl", "--dedupe", "--json"))
+        assert result.returncode == 0, result.stderr
+        first, second = batch_inputs(server)
+    assert sorted({row_of(line) for line in first}) == ["a", "c"] and len(second) == 2
+    out = records(root / "out.jsonl")
+    assert out["a"]["output"] == out["b"]["output"] == "worth it" and out["b"]["cost_usd"] == 0
+    assert json.loads(result.stdout)["counts"]["done"] == 3
