@@ -20,6 +20,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,3 +167,17 @@ def store_target(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -
     if backend == "sqlite":
         return tmp_path / "store.sqlite3"
     return str(request.getfixturevalue("postgres_url"))
+
+
+def terminate(url: str, pid: int) -> None:
+    """End session ``pid`` from another connection, as an administrator would, and wait until it
+    is gone (``pg_terminate_backend`` only signals it: its locks may outlive the call briefly)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as admin:
+        assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+        for _ in range(600):  # a bound on a hang, not a speed check
+            if admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone() == (0,):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"backend {pid} still there 30 s after pg_terminate_backend")

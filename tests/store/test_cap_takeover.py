@@ -28,6 +28,7 @@ from runner.model.server import ScriptedServer
 from runner.store.cap_ledger import CapLedger
 from runner.store.database import open_database
 from runner.store.postgres import PostgresDatabase
+from tests.postgres import terminate
 from tests.support.project import copy_shipped, runner_env
 
 pytestmark = pytest.mark.timeout(240)
@@ -187,10 +188,7 @@ def test_a_cut_off_holder_that_settles_after_the_take_over_replaces_the_worst_ca
     try:
         first.open("k", Caps(max_cost_usd=1.0), NOW)
         held = resumed_run(first, "run-a", attempt=1).reserve(Estimate(10, 10, 0.3))
-        import psycopg
-
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (first.db.session_pid,))  # type: ignore[attr-defined]
+        terminate(postgres_url, first.db.session_pid)  # type: ignore[attr-defined]  # and wait until it is gone
         assert dead_figures(second).held_by_dead.cost_usd == pytest.approx(0.3)
         assert resumed_run(second, "run-a").take_over("run-a").cost_usd == pytest.approx(0.3)
         held.settle(Usage(4, 4, 0, 0.05))  # the first worker reconnects and settles its call

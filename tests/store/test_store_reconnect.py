@@ -30,16 +30,11 @@ from runner.store.cap_ledger import CapLedger
 from runner.store.postgres import RECONNECT_ENV, PostgresDatabase, Reconnect
 from runner.store.runstore import RunStore
 from tests.batch.batch_fakes import rows_of, tickets, write_csv
+from tests.postgres import terminate
 from tests.support.pg_fault_proxy import FaultProxy
 
 pytestmark = pytest.mark.timeout(120)
 NOW = "2026-01-01T00:00:00+00:00"
-
-
-def terminate(url: str, pid: int) -> None:
-    """End session ``pid`` from another connection, as an administrator would."""
-    with psycopg.connect(url, autocommit=True) as admin:
-        assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
 
 
 def count(url: str, sql: str, *params: Any) -> Any:
