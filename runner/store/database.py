@@ -167,10 +167,29 @@ class Database(ABC):
                 return write(self)
             return self._retrying(lambda: write(self), check)
 
-    @abstractmethod
-    def transaction(self) -> contextlib.AbstractContextManager[Database]:
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Database]:
         """Statements inside the block commit together or not at all (nesting joins the outer
         one). Not repeated on a dropped connection: :meth:`atomic` is."""
+        with self._lock:
+            if self._depth:
+                yield self
+                return
+            self._ready()
+            self._depth = 1
+            try:
+                with self._outermost():
+                    yield self
+            finally:
+                self._depth = 0
+
+    def _ready(self) -> None:
+        """Make the connection usable before a transaction begins (a dropped one is reconnected)."""
+        return None
+
+    @abstractmethod
+    def _outermost(self) -> contextlib.AbstractContextManager[None]:
+        """Begin the backend's transaction; commit it at the end of the block, roll it back on an error."""
 
     def create(self, schema: Schema) -> None:
         """Create ``schema``'s tables and add its added columns where missing (a store made by
@@ -271,21 +290,14 @@ class SqliteDatabase(Database):
         self._db.execute(f"PRAGMA busy_timeout={int(busy_seconds * 1000)}")
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Database]:
-        with self._lock:
-            if self._depth:
-                yield self
-                return
-            self._db.execute("BEGIN IMMEDIATE")  # takes the write lock now: no upgrade deadlock later
-            self._depth = 1
-            try:
-                yield self
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            finally:
-                self._depth = 0
-            self._db.execute("COMMIT")
+    def _outermost(self) -> Iterator[None]:
+        self._db.execute("BEGIN IMMEDIATE")  # takes the write lock now: no upgrade deadlock later
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def close(self) -> None:
         with self._lock:

@@ -108,18 +108,9 @@ class PostgresDatabase(Database):
         return int(self._db.info.backend_pid)
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Database]:
-        with self._lock:
-            if self._depth:
-                yield self
-                return
-            self._ready()
-            self._depth = 1
-            try:
-                with self._db.transaction():
-                    yield self
-            finally:
-                self._depth = 0
+    def _outermost(self) -> Iterator[None]:
+        with self._db.transaction():
+            yield
 
     def close(self) -> None:
         with self._lock, contextlib.suppress(Exception):
