@@ -17,6 +17,7 @@ from runner.batch.executor import TaskExecutor
 from runner.batch.inputs import InputSource, Row, file_sha256, parse_mapping, read_rows
 from runner.batch.journal import BatchJournal, default_journal_path
 from runner.batch.output import check_output_target, exclusive_output, write_output
+from runner.batch.output_lock import OutputHold, while_held
 from runner.batch.progress import NoProgress, make_progress
 from runner.batch.ratelimit import SharedRateLimiter
 from runner.batch.summary import batch_report, write_reports
@@ -173,8 +174,8 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
         check_output_target(output, input_path=source.path, journal_path=journal_path)
     holder = {"task": task.name, "input": str(source.path.resolve()), "journal": str(journal_path.resolve())}
     store = resolve_store(url=request.store_url, path=request.store_path, default=Path())  # a URL's lock lives there
-    with exclusive_output(output, holder, store_url=store if isinstance(store, str) else None):
-        summary, records, markdown = await _run_locked(project, task, request, source, journal_path)
+    with exclusive_output(output, holder, store_url=store if isinstance(store, str) else None) as hold:
+        summary, records, markdown = await _run_locked(project, task, request, source, journal_path, hold)
     return {
         "batch_id": summary.batch_id,
         "task": task.name,
@@ -197,18 +198,20 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
 
 
 async def _run_locked(
-    project: Project, task: TaskSpec, request: BatchRequest, source: InputSource, journal_path: Path
+    project: Project, task: TaskSpec, request: BatchRequest, source: InputSource, journal_path: Path, hold: OutputHold
 ) -> tuple[BatchSummary, int, Location | None]:
-    """The batch proper, while this process holds the output file: rows, output, report."""
+    """The batch proper, while this process holds the output file: rows, output, report. The rows
+    stop, and the output is not written, once the output's lock is lost (:class:`OutputLockLost`)."""
     journal = _open_journal(task, request, source, journal_path)
     ledger = open_shared_ledger(request)
     span = {"runner.batch.id": journal.batch_id, "runner.task": task.name, "runner.batch.input": source.path.name}
     try:
         with current_span(project.telemetry, f"batch {task.name}", span) as note:  # the rows' runs are its children
-            summary = await _run_rows(project, task, request, source, journal, ledger)
+            summary = await while_held(hold, _run_rows(project, task, request, source, journal, ledger))
             note(**{f"runner.batch.rows.{status}": n for status, n in summary.counts.items()})
         if summary.pending and not request.provider_wait:  # out at the provider: no output or report until collected
             return summary, 0, None
+        hold.check()  # still this batch's output, right before it is written
         records = write_output(journal, request.output_path, format=request.output_format)
         report_dir = request.report_dir or project.root / "reports" / task.name / f"batch-{summary.batch_id}"
         report = batch_report(journal, summary)
