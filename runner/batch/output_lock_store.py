@@ -67,7 +67,8 @@ def verify(db: Database, target: str, record: dict[str, Any]) -> None:
     if found is None or not found["held"]:
         raise OutputLockLost(f"{target}: this batch's session no longer holds the output's lock in the store {db.where}")
     if found["holder"] != json.dumps(record):
-        raise OutputLockLost(_taken(target, found["holder"], db.where))
+        raise OutputLockLost(f"{target}: the store {db.where} records another holder of the output's lock"
+                             f"{_who(found['holder'])}")
 
 
 def lock_key(target: str) -> int:
@@ -107,17 +108,20 @@ def _try_lock(db: Database, target: str) -> bool:
 
 def _taken(target: str, holder: str | None, where: str) -> str:
     """Why the lock is lost: who holds it now, or that someone held it and has let it go."""
-    who = ""
-    if holder:
-        with contextlib.suppress(ValueError, TypeError, AttributeError):
-            found = json.loads(holder)
-            known = [f"{key} {found[key]}" for key in ("pid", "host", "task", "input") if found.get(key) is not None]
-            who = f" ({', '.join(known)})" if known else ""
-    now = f"another batch{who} holds it now" if holder else "another batch held it meanwhile and has ended"
+    now = f"another batch{_who(holder)} holds it now" if holder else "another batch held it meanwhile and has ended"
     return (
         f"{target}: this batch's session in the store {where} was ended (terminated, or the connection dropped), "
         f"which released the output's lock, and {now}"
     )
+
+
+def _who(holder: str | None) -> str:
+    """`` (pid 12, host h, task t, input i)`` from a row's holder, or nothing."""
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        found = json.loads(holder or "")
+        known = [f"{key} {found[key]}" for key in ("pid", "host", "task", "input") if found.get(key) is not None]
+        return f" ({', '.join(known)})" if known else ""
+    return ""
 
 
 def _halves(key: int) -> tuple[int, int]:
