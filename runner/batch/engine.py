@@ -112,7 +112,8 @@ async def run_batch(
         journal.ingest(rows)
     resumed = journal.prepare_resume()
     for number, run_id in resumed.interrupted_runs:
-        budget.take_over(run_id)  # what a dead worker held for the row in a shared scope: counted once, as spent
+        # what a dead worker held for the row in a shared scope: counted once, as spent (as recorded, when it was)
+        budget.take_over(run_id, ledger.recorded_calls(run_id) if ledger is not None else None)
         if ledger is not None:
             journal.correct_usage(number, ledger.spent(run_id))
     budget.add_spend(journal.spent())

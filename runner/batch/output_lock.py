@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from runner.batch.output_lock_object import stale
 from runner.batch.output_lock_store import SCHEMA
-from runner.errors import OutputLockLost, RunnerError
+from runner.errors import OutputLockLost
 
 __all__ = ["HEARTBEAT_SECONDS", "LEASE_SECONDS", "SCHEMA", "OutputHold", "busy_message", "exclusive_url_output", "stale",
            "while_held"]  # fmt: skip
@@ -118,9 +118,7 @@ class OutputHold:
         with self._checking:
             try:
                 self._verify(renew)
-            except RunnerError as exc:
-                self._mark(exc)
-            except Exception as exc:  # noqa: BLE001 - whatever stops the check, the lock is no longer certain
+            except Exception as exc:  # OutputLockLost, the store gone, an I/O error: the lock is no longer certain
                 self._mark(exc)
 
     def _mark(self, cause: BaseException) -> None:

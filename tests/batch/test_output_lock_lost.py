@@ -78,7 +78,7 @@ def test_a_session_ended_while_nobody_else_came_takes_the_lock_again(first: Outp
     terminate(postgres_url, lock_session(postgres_url))
     first.check()  # reconnected, and the lock taken again: nobody held the output in between
     assert first.lost is None
-    with pytest.raises(UsageError, match="another batch .*task first"), exclusive_url_output(
+    with pytest.raises(UsageError, match=r"another batch .*task first"), exclusive_url_output(
         target, {"task": "second"}, store_url=postgres_url, heartbeat_seconds=NEVER  # type: ignore[arg-type]
     ):
         pass
