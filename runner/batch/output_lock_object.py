@@ -88,12 +88,15 @@ class ObjectLock:
             )
 
     def release(self) -> None:
-        """Remove the lock if it is still this batch's (claiming it first, as a taker would)."""
+        """Remove the lock if it is still this batch's (claiming it first, as a taker would), and
+        this batch's lease in any case (a holder that lost its lock may have renewed it since)."""
         with contextlib.suppress(OSError):
             if (read(self.lock) or {}).get("token") == self.token and create_exclusive(self._claim(self.token), self.mine):
                 if (read(self.lock) or {}).get("token") == self.token:
                     self.lock.fs.rm_file(self.lock.path)
                 self._forget(self.token)
+        with contextlib.suppress(OSError):
+            _remove(self._sibling(self.mine, "lease"))
 
     # --- internals -----------------------------------------------------------------------
 
