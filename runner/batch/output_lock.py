@@ -185,7 +185,8 @@ def exclusive_url_output(
     from runner.batch.output_lock_object import object_lock
 
     with object_lock(target, record, lease_seconds) as lock:
-        hold = OutputHold(target, holder, lambda renew: lock.verify(renew=renew), heartbeat_seconds)
+        every = min(heartbeat_seconds, lease_seconds / 3)  # each beat renews the lease when a third of it is gone
+        hold = OutputHold(target, holder, lambda renew: lock.verify(renew=renew), every)
         with hold.watch():
             yield hold
 

@@ -2,7 +2,9 @@
 
 * ``.<name>.lock`` says who holds the output: created with the filesystem's create-exclusive
   mode (``xb``: ``O_EXCL`` locally, a conditional put on object stores that offer one) and
-  never rewritten.
+  never rewritten. It has no expiry of its own, so an earlier version of runner (which renewed
+  the lock itself and read its expiry there) never takes over a live holder's lock; it takes
+  over a dead one on the same host only.
 * ``.<name>.lock.<token>.lease`` says until when: written by its holder only (a renewal, every
   third of the lease), so a renewal can never overwrite another batch's lock.
 * ``.<name>.lock.<token>.claim`` is created (create-exclusive) by whoever removes the lock of
@@ -63,7 +65,7 @@ class ObjectLock:
         fs.makedirs(fs._parent(self.lock.path), exist_ok=True)
         for _ in range(3):
             self._renew()  # the lease first: a taker reading the new lock finds it at once
-            if create_exclusive(self.lock, _leased(self.mine, self.lease_seconds)):
+            if create_exclusive(self.lock, self.mine):  # no expiry of its own: the lease object has it
                 return
             found = read(self.lock)
             if found is None:
@@ -152,16 +154,18 @@ class ObjectLock:
 
 def stale(found: Mapping[str, Any], now: dt.datetime | None = None, *, lease: Mapping[str, Any] | None = None) -> bool:
     """Whether a lock object's holder is gone: its process (same host), or its lease (any host):
-    the later of the lock's own ``expires_at`` and its lease object's."""
+    the lease object's ``expires_at``, or for a lock without one (written by an earlier
+    version, which renewed the lock itself) the lock's own. A lock with neither is not stale
+    (half written? its lease lost?): it is refused, naming the lock to delete."""
     if found.get("host") == socket.gethostname() and found.get("pid") is not None:
         started = found.get("process_started")
         if started and process_start(int(found["pid"])) != started:
             return True
-    stamps = [value for value in (found.get("expires_at"), (lease or {}).get("expires_at")) if value is not None]
-    if not stamps:
-        return False  # unreadable (half written?): refused, naming the lock to delete
+    expires = (lease or {}).get("expires_at") if lease is not None else found.get("expires_at")
+    if expires is None:
+        return False
     try:
-        return max(dt.datetime.fromisoformat(str(s)) for s in stamps) < (now or _now())
+        return dt.datetime.fromisoformat(str(expires)) < (now or _now())
     except (ValueError, TypeError):
         return True  # a lock nobody could renew
 

@@ -108,6 +108,7 @@ def test_a_claim_on_the_holders_lock_is_a_lost_lock(shared: tuple[str, Path]) ->
     target, lock = shared
     with exclusive_url_output(location(target), {"task": "first"}, heartbeat_seconds=NEVER) as hold:  # type: ignore[arg-type]
         token = json.loads(lock.read_text())["token"]
+        assert "expires_at" not in json.loads(lock.read_text())  # its lease object has it: an older runner never takes it over live
         (lock.parent / f"{lock.name}.{token}.claim").write_text(json.dumps({"pid": 5, "host": "worker-b"}))
         with pytest.raises(OutputLockLost, match="taking over this batch's lock object"):
             hold.check()
