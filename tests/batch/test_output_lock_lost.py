@@ -145,3 +145,25 @@ def test_a_local_files_flock_hold_is_never_lost(tmp_path: object) -> None:
     with exclusive_output(tmp_path / "out.jsonl", HOLDER) as hold:
         hold.check()
         assert hold.lost is None
+
+
+def test_a_server_restart_with_nobody_else_waiting_keeps_the_lock(target: object, postgres_url: str, postgres_cluster: object) -> None:
+    with exclusive_url_output(target, HOLDER, store_url=postgres_url, heartbeat_seconds=NEVER) as hold:  # type: ignore[arg-type]
+        postgres_cluster.restart()  # type: ignore[attr-defined]  # every session ends, the row stays
+        hold.check()
+        with pytest.raises(UsageError, match="another batch"), exclusive_url_output(
+            target, {"task": "second"}, store_url=postgres_url, heartbeat_seconds=NEVER  # type: ignore[arg-type]
+        ):
+            pass
+
+
+def test_a_store_that_stays_away_is_a_lost_lock(
+    target: object, postgres_url: str, postgres_cluster: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RUNNER_STORE_RECONNECT_SECONDS", "0")
+    with exclusive_url_output(target, HOLDER, store_url=postgres_url, heartbeat_seconds=NEVER) as hold:  # type: ignore[arg-type]
+        postgres_cluster.halt()  # type: ignore[attr-defined]
+        with pytest.raises(OutputLockLost, match="could not get it back") as lost:
+            hold.check()  # nobody can tell whether another batch took it: not written
+        assert "did not write the output" in str(lost.value)
+        postgres_cluster.resume()  # type: ignore[attr-defined]
