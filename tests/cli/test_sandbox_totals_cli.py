@@ -16,6 +16,7 @@ import pytest
 
 from runner.model.server import ScriptedServer
 from runner.tools.cgroups import probe_cgroups
+from tests.support.hostile_code import MEMORY_HOGS
 from tests.support.project import runner_env, sandbox_project
 
 pytestmark = pytest.mark.timeout(300)
@@ -35,18 +36,6 @@ name: work
 agent: worker
 goal: Use the machine.
 """
-HOGS = (
-    "import os, time\nkids = []\n"
-    "for _ in range(8):\n"
-    "    pid = os.fork()\n"
-    "    if pid == 0:\n"
-    "        block = bytearray(b'x') * (180 * 1024 * 1024)\n"
-    "        time.sleep(5)\n"
-    "        os._exit(0)\n"
-    "    kids.append(pid)\n"
-    "codes = [os.waitpid(pid, 0)[1] for pid in kids]\n"
-    "print('ALL ALLOCATED' if not any(codes) else 'some children failed')\n"
-)
 WORKSPACE_FLOOD = "i=0; while [ $i -lt 100 ]; do head -c 10000000 /dev/zero > f$i; i=$((i+1)); done; echo FLOODED"
 TMP_FLOOD = "head -c 30000000 /dev/zero > /tmp/big; echo tmp-exit=$?"
 TRACEME = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nprint('traceme', libc.ptrace(0, 0, 0, 0), os.strerror(ctypes.get_errno()))"
@@ -83,7 +72,7 @@ def run_id(stdout: str) -> str:
 def test_hostile_calls_hit_the_totals_and_the_run_goes_on(project: Path) -> None:
     script = {
         "rules": [
-            call("python", code=HOGS),
+            call("python", code=MEMORY_HOGS),
             call("shell", command=WORKSPACE_FLOOD),
             call("shell", command=TMP_FLOOD),
             call("python", code=TRACEME),
