@@ -174,3 +174,20 @@ def test_scope_names_cannot_drive_the_terminal(tmp_path: Path) -> None:
     assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
     assert "fanout:\\x1b[2J\\u202eevil" in result.stdout
     assert shown(caps(target, "--json"))["scopes"][0]["scope"] == "fanout:\x1b[2J\u202eevil"
+
+
+def test_a_take_over_shows_as_carried_spend_and_a_release_as_released(ledger: CapLedger, store_target: str | Path) -> None:
+    holder = Holder(store_target, ("run-a", 0.3), ("run-b", 0.2), key=KEY)
+    holder.kill()
+    while not ledger.scope(KEY).dead_holders:
+        time.sleep(0.05)
+    resumed = scope_run(ledger, KEY, "run-a")
+    assert resumed.take_over("run-a").cost_usd == pytest.approx(0.3)  # the dead worker's call for run-a, carried once
+    resumed.reserve(Estimate(10, 10, 0.1)).release()  # a call that was never made
+
+    (scope,) = shown(caps(store_target, "--json"))["scopes"]
+
+    assert scope["entries"] == {"held": 1, "settled": 0, "carried": 1, "released": 1}
+    assert scope["spent"]["cost_usd"] == pytest.approx(0.3) and scope["spent"]["model_calls"] == 1
+    assert scope["reserved"]["cost_usd"] == pytest.approx(0.2) and scope["held_by_dead"]["cost_usd"] == pytest.approx(0.2)
+    assert scope["left"]["max_cost_usd"] == pytest.approx(0.5)
