@@ -135,7 +135,8 @@ def entry_of(ledger: CapLedger, run_id: str) -> str:
 def test_recorded_usage_replaces_the_worst_case_and_an_unbilled_failure_releases(
     opened: CapLedger, store_target: str | Path
 ) -> None:
-    from tests.store.test_cap_takeover import Holder, dead_figures, resumed_run
+    from tests.store.test_cap_takeover import dead_figures, resumed_run
+    from tests.support.cap_holder import Holder
 
     holder = Holder(store_target, ("run-a", 0.3), ("run-b", 0.2), ("run-c", 0.1))
     holder.kill()
@@ -154,7 +155,8 @@ def test_recorded_usage_replaces_the_worst_case_and_an_unbilled_failure_releases
 
 
 def test_a_live_holders_recorded_reservation_is_left_to_it(opened: CapLedger, store_target: str | Path) -> None:
-    from tests.store.test_cap_takeover import Holder, resumed_run
+    from tests.store.test_cap_takeover import resumed_run
+    from tests.support.cap_holder import Holder
 
     holder = Holder(store_target, ("run-a", 0.3))
     try:
