@@ -62,6 +62,13 @@ class OutputLockLost(UsageError):
     Exit 2, as for the refusal of a second batch at the start."""
 
 
+class JournalLockLost(UsageError):
+    """A batch lost its journal's lock while it ran (its PostgreSQL session was ended or its
+    connection dropped) and another batch process took the journal meanwhile. The batch stops
+    instead of writing a journal another batch writes; the rows it recorded stay in it. Exit 2,
+    as for the refusal of a second batch at the start."""
+
+
 class InputError(RunnerError):
     """A task input (CLI ``--input`` or a batch row) is missing or of the wrong type."""
 
