@@ -24,6 +24,9 @@ from runner.errors import UsageError
 STATE_DIR_ENV = "RUNNER_STATE_DIR"
 """The environment variable that moves a project's local state out of ``<root>/.runner``."""
 DEFAULT_STATE_DIR = ".runner"
+FANOUT_WORK_DIR_ENV = "RUNNER_AIRFLOW_WORK_DIR"
+"""Where Airflow fan-outs keep their shared files (journals, outputs, an SQLite cap ledger)."""
+DEFAULT_FANOUT_WORK_DIR = "/tmp/runner-airflow"
 
 
 def state_dir(root: Path) -> Path:

@@ -26,6 +26,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -277,14 +278,19 @@ class SqliteDatabase(Database):
 
     dialect: Dialect = "sqlite"
 
-    def __init__(self, path: Path, *, busy_seconds: float = 30, synchronous: str = "NORMAL") -> None:
+    def __init__(self, path: Path, *, busy_seconds: float = 30, synchronous: str = "NORMAL", read_only: bool = False) -> None:
         super().__init__()
         self.path = path
         self.where = str(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=busy_seconds)
+        if read_only:  # an existing file, opened so that nothing (not even its journal mode) changes
+            uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
+            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None, timeout=busy_seconds)
+            self._db.execute("SELECT count(*) FROM sqlite_master")  # not a database: refused now, not at the first read
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=busy_seconds)
+            self._db.execute("PRAGMA journal_mode=WAL")
         self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'FULL' else 'NORMAL'}")
         self._db.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
         self._db.execute(f"PRAGMA busy_timeout={int(busy_seconds * 1000)}")
@@ -317,14 +323,20 @@ class SqliteDatabase(Database):
         return "SELECT name FROM pragma_table_info(?)"
 
 
-def open_database(target: str | Path) -> Database:
-    """An SQLite file for a path, PostgreSQL for a ``postgresql://`` URL."""
+def open_database(target: str | Path, *, read_only: bool = False) -> Database:
+    """An SQLite file for a path, PostgreSQL for a ``postgresql://`` URL. ``read_only``: an
+    existing SQLite file opened read-only (its mode and contents left as they are); PostgreSQL
+    sessions that only read (``default_transaction_read_only``)."""
     if is_postgres_url(target):
         from runner.store.postgres import PostgresDatabase
 
-        return PostgresDatabase(str(target))
+        database = PostgresDatabase(str(target))
+        if read_only:
+            database.execute("SET default_transaction_read_only = on", idempotent=True)
+            database.on_reconnect(lambda again: again.execute("SET default_transaction_read_only = on"))
+        return database
     try:
-        return SqliteDatabase(Path(target))
+        return SqliteDatabase(Path(target), read_only=read_only)
     except (OSError, sqlite3.Error) as exc:
         raise UsageError(f"cannot open the store {target}: {exc}") from None
 

@@ -247,19 +247,8 @@ class RunStore:
         return Usage(int(row["i"]), int(row["o"]), 0, float(row["c"]), int(row["n"]))
 
     def recorded_calls(self, run_id: str) -> dict[str, Usage | None]:
-        """How the calls of ``run_id`` that ended are recorded, by the reservation each held: what
-        it used (``ok``, or a failure the endpoint may have billed, at its worst case), or ``None``
-        (a failure it did not bill). Calls still ``reserved`` or ``unsettled`` are not here."""
-        rows = self._db.rows(
-            "SELECT reservation, status, input_tokens, output_tokens, cached_input_tokens, cost_usd FROM model_calls"
-            " WHERE run_id = ? AND reservation IS NOT NULL AND status IN ('ok', 'error')",
-            (run_id,),
-        )
-        recorded: dict[str, Usage | None] = {}
-        for row in rows:
-            usage = Usage(int(row["input_tokens"]), int(row["output_tokens"]), int(row["cached_input_tokens"]), float(row["cost_usd"]))
-            recorded[str(row["reservation"])] = None if row["status"] == "error" and usage == Usage() else usage
-        return recorded
+        """How the calls of ``run_id`` that ended are recorded (:func:`recorded_calls`)."""
+        return recorded_calls(self._db, run_id)
 
     def run(self, run_id: str) -> dict[str, Any] | None:
         return self._db.row("SELECT * FROM runs WHERE run_id = ?", (run_id,))
@@ -462,3 +451,22 @@ class RunStore:
         query = f"{select} WHERE {self._WINDOW}" + (" AND r.task = ?" if task else "") + f" ORDER BY {order}"
         params: tuple[Any, ...] = (since, until, task) if task else (since, until)
         return self._db.rows(query, params)
+
+
+def recorded_calls(db: Database, run_id: str) -> dict[str, Usage | None]:
+    """How the calls of ``run_id`` that ended are recorded in the run store ``db``, by the
+    reservation each held: what it used (``ok``, or a failure the endpoint may have billed, at
+    its worst case), or ``None`` (a failure it did not bill). Calls still ``reserved`` or
+    ``unsettled`` are not here. It only reads (a store from before reservations were recorded has none)."""
+    if "reservation" not in db.columns("model_calls"):
+        return {}
+    rows = db.rows(
+        "SELECT reservation, status, input_tokens, output_tokens, cached_input_tokens, cost_usd FROM model_calls"
+        " WHERE run_id = ? AND reservation IS NOT NULL AND status IN ('ok', 'error')",
+        (run_id,),
+    )
+    recorded: dict[str, Usage | None] = {}
+    for row in rows:
+        usage = Usage(int(row["input_tokens"]), int(row["output_tokens"]), int(row["cached_input_tokens"]), float(row["cost_usd"]))
+        recorded[str(row["reservation"])] = None if row["status"] == "error" and usage == Usage() else usage
+    return recorded
