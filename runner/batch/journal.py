@@ -97,6 +97,7 @@ class RowOutcome:
     usage: Usage | None = None
     duration_seconds: float | None = None
     warnings: tuple[str, ...] = ()
+    counts_attempt: bool = True  # False: the row only waited (a provider batch still out), so its attempt is given back
 
     def values(self) -> tuple[Any, ...]:
         """``status, output, error, error_kind, retryable, <6 usage values or NULLs>, duration``."""

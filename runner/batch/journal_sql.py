@@ -185,7 +185,8 @@ class SqlJournal(BatchJournal):
     def record(self, number: int, outcome: RowOutcome) -> bool:
         # One statement: the result and the status land together or not at all.
         token, rows, mine = new_token(), self._layout.rows, self._layout.mine
-        values = (*outcome.values(), now_iso(), outcome.warnings_json(), token, *self._layout.key, number)
+        given_back = 0 if outcome.counts_attempt else 1
+        values = (*outcome.values(), now_iso(), outcome.warnings_json(), token, given_back, *self._layout.key, number)
 
         def write(db: Database) -> bool:
             return db.execute(
@@ -193,7 +194,7 @@ class SqlJournal(BatchJournal):
                 " input_tokens = COALESCE(?, input_tokens), output_tokens = COALESCE(?, output_tokens),"
                 " cached_input_tokens = COALESCE(?, cached_input_tokens), cost_usd = COALESCE(?, cost_usd),"
                 " model_calls = COALESCE(?, model_calls), tool_calls = COALESCE(?, tool_calls),"
-                f" duration_seconds = ?, finished_at = ?, warnings = ?, token = ? WHERE {mine} AND row_number = ?"
+                f" duration_seconds = ?, finished_at = ?, warnings = ?, token = ?, attempts = attempts - ? WHERE {mine} AND row_number = ?"
                 " AND status = 'running'",
                 values,
             ) == 1
