@@ -206,7 +206,7 @@ class RunnerBatchOperator(BaseOperator):
             )
         deferrable = _default_deferrable() if self.deferrable is None else bool(self.deferrable)
         if via == "batch-api":
-            check_provider_batch_options(self.options, fallback)
+            check_provider_batch_options(self.options)
         name = task_id if map_index < 0 else f"{task_id}-{map_index}"
         root = Path(resolve_root(self.root))
         plan = FanoutPlan(

@@ -4,9 +4,11 @@ usual, its model calls sent in provider batch rounds (:mod:`runner.batch.rounds`
 Every row runs through the live path (the agent loop with its tools, checks and repairs,
 caps reserved at batch prices before each call, the write-ahead call ledger); each model
 call waits for its round, and every row's k-th call goes out in the same provider batch.
-All pending rows are in flight at once (a provider batch is not rate limited: ``--rpm``,
-``--tpm`` and ``--concurrency`` do not apply), so each round holds every row that has a call
-to make. A resumed command first collects what the last one left out, then replays the
+All pending rows are in flight at once, so each round holds every row that has a call to
+make; ``--concurrency N`` keeps at most N rows in flight, so a round holds at most N rows'
+calls (a row that ends makes room for the next, whose first call joins the next round). A
+provider batch has no per-minute rate, so ``--rpm`` and ``--tpm`` are refused
+(:func:`refused_flags`). A resumed command first collects what the last one left out, then replays the
 stored answers (:mod:`runner.agent.replay`), so no round is submitted or paid for twice.
 """
 
@@ -108,7 +110,7 @@ async def run_batch_api(
         rounds: RowExecutor = RoundRows(executor, collector)
         summary = await run_batch(
             (), DedupingExecutor(rounds) if request.dedupe else rounds, journal=journal, budget=budget,
-            concurrency=_rows_to_run(journal), max_attempts=request.max_attempts,
+            concurrency=_rows_to_run(journal, request.concurrency), max_attempts=request.max_attempts,
             failure_policy=FailurePolicy(stop_after=request.stop_after_failures), progress=progress_for(request),
             base_options=base, ledger=executor,
         )
@@ -116,7 +118,19 @@ async def run_batch_api(
     return replace(summary, counts=journal.counts(), usage=journal.spent(), pending=collector.pending)
 
 
-def _rows_to_run(journal: BatchJournal) -> int:
-    """How many rows may be in flight: every row that may run, so each round holds them all."""
+def _rows_to_run(journal: BatchJournal, concurrency: int | None) -> int:
+    """How many rows may be in flight: every row that may run, so each round holds them all,
+    or at most ``concurrency`` when the request names it."""
     counts = journal.counts()
-    return max(1, sum(counts[status] for status in TODO_STATUSES))
+    every = max(1, sum(counts[status] for status in TODO_STATUSES))
+    return every if concurrency is None else min(every, concurrency)
+
+
+RATE_FLAGS = (("--rpm", "requests_per_minute"), ("--tpm", "tokens_per_minute"))
+
+
+def refused_flags(request: BatchRequest) -> list[str]:
+    """The flags of ``request`` a provider batch cannot honour (the rate limits): each round goes
+    out as one upload, with no per-minute rate to keep, and the few calls ``--batch-fallback
+    live`` sends are not rate limited either. Refused rather than ignored."""
+    return [flag for flag, field_name in RATE_FLAGS if getattr(request, field_name) is not None]

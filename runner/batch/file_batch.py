@@ -33,6 +33,8 @@ from runner.store.database import open_database, resolve_store
 from runner.store.runstore import now_iso
 from runner.tracing import current_span
 
+DEFAULT_CONCURRENCY = 8
+"""Rows in flight at once when the request names no number (live model calls)."""
 SHARED_SCOPE = "fan-out"
 """The scope name a shared batch cap reports (``fan-out cap max_cost_usd=5 reached ...``)."""
 
@@ -66,7 +68,7 @@ class BatchRequest:
     report_dir: Location | None = None
     restart: bool = False
     durable: bool = False
-    concurrency: int = 8
+    concurrency: int | None = None  # rows in flight; None: DEFAULT_CONCURRENCY live, every row with --via batch-api
     max_attempts: int = 2
     stop_after_failures: int | None = None
     batch_caps: Caps = field(default_factory=Caps)
@@ -163,8 +165,10 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
         project, task, model_override=request.model_override, base_url_override=request.base_url_override, api_key=request.api_key,
     )
     if request.mode(task) == "batch-api":
-        from runner.batch.batch_api import check_batch_api
+        from runner.batch.batch_api import check_batch_api, refused_flags
 
+        if refused_flags(request):
+            raise UsageError(f"{', '.join(refused_flags(request))}: a provider batch has no per-minute rate to keep; run live to rate limit calls")
         check_batch_api(project, task, request.model_override, request.base_url_override, request.api_key)
     source = _source(task, request)
     journal_path = _journal_path(project, task, request, source)
@@ -241,7 +245,7 @@ async def _run_rows(
             return await run_batch_api(project, task, request, journal, rows, executor, _budget(request, ledger), base)
         return await run_batch(
             rows, DedupingExecutor(executor) if request.dedupe else executor, journal=journal,
-            budget=_budget(request, ledger), concurrency=request.concurrency, max_attempts=request.max_attempts,
+            budget=_budget(request, ledger), concurrency=request.concurrency or DEFAULT_CONCURRENCY, max_attempts=request.max_attempts,
             failure_policy=FailurePolicy(stop_after=request.stop_after_failures), rate_gate=gate,
             progress=progress_for(request), base_options=base, ledger=executor,
         )

@@ -229,14 +229,22 @@ def test_bad_arguments_fail_without_retries_before_any_call(
 # --- no dag.test(): arguments and events ---------------------------------------------------
 
 
-def test_live_engine_options_are_refused_for_a_provider_batch_without_the_live_fallback() -> None:
+@pytest.mark.parametrize("name", ["rpm", "tpm"])
+def test_rate_limits_are_refused_for_a_provider_batch_with_or_without_the_live_fallback(name: str) -> None:
     from runner.airflow.options import check_provider_batch_options
     from runner.errors import UsageError
 
-    with pytest.raises(UsageError, match=r"options\.concurrency: only the live engine uses it"):
-        check_provider_batch_options({"concurrency": 4}, None)
-    check_provider_batch_options({"concurrency": 4, "dedupe": True}, "live")  # they apply to the fallback rows
-    check_provider_batch_options({"concurrency": None, "dedupe": False, "max_cost_usd": 1}, None)  # not given
+    with pytest.raises(UsageError, match=rf"options\.{name}: a provider batch .* has no per-minute rate"):
+        check_provider_batch_options({name: 60})
+    with pytest.raises(UsageError, match=rf"options\.{name}"):
+        check_provider_batch_options({name: 60, "batch_fallback": "live"})
+
+
+def test_engine_options_that_apply_to_a_provider_batch_are_accepted() -> None:
+    from runner.airflow.options import check_provider_batch_options
+
+    check_provider_batch_options({"concurrency": 4, "dedupe": True, "no_cache": True, "stop_after_failures": 2})
+    check_provider_batch_options({"rpm": None, "tpm": None, "max_cost_usd": 1})  # not given
 
 
 @pytest.mark.parametrize("name", ["via", "batch_fallback", "batch_poll_seconds"])
