@@ -37,7 +37,7 @@ from typing import IO, Any
 from runner.agent.ledger import BILLABLE_FAULTS
 from runner.batch.journal import BatchJournal
 from runner.batch.provider_api import FINISHED, PollPolicy, ProviderClient, line_outcome
-from runner.batch.provider_state import BatchPart, ProviderState
+from runner.batch.provider_state import BatchPart, ProviderState, UnneededFile
 from runner.caps.budget import Budget
 from runner.caps.pricing import Pricer
 from runner.config.specs import BatchApiLimits
@@ -231,12 +231,44 @@ class RoundCollector:
             else:
                 self._never_sent(intent)
                 self.state.dropped(intent)
+        await self.delete_unneeded_files()  # the files of batches never created, and what an earlier run left
         out = {batch.id: batch.part for batch in self.state.out}
         if out:
             self._say(f"re-attaching to provider batch(es) {', '.join(out)}")
         finished = await self._await({pid: (part, None) for pid, part in out.items()}, self._before_deadline)
         self._correct_rows()
+        await self.delete_unneeded_files()
         return finished
+
+    async def delete_unneeded_files(self) -> None:
+        """Delete from the provider the input files no batch needs any more (collected, or never
+        created: :attr:`ProviderState.files`), every copy found by name included, except one that a
+        batch not ended yet uses. What cannot be deleted now stays listed for the next run."""
+        by_endpoint: dict[str, list[UnneededFile]] = defaultdict(list)
+        for file in self.state.files:
+            by_endpoint[file.endpoint].append(file)
+        for endpoint, files in by_endpoint.items():
+            try:
+                await self._delete_files(self._client(endpoint), files)
+            except ModelError as exc:
+                names = ", ".join(f.id or f.name for f in files)
+                self._say(f"could not delete uploaded input file(s) {names} yet ({exc}); the next run tries again")
+
+    async def _delete_files(self, client: ProviderClient, files: list[UnneededFile]) -> None:
+        since = min(f.at for f in files) - 600
+        in_use = await client.files_in_use(since)
+        copies = await client.uploaded({f.name for f in files}, since)
+        deleted: list[str] = []
+        for file in files:
+            ids = dict.fromkeys([*([file.id] if file.id else []), *copies.get(file.name, [])])
+            if in_use.intersection(ids):  # a batch that has not ended reads it: later
+                continue
+            for file_id in ids:
+                await client.delete_file(file_id)
+                deleted.append(file_id)
+            self.state.deleted(file)
+        if deleted:
+            self._say(f"deleted uploaded input file(s) {', '.join(deleted)}: no provider batch needs them any more")
 
     # --- the rounds --------------------------------------------------------------------
 
@@ -291,6 +323,7 @@ class RoundCollector:
         finally:
             self._flight = []
         self._correct_rows()
+        await self.delete_unneeded_files()
 
     def _parts(self, number: int, calls: list[_Call]) -> list[tuple[BatchPart, list[_Call]]]:
         """The round's calls by model and endpoint, each group split within the limits."""
@@ -322,7 +355,8 @@ class RoundCollector:
         intent = self.state.intend(part)
         metadata = part.metadata(self.journal.batch_id)
         try:
-            file_id = await client.upload(f"{self.journal.batch_id}-round{part.round}-{part.part}.jsonl", b"".join(c.line for c in members))
+            file_id = await client.upload(intent.filename(self.journal.batch_id), b"".join(c.line for c in members))
+            intent = self.state.uploaded(intent, file_id)  # so a file whose batch is never made can be deleted
             provider_id = await client.create(file_id, metadata)
         except ModelError as exc:
             found = await self._created_anyway(client, metadata, intent)
@@ -458,7 +492,7 @@ class RoundCollector:
             outcome = line_outcome(lines.get(call.custom_id), batch)
             answer = self._keep(call.run_id, call.fingerprint, part.model, outcome, call.waited(), keep_failure=keep_failures)
             self._answer(call, answer)
-        self.state.collected(batch.id)
+        self.state.collected(batch.id, getattr(batch, "input_file_id", None))
         self._say(f"provider batch {batch.id}: {batch.status}{_answered(batch)}, collected")
 
     def _keep(

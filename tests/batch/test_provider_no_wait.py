@@ -162,3 +162,16 @@ def test_a_row_that_keeps_failing_still_stops_at_max_attempts_without_waiting(pr
     assert results[-1]["exit_code"] == 1
     rows = {r["id"]: r for r in map(json.loads, (project / "out.jsonl").read_text().splitlines())}
     assert (rows["t2"]["status"], rows["t2"]["error_kind"], rows["t2"]["attempts"]) == ("failed", "server_error", 2)
+
+
+def test_the_input_file_of_a_batch_still_out_is_kept_until_it_is_collected(project: Path) -> None:
+    with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=3)) as server:
+        first = _run(project, server, wait=False)
+        (pending,) = first["provider_pending"]
+        input_file = server.batches.batches[pending].input_file_id
+        assert server.batches.deleted == []  # the batch reads it: kept
+        again = _run(project, server, wait=False)
+        assert again["provider_pending"] == [pending] and server.batches.deleted == []
+        last = _run(project, server, wait=False)
+        assert last["provider_pending"] == [] and server.batches.deleted == [input_file]
+        assert server.batches.deleted_in_use == [] and server.batches.batches[pending].status == "completed"
