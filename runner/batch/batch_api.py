@@ -14,11 +14,12 @@ stored answers (:mod:`runner.agent.replay`), so no round is submitted or paid fo
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from runner.batch.dedupe import DedupingExecutor
 from runner.batch.engine import FailurePolicy, run_batch
@@ -63,6 +64,16 @@ def check_batch_api(
     return endpoints
 
 
+def provider_endpoints(project: Project, task: TaskSpec, request: BatchRequest) -> list[Endpoint]:
+    """The OpenAI-compatible endpoints the task's agents call now (the embedded model left out)."""
+    endpoints = [
+        resolve_endpoint(agent.model, model_override=request.model_override, base_url_override=request.base_url_override,
+                         api_key=request.api_key)
+        for agent in _agents(project, task)
+    ]  # fmt: skip
+    return [endpoint for endpoint in endpoints if endpoint.provider != "local"]
+
+
 def batch_api_agent(project: Project, task: TaskSpec) -> AgentSpec:
     """The agent whose model the task's provider batches are for (the first the task runs),
     or :class:`UsageError` (exit 2) when the task has none, or one of its agents is on the
@@ -87,8 +98,6 @@ async def run_batch_api(
     executor: TaskExecutor, budget: Budget, base: RunOptions,
 ) -> BatchSummary:
     """Run the journal's pending rows with their model calls in provider batch rounds; see the module doc."""
-    from runner.batch.file_batch import progress_for
-
     started = time.monotonic()
     if not journal.ingested:
         journal.ingest(rows)
@@ -101,6 +110,20 @@ async def run_batch_api(
         log=None if request.progress == "none" else sys.stderr,
     )
     executor.send_through(RoundTransport(collector))
+    try:
+        return await _rounds(journal, executor, collector, request, budget, base, started)
+    except asyncio.CancelledError:  # interrupted (Ctrl-C, SIGTERM): what is out stays out, for a rerun
+        _kept(collector, sys.stderr)
+        raise
+
+
+async def _rounds(
+    journal: BatchJournal, executor: TaskExecutor, collector: RoundCollector, request: BatchRequest, budget: Budget,
+    base: RunOptions, started: float,
+) -> BatchSummary:
+    """The rows through the engine, their calls in rounds (after what an earlier run left is collected)."""
+    from runner.batch.file_batch import progress_for
+
     async with collector:
         if not await collector.resume():
             return BatchSummary(
@@ -116,6 +139,20 @@ async def run_batch_api(
         )
     # calls settled after their rows ended (cut off at a cap) corrected the journal since
     return replace(summary, counts=journal.counts(), usage=journal.spent(), pending=collector.pending)
+
+
+def _kept(collector: RoundCollector, stream: IO[str]) -> None:
+    """Tell an interrupted user which provider batches are still out, and what to do about them."""
+    pending = collector.pending
+    if not pending:
+        return
+    names = ", ".join(pending)
+    print(
+        f"interrupted: provider batch(es) {names} keep running at the provider (kept, not cancelled). Rerun the same "
+        "command to re-attach and collect them: nothing is submitted or paid for twice. To stop paying for them "
+        "instead, rerun it with --restart (cancels them and starts over), or cancel them at the provider "
+        "(POST /v1/batches/<id>/cancel).", file=stream, flush=True,
+    )  # fmt: skip
 
 
 def _rows_to_run(journal: BatchJournal, concurrency: int | None) -> int:

@@ -205,6 +205,10 @@ async def _run_locked(
 ) -> tuple[BatchSummary, int, Location | None]:
     """The batch proper, while this process holds the output file: rows, output, report."""
     journal = _open_journal(task, request, source, journal_path)
+    if journal.discarded:  # --restart: the last run's provider batches would run on, and be billed twice
+        from runner.batch.restart_cancel import cancel_discarded
+
+        await cancel_discarded(project, task, request, journal, sys.stderr)
     ledger = open_shared_ledger(request)
     span = {"runner.batch.id": journal.batch_id, "runner.task": task.name, "runner.batch.input": source.path.name}
     try:

@@ -134,6 +134,7 @@ class BatchJournal(ABC):
 
     path: Path
     meta: dict[str, str]
+    discarded: dict[str, str]  # the metadata --restart deleted (empty without one)
 
     @classmethod
     def open(
@@ -152,7 +153,8 @@ class BatchJournal(ABC):
         ``database_url`` is given, else in the SQLite file ``path``.
 
         An existing journal for another task, input content or input options is refused
-        (:class:`UsageError`) unless ``restart`` deletes it and starts over.
+        (:class:`UsageError`) unless ``restart`` deletes it and starts over; the metadata it had
+        (its provider batches: :meth:`provider_state`) is then kept in :attr:`discarded`.
         """
         wanted = {
             "task": task,

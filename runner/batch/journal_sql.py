@@ -123,6 +123,7 @@ class SqlJournal(BatchJournal):
         self._db = database
         self._layout = layout
         self.meta = read_meta(database, layout)
+        self.discarded: dict[str, str] = {}
 
     # --- writes ----------------------------------------------------------------------
 
@@ -282,10 +283,14 @@ def set_meta(database: Database, layout: JournalLayout, values: Mapping[str, str
     database.atomic(lambda db: db.executemany(sql, rows))
 
 
-def open_tables(database: Database, layout: JournalLayout, where: str, wanted: Mapping[str, str], *, restart: bool) -> None:
+def open_tables(
+    database: Database, layout: JournalLayout, where: str, wanted: Mapping[str, str], *, restart: bool
+) -> dict[str, str]:
     """Create the journal's tables, (with ``restart``: empty it,) then create its metadata or check
-    that it belongs to this batch (``where`` names it in the refusal)."""
+    that it belongs to this batch (``where`` names it in the refusal). Returns the metadata a
+    restart deleted (empty without one)."""
     database.create(layout.schema())
+    discarded = read_meta(database, layout) if restart else {}
     if restart:
         database.atomic(lambda db: [db.execute(f"DELETE FROM {t} WHERE {layout.mine}", layout.key) for t in (layout.rows, layout.meta)])
     if not read_meta(database, layout):
@@ -294,3 +299,4 @@ def open_tables(database: Database, layout: JournalLayout, where: str, wanted: M
         rows = [(*layout.key, key, value) for key, value in new_meta(wanted).items()]
         database.atomic(lambda db: db.executemany(sql, rows))
     check_meta(read_meta(database, layout), wanted, where)
+    return discarded

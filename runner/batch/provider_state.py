@@ -78,9 +78,7 @@ class ProviderState:
         self.journal = journal
         state = journal.provider_state()
         self.rounds = int(state.get("rounds", 0))
-        self.intents = [_part(found) for found in state.get("intents", ())]
-        self.out = [OutBatch(str(found["id"]), _part(found["part"])) for found in state.get("out", ())]
-        self.files = [_file(found) for found in state.get("files", ())]
+        self.out, self.intents, self.files = recorded(state)
 
     @property
     def out_ids(self) -> tuple[str, ...]:
@@ -150,6 +148,15 @@ class ProviderState:
             "out": [{"id": batch.id, "part": asdict(batch.part)} for batch in self.out],
             "files": [asdict(f) for f in self.files],
         })  # fmt: skip
+
+
+def recorded(state: dict[str, Any]) -> tuple[list[OutBatch], list[BatchPart], list[UnneededFile]]:
+    """The batches out, the intents and the unneeded files of a journal's provider state."""
+    return (
+        [OutBatch(str(found["id"]), _part(found["part"])) for found in state.get("out", ())],
+        [_part(found) for found in state.get("intents", ())],
+        [_file(found) for found in state.get("files", ())],
+    )
 
 
 def _part(found: Any) -> BatchPart:

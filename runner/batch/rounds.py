@@ -15,7 +15,8 @@ resumed run is answered from there and nothing is paid twice.
 - A call whose caller is gone when its answer arrives (cut off at a wall-clock cap, or its
   process killed) still settles its reservation in the run store with what it used.
 - When no caller is left waiting on a provider batch (every row reached its deadline), the
-  batch is cancelled; what it answered before it ended is collected (it was billed).
+  batch is cancelled; what it answered before it ended is collected (it was billed). Not when
+  the command is interrupted (Ctrl-C, SIGTERM): the batch is kept for a rerun to collect.
 - ``wait=False``: once a round is out and not finished, the rows in flight stop where they
   are (recorded ``not_run``; :class:`~runner.batch.executor.RowDeferred`) and the command
   returns with the batches' ids; the next run of the command collects them (:meth:`resume`).
@@ -133,6 +134,13 @@ class RoundCollector:
         self._clients: dict[str, ProviderClient] = {}
         self._driver: asyncio.Task[None] | None = None
         self._closing = False
+        self._command = asyncio.current_task()  # cancelled: the command is interrupted (Ctrl-C, SIGTERM)
+
+    @property
+    def interrupted(self) -> bool:
+        """The command is being interrupted (Ctrl-C, SIGTERM): its rows stop, but the provider
+        batches out are kept (a rerun re-attaches to them and pays nothing twice), never cancelled."""
+        return self._command is not None and self._command.cancelling() > 0
 
     # --- the rows ----------------------------------------------------------------------
 
@@ -415,7 +423,7 @@ class RoundCollector:
                     return False
                 look = time.monotonic() + (self._cancel_poll() if cancelled else next(waits))
             for provider_id, (part, members) in out.items():
-                if provider_id not in cancelled and not wanted(members):
+                if provider_id not in cancelled and not wanted(members) and not self.interrupted:
                     self._say(f"provider batch {provider_id}: nobody waits for it any more (a wall-clock cap); cancelling it")
                     cancelled[provider_id] = time.monotonic() + self.poll.cancel_grace_seconds
                     with contextlib.suppress(ModelError):  # it may have ended meanwhile; the next look tells

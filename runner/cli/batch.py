@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -99,12 +101,24 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
             raise click.UsageError(f"{', '.join(given)} only applies with --via batch-api (or mode: batch_api on the task)")
     check_batch_dirs(project, request)  # a read-only project fails here, before any row is paid for
     try:
-        summary = asyncio.run(run_batch_file(project, spec, request))
-    except KeyboardInterrupt:
+        summary = asyncio.run(_stopped_by_sigterm(run_batch_file(project, spec, request)))
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM (see _stopped_by_sigterm)
         click.echo("interrupted: rerun the same command to resume", err=True)
         raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
     _show(summary, as_json)
     raise click.exceptions.Exit(summary["exit_code"])
+
+
+async def _stopped_by_sigterm(batch: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+    """Await ``batch``; SIGTERM (a scheduler stopping the command) interrupts it as Ctrl-C does:
+    the rows in flight are recorded interrupted, provider batches out are kept for a rerun."""
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await batch
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def _refuse_rate_limits(request: Any) -> None:
