@@ -110,6 +110,8 @@ async def run_batch_api(
         log=None if request.progress == "none" else sys.stderr,
     )
     executor.send_through(RoundTransport(collector))
+    if request.watch is not None:
+        request.watch.attach(collector.state, collector.endpoints, journal.batch_id)
     try:
         return await _rounds(journal, executor, collector, request, budget, base, started)
     except asyncio.CancelledError:  # interrupted (Ctrl-C, SIGTERM): what is out stays out, for a rerun

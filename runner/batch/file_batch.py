@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from runner.batch.dedupe import DedupingExecutor
 from runner.batch.engine import BatchSummary, FailurePolicy, batch_budget, run_batch
@@ -32,6 +32,9 @@ from runner.store.cap_ledger import CapLedger
 from runner.store.database import open_database, resolve_store
 from runner.store.runstore import now_iso
 from runner.tracing import current_span
+
+if TYPE_CHECKING:
+    from runner.batch.provider_cancel import ProviderWatch
 
 DEFAULT_CONCURRENCY = 8
 """Rows in flight at once when the request names no number (live model calls)."""
@@ -91,6 +94,7 @@ class BatchRequest:
     batch_poll_seconds: float = 30.0  # first wait between provider batch retrieves (grows up to 10 minutes)
     batch_limits: BatchApiLimits | None = None  # requests and bytes per provider batch (default: the task's batch_api block)
     provider_wait: bool = True  # False: return once a provider batch is out (summary "provider_pending"); run again to collect
+    watch: ProviderWatch | None = None  # told which provider batches are out, for a kill handler to cancel them
 
     def mode(self, task: TaskSpec) -> str:
         """``live`` or ``batch-api``: the request's ``via``, else the task's ``mode``."""
@@ -206,7 +210,7 @@ async def _run_locked(
     """The batch proper, while this process holds the output file: rows, output, report."""
     journal = _open_journal(task, request, source, journal_path)
     if journal.discarded:  # --restart: the last run's provider batches would run on, and be billed twice
-        from runner.batch.restart_cancel import cancel_discarded
+        from runner.batch.provider_cancel import cancel_discarded
 
         await cancel_discarded(project, task, request, journal, sys.stderr)
     ledger = open_shared_ledger(request)
