@@ -195,7 +195,6 @@ class RunnerBatchOperator(BaseOperator):
 
     def _step(self, context: Context, waited: BatchWaitEvent | None = None) -> dict[str, Any]:
         from runner.airflow.execution import batch_step_for_airflow
-
         from runner.batch.provider_cancel import ProviderWatch
 
         with fail_without_retry(f"runner batch {self.task!r}"):
