@@ -50,10 +50,11 @@ def test_sigterm_in_the_waiting_worker_cancels_the_provider_batch(
         def kill_the_worker() -> None:
             polled = _wait_until(lambda: any(b.polls >= 2 for b in server.batches.batches.values()))
             handler = signal.getsignal(signal.SIGTERM)
-            server.batches.behaviour = BatchBehaviour(polls=1)  # the retry of the cancelled rows ends at once
             if polled and handler not in (signal.SIG_DFL, signal.SIG_IGN, before):  # Airflow's task runner handler
                 killed.append(True)
                 os.kill(os.getpid(), signal.SIGTERM)
+                _wait_until(lambda: any(r.path.endswith("/cancel") for r in server.requests))
+            server.batches.behaviour = BatchBehaviour(polls=1)  # the retry of the cancelled rows ends at once
 
         killer = threading.Thread(target=kill_the_worker)
         killer.start()
