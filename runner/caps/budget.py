@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from runner.config.specs import Caps
+from runner.config.specs import Caps, cap_figure
 from runner.core.usage import Usage
 from runner.errors import CapReached
 
@@ -244,13 +244,7 @@ def held_usage(estimate: Estimate, count_step: bool) -> Usage:
 
 
 def _observed(name: str, spent: Usage) -> float:
-    return {
-        "max_steps": spent.model_calls,
-        "max_input_tokens": spent.input_tokens,
-        "max_output_tokens": spent.output_tokens,
-        "max_tokens": spent.total_tokens,
-        "max_cost_usd": round(spent.cost_usd, 8),
-    }[name]
+    return round(cap_figure(name, spent), 8)
 
 
 @dataclass

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar, Protocol
 
 from runner.caps.budget import Budget, Estimate, Reservation
-from runner.config.specs import SUMMED_CAPS, Caps
+from runner.config.specs import SUMMED_CAPS, Caps, cap_figure
 from runner.core.usage import Usage
 from runner.errors import CapReached
 
@@ -122,10 +122,7 @@ class SharedBudget(Budget):
     def _refused(self, cap: str) -> CapReached:
         spent, _ = self.ledger.figures(self.key)
         limit = getattr(self.caps, cap)
-        observed = {"max_tool_calls": spent.tool_calls, "max_steps": spent.model_calls, "max_cost_usd": spent.cost_usd,
-                    "max_input_tokens": spent.input_tokens, "max_output_tokens": spent.output_tokens,
-                    "max_tokens": spent.total_tokens}[cap]  # fmt: skip
-        return CapReached(cap, limit if limit is not None else 0, round(observed, 8), self.scope)
+        return CapReached(cap, limit if limit is not None else 0, round(cap_figure(cap, spent), 8), self.scope)
 
 
 def _first_cap(caps: Caps) -> str:

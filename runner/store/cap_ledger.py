@@ -243,13 +243,7 @@ class CapLedger:
 
     def scope(self, key: str) -> ScopeFigures:
         """Scope ``key``'s caps and figures, with what dead holders hold (:class:`KeyError` if there is none)."""
-        found = self._figures(key)
-        held = self.db.rows(
-            f"SELECT holder, {_sums()} FROM cap_entries WHERE scope = ? AND status = 'held' GROUP BY holder", (key,)
-        )
-        gone = cap_holders.dead(self.db, {r["holder"] for r in held})
-        by_dead = sum((_usage(r) for r in held if r["holder"] in gone), Usage())
-        return ScopeFigures(found.key, found.caps, found.spent, found.reserved, by_dead, tuple(sorted(gone.values())))
+        return read_scope(self.db, key)
 
     # --- internals -----------------------------------------------------------------------
 
@@ -259,19 +253,7 @@ class CapLedger:
             self._registered = True
 
     def _figures(self, key: str) -> ScopeFigures:
-        row = self.db.row("SELECT * FROM cap_scopes WHERE key = ?", (key,))
-        if row is None:
-            raise KeyError(key)
-        caps = Caps(**{name: _number(row[name]) for name in SUMMED_CAPS})  # type: ignore[arg-type]
-        spent = Usage(
-            int(row["spent_input_tokens"]), int(row["spent_output_tokens"]), int(row["spent_cached_input_tokens"]),
-            float(row["spent_cost_usd"]), int(row["spent_model_calls"]), int(row["spent_tool_calls"]),
-        )  # fmt: skip
-        reserved = Usage(
-            int(row["reserved_input_tokens"]), int(row["reserved_output_tokens"]), 0, float(row["reserved_cost_usd"]),
-            int(row["reserved_model_calls"]),
-        )  # fmt: skip
-        return ScopeFigures(key, caps, spent, reserved)
+        return _scope_row(self.db, key)
 
     def _entry(self, db: Database, key: str, entry: str) -> dict[str, Any] | None:
         return db.row(f"SELECT * FROM cap_entries WHERE scope = ? AND id = ?{db.lock_rows}", (key, entry))
@@ -320,6 +302,32 @@ class CapLedger:
         total = sum((_usage(r) for r in carried), Usage())
         db.execute(_MOVE, (*_held(total), *_spent(total), key))
         return total
+
+
+def read_scope(db: Database, key: str) -> ScopeFigures:
+    """Scope ``key`` of the ledger in ``db``: caps, figures and what dead holders hold; it only
+    reads (:class:`KeyError` if there is no such scope)."""
+    found = _scope_row(db, key)
+    held = db.rows(f"SELECT holder, {_sums()} FROM cap_entries WHERE scope = ? AND status = 'held' GROUP BY holder", (key,))
+    gone = cap_holders.dead(db, {r["holder"] for r in held})
+    by_dead = sum((_usage(r) for r in held if r["holder"] in gone), Usage())
+    return ScopeFigures(found.key, found.caps, found.spent, found.reserved, by_dead, tuple(sorted(gone.values())))
+
+
+def _scope_row(db: Database, key: str) -> ScopeFigures:
+    row = db.row("SELECT * FROM cap_scopes WHERE key = ?", (key,))
+    if row is None:
+        raise KeyError(key)
+    caps = Caps(**{name: _number(row[name]) for name in SUMMED_CAPS})  # type: ignore[arg-type]
+    spent = Usage(
+        int(row["spent_input_tokens"]), int(row["spent_output_tokens"]), int(row["spent_cached_input_tokens"]),
+        float(row["spent_cost_usd"]), int(row["spent_model_calls"]), int(row["spent_tool_calls"]),
+    )  # fmt: skip
+    reserved = Usage(
+        int(row["reserved_input_tokens"]), int(row["reserved_output_tokens"]), 0, float(row["reserved_cost_usd"]),
+        int(row["reserved_model_calls"]),
+    )  # fmt: skip
+    return ScopeFigures(key, caps, spent, reserved)
 
 
 def _conditions(held: Usage) -> tuple[str, list[float]]:
