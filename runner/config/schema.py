@@ -88,14 +88,17 @@ def validate_value(value: Any, json_schema: dict[str, Any]) -> list[str]:
     patterns are matched with a time limit (:mod:`runner.untrusted_regex`); a ``$ref`` that
     does not resolve is a problem, not an exception."""
     from jsonschema import Draft202012Validator
+    from referencing import Registry
     from referencing.exceptions import Unresolvable
 
-    checker = bounded_validator(Draft202012Validator)(json_schema)
+    checker = bounded_validator(Draft202012Validator)(json_schema, registry=Registry())  # empty: a URL $ref is never fetched
     try:
         with shared_deadline():
             return [f"{_pointer(e)}: {e.message}" for e in checker.iter_errors(value)]
     except Unresolvable as exc:
         return [f"the schema's reference {getattr(exc, 'ref', '')!r} cannot be resolved: only references inside it (#/$defs/...) are"]
+    except RecursionError:  # a $ref cycle, or a value nested deeper than Python recurses
+        return ["the schema or the value nests too deeply to validate (a $ref that leads back to itself?)"]
 
 
 def check_schema(json_schema: Any) -> str | None:
@@ -107,7 +110,9 @@ def check_schema(json_schema: Any) -> str | None:
         Draft202012Validator.check_schema(json_schema)
     except Exception as exc:  # jsonschema raises SchemaError; keep the message only
         return str(getattr(exc, "message", exc))
-    return _reference_problem(json_schema, json_schema)
+    from runner.config.schema_hazards import pattern_problem, recursion_problem
+
+    return _reference_problem(json_schema, json_schema) or pattern_problem(json_schema) or recursion_problem(json_schema)
 
 
 def _reference_problem(root: Any, node: Any) -> str | None:
