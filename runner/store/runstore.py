@@ -21,8 +21,8 @@ from runner.core.usage import Usage
 from runner.errors import UsageError
 from runner.store.database import Database, open_database
 from runner.store.result_cache import ResultStore
-from runner.store.store_version import refuse_newer, stamp
 from runner.store.schema import AddedColumn, Schema
+from runner.store.store_version import refuse_newer, stamp
 from runner.store.transcripts import TranscriptStore
 
 SCHEMA = Schema(
