@@ -29,6 +29,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import UsageError
+from runner.locations import bounded
 from runner.store.cap_holders import process_start
 from runner.store.schema import Schema
 
@@ -130,18 +131,18 @@ def _object_lock(target: UPath, record: dict[str, Any], lease_seconds: float) ->
     finally:
         stop.set()
         renewer.join()
-        with contextlib.suppress(OSError):
-            if (_read(lock) or {}).get("token") == mine["token"]:
-                lock.fs.rm_file(lock.path)
+        with contextlib.suppress(OSError):  # RemoteTimedOut too: a lease that is not renewed runs out
+            bounded(f"releasing the output lock {lock}", lambda: _release(lock, mine))
 
 
 def _create(target: UPath, lock: UPath, mine: dict[str, Any], lease_seconds: float) -> None:
     """Create ``lock`` holding ``mine``; take it over once if the one there is stale; else refuse."""
-    lock.fs.makedirs(lock.fs._parent(lock.path), exist_ok=True)
+    what = f"taking the output lock {lock}"  # each remote call bounded: a storage that never answers stops the batch
+    bounded(what, lambda: lock.fs.makedirs(lock.fs._parent(lock.path), exist_ok=True))
     for _ in range(2):
-        if _create_exclusive(lock, _leased(mine, lease_seconds)):
+        if bounded(what, lambda: _create_exclusive(lock, _leased(mine, lease_seconds))):
             return
-        found = _read(lock)
+        found = bounded(what, lambda: _read(lock))
         if found is None:
             continue  # it was released in between
         if not stale(found):
@@ -151,7 +152,7 @@ def _create(target: UPath, lock: UPath, mine: dict[str, Any], lease_seconds: flo
             )))  # fmt: skip
         log.warning("taking over the stale output lock %s (held by pid %s on %s)", lock, found.get("pid"), found.get("host"))
         with contextlib.suppress(FileNotFoundError):
-            lock.fs.rm_file(lock.path)
+            bounded(what, lambda: lock.fs.rm_file(lock.path))
     raise UsageError(f"{lock}: another batch took this output's lock at the same moment; wait for it to end")
 
 
@@ -186,11 +187,17 @@ def stale(found: Mapping[str, Any], now: dt.datetime | None = None) -> bool:
 
 def _renew(lock: UPath, mine: dict[str, Any], lease_seconds: float, stop: threading.Event) -> None:
     while not stop.wait(lease_seconds / 3):
-        with contextlib.suppress(OSError):
-            if (_read(lock) or {}).get("token") != mine["token"]:
+        with contextlib.suppress(OSError):  # RemoteTimedOut too: tried again at the next renewal
+            if (bounded(f"reading the output lock {lock}", lambda: _read(lock)) or {}).get("token") != mine["token"]:
                 log.warning("the output lock %s is no longer this batch's (taken over as stale?)", lock)
                 return
-            lock.fs.pipe_file(lock.path, json.dumps(_leased(mine, lease_seconds)).encode())
+            data = json.dumps(_leased(mine, lease_seconds)).encode()
+            bounded(f"renewing the output lock {lock}", lambda: lock.fs.pipe_file(lock.path, data))
+
+
+def _release(lock: UPath, mine: Mapping[str, Any]) -> None:
+    if (_read(lock) or {}).get("token") == mine["token"]:
+        lock.fs.rm_file(lock.path)
 
 
 def _read(lock: UPath) -> dict[str, Any] | None:
