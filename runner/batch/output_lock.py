@@ -192,7 +192,7 @@ def _renew(lock: UPath, mine: dict[str, Any], lease_seconds: float, stop: thread
                 log.warning("the output lock %s is no longer this batch's (taken over as stale?)", lock)
                 return
             data = json.dumps(_leased(mine, lease_seconds)).encode()
-            bounded(f"renewing the output lock {lock}", lambda: lock.fs.pipe_file(lock.path, data))
+            bounded(f"renewing the output lock {lock}", lambda: lock.fs.pipe_file(lock.path, data))  # noqa: B023  # called at once
 
 
 def _release(lock: UPath, mine: Mapping[str, Any]) -> None:

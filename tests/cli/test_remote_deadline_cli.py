@@ -106,7 +106,7 @@ def test_bounded_returns_and_raises_what_the_call_does() -> None:
         bounded("reading", lambda: open("/nonexistent/x").read(), 5)  # noqa: SIM115
     release = threading.Event()
     try:
-        with pytest.raises(RemoteTimedOut, match="waiting: the storage did not answer within 0.2 s") as stopped:
+        with pytest.raises(RemoteTimedOut, match=r"waiting: the storage did not answer within 0\.2 s") as stopped:
             bounded("waiting", release.wait, 0.2)
         assert isinstance(stopped.value, TimeoutError) and stopped.value.exit_code == 1
     finally:
