@@ -179,6 +179,9 @@ def _to_problems(doc: Document, error: ValidationError, prefix: str = "") -> lis
         return [doc.problem(pointer, f"{error.instance!r} is not one of {error.validator_value}{hint}")]
     if error.validator == "type" and isinstance(error.instance, bool) and error.validator_value in ("number", "integer"):
         return [doc.problem(pointer, f"{error.instance!r} is a boolean; write a number")]
+    if error.validator == "type" and isinstance(error.instance, str) and _yaml_exponent(error.instance) and error.validator_value in ("number", "integer"):
+        return [doc.problem(pointer, f"{error.instance!r} is text to YAML (an exponent without a decimal point); write the "
+                            f"{error.validator_value} as plain digits, or with a point: 1.0e6")]  # fmt: skip
     if error.validator == "type" and isinstance(error.instance, str) and error.validator_value in ("number", "integer"):
         return [doc.problem(pointer, f"{error.instance!r} is a string; write the {error.validator_value} without quotes")]
     if error.validator == "pattern" and pointer.endswith("api_key_env"):
@@ -191,6 +194,13 @@ def _to_problems(doc: Document, error: ValidationError, prefix: str = "") -> lis
     if error.validator == "pattern" and error.schema.get("description"):
         return [doc.problem(pointer, f"{error.instance!r} is not valid here: {error.schema['description']}")]
     return [doc.problem(pointer, error.message)]
+
+
+def _yaml_exponent(text: str) -> bool:
+    """Whether ``text`` is a number with an exponent that YAML 1.1 reads as a string (``1e23``, ``5E+3``)."""
+    import re
+
+    return re.fullmatch(r"[+-]?[0-9]+[eE][+-]?[0-9]+", text) is not None
 
 
 def _allowed_keys(subschema: dict[str, Any]) -> list[str]:
