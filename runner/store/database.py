@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from runner.core.sqlite_faults import file_faults
 from runner.errors import UsageError
 from runner.store.schema import Dialect as Dialect  # re-exported: what a Database is
 from runner.store.schema import Schema
-from runner.store.sqlite_faults import file_faults
 
 STORE_URL_ENV = "RUNNER_STORE_URL"
 """The environment variable naming the shared database (``postgresql://user@host/db``)."""

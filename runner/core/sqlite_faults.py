@@ -6,7 +6,9 @@ read-only, or held by another process; ``sqlite3`` then says ``file is not a dat
 shows a traceback. :func:`file_faults` turns those errors (decided on SQLite's result code,
 never on the message) into a :class:`~runner.errors.StoreDamaged` (exit 2: the file needs a
 person) or a :class:`~runner.errors.StoreUnavailable` (exit 1: a later try may succeed). The
-file is never deleted or replaced here: its rows stay for whoever recovers them.
+file is never deleted or replaced here: its rows stay for whoever recovers them. Used by the
+run store and batch journal (:class:`runner.store.database.SqliteDatabase`) and by knowledge
+indexes and agent memory (:mod:`runner.knowledge.store`).
 """
 
 from __future__ import annotations
@@ -68,4 +70,6 @@ def _keep_hint(path: Path, role: str) -> str:
     moved = f"mv {path} {path}.damaged"
     if role == "batch journal":
         return f"pass --restart to discard it and start the batch over, or move it away to keep it ({moved})"
+    if role == "knowledge index":  # derived from the sources: nothing is lost by rebuilding it
+        return f"delete it (rm {path}); `runner index` rebuilds it from its sources"
     return f"move it away ({moved}; `sqlite3 {path.name}.damaged .recover` may salvage its rows) and run again to start a new one"
