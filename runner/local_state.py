@@ -40,6 +40,17 @@ def state_dir(root: Path) -> Path:
     return root / Path(configured).expanduser()  # an absolute value replaces root
 
 
+def refuse_outside(directory: Path, inside: Path, holds: str, fix: str) -> None:
+    """A :class:`UsageError` naming ``directory`` (a default place in the project, holding
+    ``holds``) and the ``fix`` when a symbolic link leads it out of ``inside``."""
+    target = directory.resolve()
+    if not target.is_relative_to(inside.resolve()):
+        raise UsageError(
+            f"cannot use {directory} ({holds}): a symbolic link leads it out of the project (to {target}), and the "
+            f"runner writes only inside the project unless told otherwise; {fix}, or remove the link"
+        )
+
+
 def not_a_directory(path: Path) -> Path | None:
     """The first of ``path`` and its parents that exists but is not a directory (a regular
     file where a directory should be), or ``None``."""
@@ -60,9 +71,12 @@ def _refuse_escaping_link(root: Path, default: Path) -> None:
         )
 
 
-def require_writable(directory: Path, holds: str, fix: str) -> None:
+def require_writable(directory: Path, holds: str, fix: str, *, inside: Path | None = None) -> None:
     """Make ``directory`` (and its parents) if needed; raise a :class:`UsageError` that names
-    it, what it ``holds`` and the ``fix`` when this process cannot create or write it."""
+    it, what it ``holds`` and the ``fix`` when this process cannot create or write it, or
+    (``inside`` given: a default place in the project) when a symbolic link leads it out of ``inside``."""
+    if inside is not None:
+        refuse_outside(directory, inside, holds, fix)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as error:

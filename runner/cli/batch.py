@@ -95,7 +95,7 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
                                           ("--batch-max-file-bytes", batch_max_file_bytes)) if value is not None]
         if given:
             raise click.UsageError(f"{', '.join(given)} only applies with --via batch-api (or mode: batch_api on the task)")
-    check_batch_dirs(project, request)  # a read-only project fails here, before any row is paid for
+    check_batch_dirs(project, request, spec.name)  # a read-only project fails here, before any row is paid for
     try:
         summary = asyncio.run(run_batch_file(project, spec, request))
     except KeyboardInterrupt:

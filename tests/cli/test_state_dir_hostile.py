@@ -113,3 +113,25 @@ def test_batch_api_limits_within_provider_limits_are_valid(tmp_path: Path) -> No
 def test_batch_api_flags_beyond_any_provider_are_usage_errors(project: Path, flag: str, value: str) -> None:
     done = run_cli(project, None, *BATCH, "--via", "batch-api", flag, value, drop=("RUNNER_",), timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr and flag in done.stderr
+
+
+@pytest.mark.parametrize("link", ["reports", "reports/triage_ticket"])
+@pytest.mark.parametrize("command", [RUN, BATCH])
+def test_a_reports_link_leading_out_of_the_project_is_not_followed(
+    project: Path, tmp_path: Path, link: str, command: tuple[str, ...]
+) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (project / link).parent.mkdir(parents=True, exist_ok=True)
+    (project / link).symlink_to(outside)
+    done = cli(project, *command)
+    line = error_line(done)
+    assert done.returncode == 2 and "a symbolic link leads it out of the project" in line and "remove the link" in line
+    assert "[model requests: 0]" in done.stderr and list(outside.rglob("*")) == []
+
+
+def test_an_explicit_reports_dir_outside_the_project_is_used(project: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    done = cli(project, *RUN, "--reports-dir", str(outside))
+    assert done.returncode == 0, done.stderr
+    assert list(outside.glob("triage_ticket/*/report.json"))
