@@ -127,7 +127,7 @@ def location(value: str | os.PathLike[str] | Location) -> Location:
         raise UsageError(f"{value}: writing to a URL needs fsspec and universal_pathlib: pip install 'runner[remote]'") from None
     try:
         remote = UPath(value)
-        bounded(f"opening {_shown(remote)}", lambda: remote.fs)  # resolves the filesystem now: a missing driver fails here, by name
+        bounded(f"opening {shown(remote)}", lambda: remote.fs)  # resolves the filesystem now: a missing driver fails here, by name
     except (ImportError, ValueError) as exc:
         raise UsageError(f"{value}: cannot use this location: {exc}") from None
     return remote
@@ -148,7 +148,7 @@ def write_bytes(target: Location, data: bytes) -> Location:
         remote.parent.mkdir(parents=True, exist_ok=True)
         remote.write_bytes(data)
 
-    bounded(f"writing {_shown(remote)}", write)
+    bounded(f"writing {shown(remote)}", write)
     return target
 
 
@@ -166,7 +166,7 @@ def upload_file(source: Path, target: Location) -> Location:
         remote.parent.mkdir(parents=True, exist_ok=True)
         remote.fs.put_file(str(source), remote.path)
 
-    bounded(f"uploading {_shown(remote)}", put)
+    bounded(f"uploading {shown(remote)}", put)
     return target
 
 
@@ -178,7 +178,7 @@ def upload_tree(source: Path, target: Location) -> Location:
     return target
 
 
-def _shown(target: Location) -> str:
+def shown(target: Location | str) -> str:
     """A remote location without credentials (a URL's user info is never shown)."""
     parts = urlsplit(str(target))
     return f"{parts.scheme}://{parts.hostname or ''}{parts.path}" if parts.scheme else str(target)

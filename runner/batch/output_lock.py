@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import UsageError
-from runner.locations import bounded
+from runner.locations import bounded, shown
 from runner.store.cap_holders import process_start
 from runner.store.schema import Schema
 
@@ -132,12 +132,12 @@ def _object_lock(target: UPath, record: dict[str, Any], lease_seconds: float) ->
         stop.set()
         renewer.join()
         with contextlib.suppress(OSError):  # RemoteTimedOut too: a lease that is not renewed runs out
-            bounded(f"releasing the output lock {lock}", lambda: _release(lock, mine))
+            bounded(f"releasing the output lock {shown(lock)}", lambda: _release(lock, mine))
 
 
 def _create(target: UPath, lock: UPath, mine: dict[str, Any], lease_seconds: float) -> None:
     """Create ``lock`` holding ``mine``; take it over once if the one there is stale; else refuse."""
-    what = f"taking the output lock {lock}"  # each remote call bounded: a storage that never answers stops the batch
+    what = f"taking the output lock {shown(lock)}"  # each remote call bounded: a storage that never answers stops the batch
     bounded(what, lambda: lock.fs.makedirs(lock.fs._parent(lock.path), exist_ok=True))
     for _ in range(2):
         if bounded(what, lambda: _create_exclusive(lock, _leased(mine, lease_seconds))):
@@ -188,11 +188,11 @@ def stale(found: Mapping[str, Any], now: dt.datetime | None = None) -> bool:
 def _renew(lock: UPath, mine: dict[str, Any], lease_seconds: float, stop: threading.Event) -> None:
     while not stop.wait(lease_seconds / 3):
         with contextlib.suppress(OSError):  # RemoteTimedOut too: tried again at the next renewal
-            if (bounded(f"reading the output lock {lock}", lambda: _read(lock)) or {}).get("token") != mine["token"]:
+            if (bounded(f"reading the output lock {shown(lock)}", lambda: _read(lock)) or {}).get("token") != mine["token"]:
                 log.warning("the output lock %s is no longer this batch's (taken over as stale?)", lock)
                 return
             data = json.dumps(_leased(mine, lease_seconds)).encode()
-            bounded(f"renewing the output lock {lock}", lambda: lock.fs.pipe_file(lock.path, data))  # noqa: B023  # called at once
+            bounded(f"renewing the output lock {shown(lock)}", lambda: lock.fs.pipe_file(lock.path, data))  # noqa: B023  # called at once
 
 
 def _release(lock: UPath, mine: Mapping[str, Any]) -> None:

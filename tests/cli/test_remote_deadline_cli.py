@@ -111,3 +111,12 @@ def test_bounded_returns_and_raises_what_the_call_does() -> None:
         assert isinstance(stopped.value, TimeoutError) and stopped.value.exit_code == 1
     finally:
         release.set()
+
+
+def test_a_credential_in_the_output_url_is_not_shown_when_the_storage_hangs(project: Path) -> None:
+    secret = "sk-storage-secret-0123456789"
+    batch = ("batch", "triage_ticket", "--input", "tickets.jsonl", "--output", f"hang://user:{secret}@bucket/out.jsonl",
+             "--id-column", "id", "--progress", "none")  # fmt: skip
+    done = run_cli(project, None, *batch, env=hanging_env("1"), timeout=120)
+    assert done.returncode == 1 and "did not answer within 1 s" in error_line(done)
+    assert secret not in done.stderr + done.stdout
