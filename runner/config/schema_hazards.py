@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from runner.untrusted_regex import compile_problem
+from runner.untrusted_regex import bounded_validator, compile_problem, shared_deadline
 
 _VALUES = frozenset({"const", "enum", "default", "examples"})
 """Keywords whose content is data, not schema: a key named ``pattern`` there is not one."""
@@ -31,12 +31,14 @@ def pattern_problem(schema: Any) -> str | None:
 def recursion_problem(schema: Any) -> str | None:
     """Why validating against ``schema`` would never end (a ``$ref`` cycle), or ``None``."""
     from jsonschema import Draft202012Validator
+    from referencing import Registry
     from referencing.exceptions import Unresolvable
 
-    checker = Draft202012Validator(schema)
+    checker = bounded_validator(Draft202012Validator)(schema, registry=Registry())  # nothing fetched, patterns bounded
     for value in _PROBES:
         try:
-            next(checker.iter_errors(value), None)
+            with shared_deadline():
+                next(checker.iter_errors(value), None)
         except RecursionError:
             return ("its references form a cycle that never reaches a value ($ref leads back to itself); "
                     "make each recursive $ref sit under properties or items")  # fmt: skip
