@@ -81,6 +81,14 @@ class StoreUnavailable(RunnerError):
     exit_code = EXIT_FAILED
 
 
+class StoreDamaged(RunnerError):
+    """A local store file (run store, batch journal) cannot be used as it is: damaged, not a
+    database, a directory, read-only, or written by a newer runner. Retrying cannot help; the
+    message names the file and what to do, and nothing deletes it."""
+
+    exit_code = EXIT_CONFIG
+
+
 class CapReached(RunnerError):
     """A cap would be exceeded by the next model call; the run stops before making it."""
 

@@ -30,22 +30,64 @@ DEFAULT_FANOUT_WORK_DIR = "/tmp/runner-airflow"
 
 
 def state_dir(root: Path) -> Path:
-    """``$RUNNER_STATE_DIR`` (relative to ``root`` when relative), else ``<root>/.runner``."""
+    """``$RUNNER_STATE_DIR`` (relative to ``root`` when relative), else ``<root>/.runner``.
+
+    A ``<root>/.runner`` that is a symbolic link leading out of the project is refused (a
+    :class:`UsageError`): a checked-out project could otherwise point the runner's writes
+    (stores, journals, workspaces it wipes) anywhere; ``$RUNNER_STATE_DIR`` names such a place
+    explicitly."""
     configured = os.environ.get(STATE_DIR_ENV, "").strip()
     if not configured:
+        _refuse_escaping_link(root, root / DEFAULT_STATE_DIR)
         return root / DEFAULT_STATE_DIR
     return root / Path(configured).expanduser()  # an absolute value replaces root
 
 
-def require_writable(directory: Path, holds: str, fix: str) -> None:
+def refuse_outside(directory: Path, inside: Path, holds: str, fix: str) -> None:
+    """A :class:`UsageError` naming ``directory`` (a default place in the project, holding
+    ``holds``) and the ``fix`` when a symbolic link leads it out of ``inside``."""
+    target = directory.resolve()
+    if not target.is_relative_to(inside.resolve()):
+        raise UsageError(
+            f"cannot use {directory} ({holds}): a symbolic link leads it out of the project (to {target}), and the "
+            f"runner writes only inside the project unless told otherwise; {fix}, or remove the link"
+        )
+
+
+def not_a_directory(path: Path) -> Path | None:
+    """The first of ``path`` and its parents that exists but is not a directory (a regular
+    file where a directory should be), or ``None``."""
+    for part in reversed([path, *path.parents]):
+        if part.exists() and not part.is_dir():
+            return part
+    return None
+
+
+def _refuse_escaping_link(root: Path, default: Path) -> None:
+    if not default.is_symlink():
+        return
+    target = default.resolve()
+    if not target.is_relative_to(root.resolve()):
+        raise UsageError(
+            f"{default} is a symbolic link to {target}, outside the project; the runner does not follow it. "
+            f"To keep the local state there, set ${STATE_DIR_ENV}={target} (or remove the link)"
+        )
+
+
+def require_writable(directory: Path, holds: str, fix: str, *, inside: Path | None = None) -> None:
     """Make ``directory`` (and its parents) if needed; raise a :class:`UsageError` that names
-    it, what it ``holds`` and the ``fix`` when this process cannot create or write it."""
+    it, what it ``holds`` and the ``fix`` when this process cannot create or write it, or
+    (``inside`` given: a default place in the project) when a symbolic link leads it out of ``inside``."""
+    if inside is not None:
+        refuse_outside(directory, inside, holds, fix)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as error:
+        if (blocker := not_a_directory(directory)) is not None:
+            raise UsageError(_not_a_directory(directory, blocker, holds, fix)) from None
         raise UsageError(_message(directory, holds, fix, error.errno, error.strerror)) from None
     if not directory.is_dir():
-        raise UsageError(_message(directory, holds, fix, errno.ENOTDIR, None))
+        raise UsageError(_not_a_directory(directory, not_a_directory(directory) or directory, holds, fix))
     if not os.access(directory, os.W_OK | os.X_OK):  # EROFS and permissions both show here
         read_only = _on_read_only_mount(directory)
         raise UsageError(_message(directory, holds, fix, errno.EROFS if read_only else errno.EACCES, None))
@@ -56,6 +98,11 @@ def _message(directory: Path, holds: str, fix: str, code: int | None, reason: st
     if code == errno.EACCES:
         why += f" for user {_user()}"
     return f"cannot write {directory} ({holds}): {why}; {fix}"
+
+
+def _not_a_directory(directory: Path, blocker: Path, holds: str, fix: str) -> str:
+    where = "it" if blocker == directory else str(blocker)
+    return f"cannot use {directory} ({holds}): {where} is a file, not a directory; move that file away, or {fix}"
 
 
 def _on_read_only_mount(directory: Path) -> bool:

@@ -42,7 +42,7 @@ from typing import Any, Literal, get_args
 
 from runner.batch.inputs import Row
 from runner.core.usage import Usage
-from runner.errors import UsageError
+from runner.errors import StoreDamaged, UsageError
 
 RowStatus = Literal["pending", "running", "done", "failed", "invalid", "not_run"]
 """A journal row's status: ``pending -> running -> done | failed | not_run``; ``invalid`` from the start."""
@@ -327,6 +327,12 @@ def new_meta(wanted: Mapping[str, str]) -> dict[str, str]:
 
 def check_meta(meta: Mapping[str, str], wanted: Mapping[str, str], where: str) -> None:
     """Refuse a journal made for another task, input content, options or schema (``where`` names it)."""
+    found = str(meta.get("schema_version", ""))
+    if found.isdigit() and int(found) > int(SCHEMA_VERSION):  # not another batch: a newer runner's journal
+        raise StoreDamaged(
+            f"{where}: this journal was written by a newer runner (journal schema {found}; this runner writes "
+            f"{SCHEMA_VERSION}); finish the batch with that runner, or pass --restart to discard it, or --journal PATH to keep both"
+        )
     different = [key for key in ("task", "input_sha256", "options") if meta.get(key) != wanted[key]]
     if meta.get("schema_version") != SCHEMA_VERSION:
         different.append("schema_version")

@@ -49,7 +49,7 @@ class SqliteJournal(SqlJournal):
                 for suffix in ("", "-wal", "-shm"):
                     Path(f"{path}{suffix}").unlink(missing_ok=True)
             # busy: readers in other processes (progress, tests) hold the file for moments only
-            database = SqliteDatabase(path, busy_seconds=5, synchronous="FULL" if durable else "NORMAL")
+            database = SqliteDatabase(path, busy_seconds=5, synchronous="FULL" if durable else "NORMAL", role="batch journal")
             open_tables(database, LAYOUT, str(path), wanted, restart=False)
         except BaseException:
             if database is not None:

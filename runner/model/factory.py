@@ -74,6 +74,8 @@ def resolve_endpoint(
     if spec.provider == "local":
         return Endpoint("local", LOCAL_MODEL_ID)
     base_url = base_url_override or spec.base_url or env.get("OPENAI_BASE_URL") or None
+    if base_url is not None:
+        _check_base_url(base_url, "--base-url" if base_url_override else "model.base_url" if spec.base_url else "$OPENAI_BASE_URL")
     target = base_url or DEFAULT_BASE_URL
     key, withheld = choose_key(target, _key_candidates(spec, base_url_override, api_key, env))
     if key is None and withheld:  # sending none could hide the mistake behind a 401; one would leak
@@ -86,6 +88,23 @@ def resolve_endpoint(
             "or give base_url for a local OpenAI-compatible server"
         )
     return Endpoint("openai", model_id, base_url, key or "not-needed")
+
+
+def _check_base_url(url: str, where: str) -> None:
+    """A :class:`ConfigError` naming ``where`` the URL came from unless it is an http(s) URL
+    with a host (and a numeric port): anything else fails every call, after retries."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url.strip())
+    try:
+        parts.port  # noqa: B018  # raises on a port that is not a number in range
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        usable = False
+    if not usable:
+        shown = f"{parts.scheme}://{parts.hostname or ''}{parts.path}" if parts.scheme else url[:60]  # never user info
+        raise ConfigError(f"{where} {shown!r} is not an http(s) URL with a host (and a port from 1 to 65535); give the endpoint's base URL, "
+                          "e.g. http://localhost:11434/v1 or https://api.openai.com/v1")  # fmt: skip
 
 
 class KeyRefused(ConfigError):

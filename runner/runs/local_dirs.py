@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from runner.config.project import Project
 from runner.config.specs import TaskSpec
-from runner.local_state import STATE_DIR_ENV, require_writable, state_dir
+from runner.local_state import STATE_DIR_ENV, refuse_outside, require_writable, state_dir
 from runner.runs.options import RunOptions
 from runner.runs.workspace import uses_workspace
 from runner.store.database import store_url_from_env
@@ -39,4 +39,5 @@ def check_local_dirs(project: Project, task: TaskSpec, options: RunOptions, *, s
         )
         require_writable(state_dir(project.root), holds, STATE_FIX)
     if options.write_report and options.reports_dir is None:
-        require_writable(project.root / "reports", "run reports", REPORTS_FIX)
+        refuse_outside(project.root / "reports" / task.name, project.root, "run reports", REPORTS_FIX)  # a link out of the project
+        require_writable(project.root / "reports", "run reports", REPORTS_FIX, inside=project.root)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from runner.core.sqlite_faults import file_faults
 from runner.errors import UsageError
 from runner.store.schema import Dialect as Dialect  # re-exported: what a Database is
 from runner.store.schema import Schema
@@ -278,42 +279,57 @@ class SqliteDatabase(Database):
 
     dialect: Dialect = "sqlite"
 
-    def __init__(self, path: Path, *, busy_seconds: float = 30, synchronous: str = "NORMAL", read_only: bool = False) -> None:
+    def __init__(
+        self, path: Path, *, busy_seconds: float = 30, synchronous: str = "NORMAL", read_only: bool = False, role: str = "run store"
+    ) -> None:
         super().__init__()
         self.path = path
         self.where = str(path)
-        if read_only:  # an existing file, opened so that nothing (not even its journal mode) changes
-            uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
-            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None, timeout=busy_seconds)
-            self._db.execute("SELECT count(*) FROM sqlite_master")  # not a database: refused now, not at the first read
-        else:
+        # a damaged, locked or read-only file: one line naming it and the fix (runner.store.sqlite_faults)
+        self._faults = lambda: file_faults(path, role, busy_seconds)
+        if not read_only:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=busy_seconds)
-            self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.row_factory = sqlite3.Row
-        self._db.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'FULL' else 'NORMAL'}")
-        self._db.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
-        self._db.execute(f"PRAGMA busy_timeout={int(busy_seconds * 1000)}")
+        with self._faults():
+            if read_only:  # an existing file, opened so that nothing (not even its journal mode) changes
+                uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
+                self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None, timeout=busy_seconds)
+                self._db.execute("SELECT count(*) FROM sqlite_master")  # not a database: refused now, not at the first read
+            else:
+                self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=busy_seconds)
+                self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.row_factory = sqlite3.Row
+            self._db.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'FULL' else 'NORMAL'}")
+            self._db.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
+            self._db.execute(f"PRAGMA busy_timeout={int(busy_seconds * 1000)}")
 
     @contextlib.contextmanager
     def _outermost(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")  # takes the write lock now: no upgrade deadlock later
+        with self._faults():
+            self._db.execute("BEGIN IMMEDIATE")  # takes the write lock now: no upgrade deadlock later
         try:
             yield
         except BaseException:
-            self._db.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):  # a damaged file may refuse the rollback too: the first error says why
+                self._db.execute("ROLLBACK")
             raise
-        self._db.execute("COMMIT")
+        with self._faults():
+            self._db.execute("COMMIT")
+
+    def _statement(self, run: Callable[[], T], *, retry: bool) -> T:
+        with self._faults():  # rows are read (and a damaged page found) after _cursor returns
+            return super()._statement(run, retry=retry)
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
     def _cursor(self, sql: str, params: Sequence[Any]) -> Any:
-        return self._db.execute(sql, storable(params, nul=False))
+        with self._faults():
+            return self._db.execute(sql, storable(params, nul=False))
 
     def _executemany(self, sql: str, params: list[tuple[Any, ...]]) -> None:
-        self._db.executemany(sql, (storable(p, nul=False) for p in params))
+        with self._faults():
+            self._db.executemany(sql, (storable(p, nul=False) for p in params))
 
     def _in_transaction(self, unit: Callable[[Database], T]) -> T:
         with self.transaction() as db:

@@ -22,6 +22,7 @@ from runner.errors import UsageError
 from runner.store.database import Database, open_database
 from runner.store.result_cache import ResultStore
 from runner.store.schema import AddedColumn, Schema
+from runner.store.store_version import refuse_newer, stamp
 from runner.store.transcripts import TranscriptStore
 
 SCHEMA = Schema(
@@ -169,7 +170,9 @@ class RunStore:
         self.where = self._db.where
         self.path = target if isinstance(target, Path) else self.where
         self._result_cache: ResultStore | None = None
+        refuse_newer(self._db)
         self._db.create(SCHEMA)
+        stamp(self._db)
         self.transcripts = TranscriptStore(self._db, now=now_iso)  # full requests, responses and tool outputs
 
     @property
