@@ -58,7 +58,7 @@ def show(store: str | None, scopes: tuple[str, ...], runs: str | None, root: Pat
     from runner.store.cap_view import scope_keys, view_scopes
     from runner.store.database import open_database
 
-    db = open_database(ledger_target(store), read_only=True)
+    db = open_database(ledger_target(store), read_only=True, role="cap ledger")
     try:
         chosen = chosen_scopes(scopes, scope_keys(db), db.where)
         recorded = run_store_lookup(db, runs, root)
@@ -97,7 +97,7 @@ def settle_dead(store: str | None, scopes: tuple[str, ...], runs: str | None, ro
     from runner.store.cap_view import has_ledger, scope_keys
     from runner.store.database import open_database
 
-    db = open_database(ledger_target(store))
+    db = open_database(ledger_target(store), role="cap ledger")
     try:
         if not has_ledger(db):  # refused before CapLedger would create its tables
             raise UsageError(f"{db.where} holds no cap ledger (a fan-out with batch caps opens one)")

@@ -70,6 +70,8 @@ def _keep_hint(path: Path, role: str) -> str:
     moved = f"mv {path} {path}.damaged"
     if role == "batch journal":
         return f"pass --restart to discard it and start the batch over, or move it away to keep it ({moved})"
+    if role == "cap ledger":  # read by `runner caps`: the path may simply be the wrong file
+        return f"check that --store names the ledger (a fan-out's caps.sqlite3, or a postgresql:// URL); if it is, move it away ({moved}) to keep its rows"
     if role == "knowledge index":  # derived from the sources: nothing is lost by rebuilding it
         return f"delete it (rm {path}); `runner index` rebuilds it from its sources"
     return f"move it away ({moved}; `sqlite3 {path.name}.damaged .recover` may salvage its rows) and run again to start a new one"
