@@ -128,8 +128,10 @@ class ProviderState:
         self._save()
 
     def abandoned(self, files: list[UnneededFile]) -> None:
-        """Input files of an earlier journal's batches (``--restart``) to delete once they end."""
-        self.files.extend(files)
+        """Input files of an earlier journal's batches (``--restart``) to delete once they end
+        (each once: a restart killed after this write notes them again)."""
+        known = {f.key for f in self.files}
+        self.files.extend(f for f in dict.fromkeys(files) if f.key not in known)
         self._save()
 
     def deleted(self, file: UnneededFile) -> None:
