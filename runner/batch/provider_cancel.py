@@ -159,8 +159,8 @@ def _client(clients: dict[str, ProviderClient], endpoints: dict[str, Endpoint], 
 async def _find(client: ProviderClient | None, part: BatchPart, batch_id: str) -> str | None:
     if client is None:
         return None
-    try:
-        return await client.find(part.metadata(batch_id), since=part.at - 600)
+    try:  # a create still in flight cannot land after this look (its input file goes first)
+        return await client.find_settled(part.metadata(batch_id), part.at - 600, part.file_id)
     except ModelError:
         return None
 

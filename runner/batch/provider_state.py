@@ -139,6 +139,10 @@ class ProviderState:
         self.files = [f for f in self.files if f.key != file.key]
         self._save()
 
+    def file_of(self, part: BatchPart) -> str | None:
+        """The id of ``part``'s uploaded input file, if its upload returned."""
+        return self._intent(part).file_id
+
     def _intent(self, part: BatchPart) -> BatchPart:
         """The recorded intent of ``part`` (with its file id when uploaded), or ``part`` itself."""
         return next((i for i in self.intents if i.key == part.key), part)

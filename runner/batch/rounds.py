@@ -233,7 +233,12 @@ class RoundCollector:
         waiting (``wait=False``) and one is still running: the caller returns with it pending."""
         for intent in list(self.state.intents):
             client = self._client(intent.endpoint)
-            found = await client.find(intent.metadata(self.journal.batch_id), since=intent.at - 600)
+            try:
+                found = await client.find_settled(intent.metadata(self.journal.batch_id), intent.at - 600, intent.file_id)
+            except ModelError as exc:  # its create may still land: the intent stays, the next run looks again
+                self._notice(f"could not tell yet whether provider batch round {intent.round} part {intent.part} was "
+                             f"created ({exc}); the next run looks for it again")  # fmt: skip
+                continue
             if found is not None:
                 self._say(f"found provider batch {found} (round {intent.round}) created before the last process ended")
                 self.state.created(intent, found)
@@ -393,9 +398,11 @@ class RoundCollector:
 
     async def _created_anyway(self, client: ProviderClient, metadata: dict[str, str], intent: BatchPart) -> str | None:
         """The batch a failed upload or create may still have made, or ``None`` (the intent is
-        dropped when it surely made none; kept when that cannot be told: a resume looks again)."""
+        dropped when it surely made none and none can appear later: its input file is deleted
+        before the last look, :meth:`ProviderClient.find_settled`; kept when that cannot be told:
+        a resume looks again)."""
         try:
-            found = await client.find(metadata, since=intent.at - 600)
+            found = await client.find_settled(metadata, intent.at - 600, self.state.file_of(intent))
         except ModelError:
             return None
         if found is None:
