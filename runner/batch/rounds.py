@@ -53,6 +53,7 @@ from runner.model.fingerprint import request_fingerprint
 from runner.model.wire import InvalidResponse, parse_completion
 from runner.redact import redact_secrets
 from runner.store.provider_answers import ProviderAnswers
+from runner.store.provider_tools import ProviderToolResults
 from runner.store.runstore import RunStore
 
 CURRENT_RUN: ContextVar[str | None] = ContextVar("runner_provider_batch_run", default=None)
@@ -119,6 +120,7 @@ class RoundCollector:
     ) -> None:
         self.journal, self.store, self.state = journal, store, ProviderState(journal)
         self.answers = ProviderAnswers(store.database)
+        ProviderToolResults(store.database)  # the rows' tool results are kept there (runner.agent.replay)
         self.endpoints = {endpoint_key(e): e for e in endpoints}
         self.prices, self.deadline, self.limits = prices, deadline, limits or BatchApiLimits()
         self.poll, self.wait, self.fallback_live = poll or PollPolicy(), wait, fallback_live

@@ -25,7 +25,9 @@ from tests.support.project import copy_shipped
 
 pytestmark = pytest.mark.timeout(300)
 TRIAGE = {"category": "bug", "urgency": "high", "summary": "It crashes."}
-SCRIPT: dict[str, Any] = {"fallback": {"content": json.dumps(TRIAGE), "usage": {"prompt_tokens": 100, "completion_tokens": 20}}}
+SCRIPT: dict[str, Any] = {
+    "fallback": {"content": json.dumps(TRIAGE), "usage": {"prompt_tokens": 100, "completion_tokens": 20}}
+}
 
 
 @pytest.fixture
@@ -35,7 +37,9 @@ def project(tmp_path: Path) -> Path:
 
 def _args(root: Path, *extra: str) -> tuple[str, ...]:
     rows = [{"id": f"t{i}", "subject": f"Ticket {i}", "body": f"It crashes {i}"} for i in range(1, 4)]
-    return via_api(write_rows(root / "tickets.jsonl", rows), root / "out.jsonl", "--journal", str(root / "journal.sqlite3"), *extra)
+    return via_api(
+        write_rows(root / "tickets.jsonl", rows), root / "out.jsonl", "--journal", str(root / "journal.sqlite3"), *extra
+    )
 
 
 def _killed_while_creating(root: Path, server: ScriptedServer) -> str:
@@ -52,7 +56,9 @@ def _killed_while_creating(root: Path, server: ScriptedServer) -> str:
     return str(intent["file_id"])
 
 
-def _next_run_lands_the_old_create_late(root: Path, server: ScriptedServer, file_id: str, *extra: str) -> subprocess.CompletedProcess[str]:
+def _next_run_lands_the_old_create_late(
+    root: Path, server: ScriptedServer, file_id: str, *extra: str
+) -> subprocess.CompletedProcess[str]:
     """Start the next run with the old create still held; once that run has settled the old intent
     (the create's input file is gone), let the old create go on; the next run's result."""
     server.batches.behaviour = BatchBehaviour(polls=1)  # the next run's own requests are not held
@@ -71,6 +77,7 @@ def _next_run_lands_the_old_create_late(root: Path, server: ScriptedServer, file
 
 def _landed_late_and_failed(server: ScriptedServer, file_id: str) -> None:
     """The held create was answered (the server records a request once it has answered it), and made no batch."""
+
     def answered() -> bool:
         return any(r.method == "POST" and r.path.endswith("/batches") and (r.body or {}).get("input_file_id") == file_id
                    for r in server.requests)  # fmt: skip
