@@ -211,7 +211,7 @@ async def _run_locked(
     """The batch proper, while this process holds the output file: rows, output, report. The rows
     stop, and the output is not written, once the output's lock is lost (:class:`OutputLockLost`)."""
     journal = _open_journal(task, request, source, journal_path)
-    if journal.discarded:  # --restart: the last run's provider batches would run on, and be billed twice
+    if journal.discarded:  # (a --restart, maybe killed): the last run's provider batches would run on, billed twice
         from runner.batch.provider_cancel import cancel_discarded
 
         await cancel_discarded(project, task, request, journal, sys.stderr)

@@ -81,13 +81,11 @@ class PostgresJournal(SqlJournal):
             if durable:
                 database.execute("SET synchronous_commit = on", idempotent=True)
                 database.on_reconnect(lambda db: db.execute("SET synchronous_commit = on"))
-            discarded = open_tables(database, layout(name), f"journal {name} in {database.where}", wanted, restart=restart)
+            open_tables(database, layout(name), f"journal {name} in {database.where}", wanted, restart=restart)
         except BaseException:
             database.close()
             raise
-        journal = cls(path, database, holder)
-        journal.discarded = discarded
-        return journal
+        return cls(path, database, holder)
 
     def close(self) -> None:
         if self._open:

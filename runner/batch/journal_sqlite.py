@@ -21,6 +21,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from runner.batch.journal import SCHEMA_VERSION
 from runner.batch.journal_sql import JournalLayout, SqlJournal, open_tables
 from runner.errors import UsageError
 from runner.store.database import SqliteDatabase
@@ -38,27 +39,26 @@ class SqliteJournal(SqlJournal):
 
     @classmethod
     def connect(cls, path: Path, wanted: Mapping[str, str], *, restart: bool, durable: bool) -> SqliteJournal:
-        """Lock, (with ``restart``: delete,) open and check the journal file ``path``."""
+        """Lock, open and check the journal file ``path``. With ``restart`` a journal is emptied in
+        place, in one transaction that keeps its provider batches for cancelling
+        (:func:`~runner.batch.journal.carried_over`); a file that is not a readable journal of this
+        schema is deleted (nothing to carry over)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         lock_fd = _lock(path)
         database: SqliteDatabase | None = None
-        discarded: dict[str, str] = {}
         try:
-            if restart:
-                discarded = _meta_of(path)
+            if restart and _meta_of(path).get("schema_version") != SCHEMA_VERSION:  # damaged, another file or layout
                 for suffix in ("", "-wal", "-shm"):
                     Path(f"{path}{suffix}").unlink(missing_ok=True)
             # busy: readers in other processes (progress, tests) hold the file for moments only
             database = SqliteDatabase(path, busy_seconds=5, synchronous="FULL" if durable else "NORMAL", role="batch journal")
-            open_tables(database, LAYOUT, str(path), wanted, restart=False)
+            open_tables(database, LAYOUT, str(path), wanted, restart=restart)
         except BaseException:
             if database is not None:
                 database.close()
             os.close(lock_fd)
             raise
-        journal = cls(path, database, lock_fd)
-        journal.discarded = discarded
-        return journal
+        return cls(path, database, lock_fd)
 
     def close(self) -> None:
         if self._lock_fd >= 0:

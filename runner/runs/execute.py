@@ -38,6 +38,7 @@ from runner.runs.context import RunContext
 from runner.runs.local_dirs import check_local_dirs
 from runner.runs.options import RunOptions
 from runner.runs.record import build_record
+from runner.runs.replayed_workspace import replayed_workspace
 from runner.runs.secrets import known_secrets
 from runner.runs.services import RunServices, open_services
 from runner.runs.steps import StepRunner, preflight_prices, run_agent_step
@@ -125,9 +126,10 @@ async def _execute(
         completed = store.completed_steps(run_id) if options.resume and attempt > 1 else {}
         resumed, moved = reusable_steps(project, task, run_id, options, completed)
         warnings += [moved] if moved else []
+        replayed = attempt > 1 and not resumed and replayed_workspace(project, run_id, options, store, warnings)
         ctx = RunContext(
             project, task, inputs, run_id, attempt, options, store, recorder, budget, pool, registry,
-            workspace=run_workspace(project, task, run_id, options, fresh=attempt > 1 and not resumed),
+            workspace=run_workspace(project, task, run_id, options, fresh=attempt > 1 and not resumed and not replayed),
             today=today, previous=_previous(store, task, run_id, inputs), config_hash=chash, resumed=resumed,
             warnings=warnings + services.warnings, services=services,
         )
