@@ -49,6 +49,7 @@ from runner.model.batch_endpoints import BatchBehaviour
 from tests.airflow.deploy import operations as ops_
 from tests.airflow.deploy.deployment import REPO, Deployment, free_port
 from tests.airflow.deploy.operations import BACKFILL_DATES, MISSPELT_TASK, TASKS_TEST_DATE, Operations
+from tests.airflow.deploy.worker_user import worker_user
 from tests.support.project import copy_shipped
 from tests.wheel import build_and_install
 
@@ -220,8 +221,10 @@ def _wipe_local_disk(deployment: Deployment) -> list[str]:
     state directory, and what a writable project would hold)."""
     places = [deployment.state, deployment.project / ".runner", deployment.project / "reports"]
     gone = [str(p.relative_to(place)) for place in places for p in place.rglob("*") if p.is_file()]
-    for place in places:
+    for place in places[1:]:
         shutil.rmtree(place, ignore_errors=True)
+    for path in deployment.state.iterdir():  # the directory stays: the deployer provisioned it for the worker's user
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     return sorted(gone)
 
 
@@ -253,7 +256,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
     project, tickets, capped = _project(base)
     begun = time.monotonic()
     _, package = build_and_install(base / "wheel")  # the deployment runs the package as built, not the checkout
-    deployment = Deployment(base, DATABASE_URL, project, package)
+    deployment = Deployment(base, DATABASE_URL, project, package, worker_user())
     deployment.timed("wheel built and installed", begun)
     ops = Operations()
     triage = yaml.safe_load((REPO / "examples/batch/triage_script.yaml").read_text())
@@ -337,8 +340,8 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
 
 DAG_IDS = ("runner_daily_report", "runner_batch_fanout", "runner_batch_api")
 PACKAGE_CHECK = """
-import json, sys, runner, runner.airflow.operator
-print("RUNNER", json.dumps({"module": runner.__file__, "cwd": __import__("os").getcwd(), "path0": sys.path[0]}))
+import json, os, sys, runner, runner.airflow.operator
+print("RUNNER", json.dumps({"module": runner.__file__, "cwd": os.getcwd(), "path0": sys.path[0], "uid": os.geteuid()}))
 """
 
 
@@ -703,3 +706,21 @@ def test_the_task_log_shows_the_runs_progress_and_summary(outcome: Outcome) -> N
     assert "started: task resume_check, resuming (attempt 2; reusing draft)" in log
     assert "[final] agent step started (plain)" in log and "| spent $" in log
     assert re.search(r"run resume_check-af-\w+ completed \(exit 0\): \d+ model call\(s\), \d+ tool call", log)
+
+
+def test_the_tasks_ran_as_the_non_root_worker_user(outcome: Outcome) -> None:
+    deployment = outcome.deployment
+    user = deployment.user
+    if user is None:
+        pytest.skip("no $RUNNER_AIRFLOW_DEPLOY_USER (set by .ci/airflow_e2e.sh), or not root, or no bubblewrap")
+    assert outcome.package_check["runner"]["uid"] == user.uid, outcome.package_check
+    written = [p for place in (deployment.state, deployment.shared) for p in place.rglob("*")]
+    assert any(p.name == "report.json" for p in written) and (deployment.state / "workspaces").is_dir()
+    foreign = [str(p) for p in written if p.lstat().st_uid != user.uid]
+    assert foreign == [], "everything the tasks wrote is the worker user's"
+    shared = [p for p in deployment.shared.rglob("*") if p.is_file()]
+    private = [f"{p.relative_to(deployment.shared)} {oct(p.stat().st_mode)}" for p in shared if not p.stat().st_mode & 0o004]
+    assert shared and private == [], "reports and outputs in the shared location are readable by the deployment's other users"
+    keys = list(deployment.state.rglob("project-cache.key"))  # no home directory: the per-user cache is in the state dir
+    assert [k.relative_to(deployment.state).parts[0] for k in keys] == ["user-cache"], keys
+    assert keys[0].stat().st_mode & 0o077 == 0 and list((deployment.state / "user-cache/templates").iterdir())

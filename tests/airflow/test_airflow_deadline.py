@@ -1,0 +1,147 @@
+"""An ``execution_timeout`` that fires while the runner's own code runs (not while it waits on
+the network) must still stop the run as a timeout: no row of a batch carries on past it, a
+pipeline's finished step is not paid for again by the retry, and Airflow sees its own
+``AirflowTaskTimeout`` (not an ``ExceptionGroup``), so it retries and calls ``on_kill``.
+
+Airflow's real timeout (``airflow.sdk.execution_time.timeout``, a ``SIGALRM`` handler) guards
+each call, with an hour to go; the test delivers the alarm itself at a chosen point inside the
+run, where the real one lands when the deadline passes during a parse, a write or a callback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("airflow", reason="apache-airflow is not installed")
+
+from airflow.sdk.exceptions import AirflowTaskTimeout  # noqa: E402
+from airflow.sdk.execution_time.timeout import timeout  # noqa: E402
+
+from runner.airflow.execution import run_batch_for_airflow, run_task_for_airflow  # noqa: E402
+
+TWO_STEPS = {"rules": [{"when": {"last_message": "^STEP-TWO"}, "reply": "polished"}, {"reply": "a draft"}]}
+
+
+def _alarm_once() -> Callable[[], None]:
+    fired: list[bool] = []
+
+    def fire() -> None:
+        if not fired:
+            fired.append(True)
+            os.kill(os.getpid(), signal.SIGALRM)  # runs Python's handler right here, inside the run
+
+    return fire
+
+
+def _posts(server: Any) -> list[str]:
+    return [r.body["messages"][-1]["content"] for r in server.requests if r.method == "POST"]
+
+
+def test_a_timeout_inside_a_pipeline_step_is_a_timeout_and_the_retry_keeps_the_finished_step(
+    project: Path, scripted_server: Any
+) -> None:
+    fire = _alarm_once()
+
+    def events(event: dict[str, Any]) -> None:
+        if event.get("event") == "model_call":  # the draft step's call came back; the step is finishing
+            fire()
+
+    with scripted_server(TWO_STEPS) as server:
+        identity = {"dag_id": "d", "dag_run_id": "r", "task_id": "t", "model_base_url": server.base_url, "api_key": "sk-t"}
+        with pytest.raises(AirflowTaskTimeout), timeout(3600):
+            run_task_for_airflow("two_step", root=project, inputs={"topic": "tides"}, events=events, **identity)
+        retry = run_task_for_airflow("two_step", root=project, inputs={"topic": "tides"}, **identity)
+        prompts = _posts(server)
+    assert retry["status"] == "completed"
+    assert sum(p.startswith("STEP-ONE") for p in prompts) == 1, "the retry resumed: the draft was not paid for again"
+    assert sum(p.startswith("STEP-TWO") for p in prompts) == 1
+
+
+# cancelling a row while its HTTP client is opening a connection drops a coroutine the client
+# had made but not started (as Ctrl-C does); the interpreter reports it as unraisable
+@pytest.mark.filterwarnings("ignore:Exception ignored in.*connect_tcp:pytest.PytestUnraisableExceptionWarning")
+def test_a_timeout_inside_a_batch_row_stops_the_batch_and_the_retry_pays_each_row_once(
+    project: Path, tmp_path: Path, scripted_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.batch.file_batch import BatchRequest
+    from runner.locations import location
+    from runner.runs import execute
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": f"r{i}", "text": f"row {i}"}) + "\n" for i in range(1, 7)))
+    fire, real = _alarm_once(), execute.execute_task
+
+    async def row_two_overruns(project_: Any, task: Any, inputs: dict[str, Any], options: Any, **kwargs: Any) -> Any:
+        result = await real(project_, task, inputs, options, **kwargs)
+        if inputs["text"] == "row 2":
+            fire()  # the deadline passes inside the row's own code, after its run
+        return result
+
+    monkeypatch.setattr(execute, "execute_task", row_two_overruns)
+
+    def request() -> BatchRequest:
+        return BatchRequest(input_path=rows, output_path=location(str(tmp_path / "out.jsonl")), id_column="id",
+                            concurrency=1, progress="none", journal_path=tmp_path / "journal.sqlite3")  # fmt: skip
+
+    with scripted_server({"fallback": "label: ok"}) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-t")
+        with pytest.raises(AirflowTaskTimeout), timeout(3600):
+            run_batch_for_airflow("classify", root=project, request=request())
+        before_retry = len(_posts(server))
+        retry = run_batch_for_airflow("classify", root=project, request=request())
+        prompts = _posts(server)
+    assert before_retry == 2, "no row started after the deadline"
+    assert (retry["done"], retry["failed"]) == (6, 0)
+    assert sorted(prompts) == sorted(f"Classify: row {i}" for i in range(1, 7)), "each row paid for once"
+
+
+def test_without_an_execution_timeout_nothing_is_guarded(project: Path, scripted_server: Any) -> None:
+    """No alarm handler (a task without ``execution_timeout``): the run is not wrapped."""
+    from runner.airflow.deadline import timeouts_cancel_the_run
+
+    previous = signal.signal(signal.SIGALRM, signal.SIG_DFL)  # pytest-timeout may have one of its own
+    try:
+        with timeouts_cancel_the_run():
+            assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+        with scripted_server(TWO_STEPS) as server:
+            done = run_task_for_airflow("two_step", root=project, inputs={"topic": "x"}, dag_id="d", dag_run_id="r",
+                                        task_id="t", model_base_url=server.base_url, api_key="sk-t")  # fmt: skip
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert done["status"] == "completed"
+
+
+def test_a_run_that_ends_after_the_alarm_is_still_a_timeout() -> None:
+    """The deadline passed: a result that arrives after the cancellation was asked for does not count."""
+    from runner.airflow.deadline import timeouts_cancel_the_run
+
+    with pytest.raises(AirflowTaskTimeout), timeout(3600), timeouts_cancel_the_run():
+        os.kill(os.getpid(), signal.SIGALRM)  # no loop running: Airflow's handler raises at once
+
+
+def test_the_work_that_outlives_the_grace_is_stopped_by_airflows_own_handler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that does not wind down after the cancellation (a blocking call) still times out."""
+    import asyncio
+
+    from runner.airflow import deadline
+
+    monkeypatch.setattr(deadline, "GRACE_SECONDS", 0.05)
+
+    async def blocks_after_the_cancellation() -> None:
+        os.kill(os.getpid(), signal.SIGALRM)
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            time.sleep(3600)  # a blocking call: only the second alarm, after the grace, ends it
+
+    with pytest.raises(AirflowTaskTimeout), timeout(3600), deadline.timeouts_cancel_the_run():
+        asyncio.run(blocks_after_the_cancellation())
