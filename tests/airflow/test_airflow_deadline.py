@@ -22,10 +22,10 @@ import pytest
 
 pytest.importorskip("airflow", reason="apache-airflow is not installed")
 
-from airflow.sdk.exceptions import AirflowTaskTimeout  # noqa: E402
-from airflow.sdk.execution_time.timeout import timeout  # noqa: E402
+from airflow.sdk.exceptions import AirflowTaskTimeout
+from airflow.sdk.execution_time.timeout import timeout
 
-from runner.airflow.execution import run_batch_for_airflow, run_task_for_airflow  # noqa: E402
+from runner.airflow.execution import run_batch_for_airflow, run_task_for_airflow
 
 TWO_STEPS = {"rules": [{"when": {"last_message": "^STEP-TWO"}, "reply": "polished"}, {"reply": "a draft"}]}
 
@@ -55,7 +55,13 @@ def test_a_timeout_inside_a_pipeline_step_is_a_timeout_and_the_retry_keeps_the_f
             fire()
 
     with scripted_server(TWO_STEPS) as server:
-        identity = {"dag_id": "d", "dag_run_id": "r", "task_id": "t", "model_base_url": server.base_url, "api_key": "sk-t"}
+        identity = {
+            "dag_id": "d",
+            "dag_run_id": "r",
+            "task_id": "t",
+            "model_base_url": server.base_url,
+            "api_key": "sk-t",
+        }
         with pytest.raises(AirflowTaskTimeout), timeout(3600):
             run_task_for_airflow("two_step", root=project, inputs={"topic": "tides"}, events=events, **identity)
         retry = run_task_for_airflow("two_step", root=project, inputs={"topic": "tides"}, **identity)

@@ -77,7 +77,9 @@ def test_no_home_and_no_state_dir_means_no_cache_never_an_error(no_home: Path, m
     assert signed_bytecode_cache("test/1") is None
 
 
-def test_a_uid_without_a_passwd_entry_or_home_uses_the_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_uid_without_a_passwd_entry_or_home_uses_the_state_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A container's arbitrary uid: no $HOME and no passwd entry, so ``Path.home()`` raises."""
 
     def no_home_at_all() -> Path:

@@ -319,6 +319,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
             for run in deployment.runs("runner_daily_report"):
                 deployment.wait_for_run("runner_daily_report", run["dag_run_id"], 600)
             ops.cleared = ops_.clear_first_backfilled(deployment)
+            ops.cli_cleared = ops_.clear_second_backfilled_with_cli(deployment)
             for run_id in (batch.run_id, ops.killed_run):
                 deployment.wait_for_run("runner_batch_api", run_id, 600)
             deployment.timed("every DAG run, triggered to finished", started)
@@ -724,3 +725,15 @@ def test_the_tasks_ran_as_the_non_root_worker_user(outcome: Outcome) -> None:
     keys = list(deployment.state.rglob("project-cache.key"))  # no home directory: the per-user cache is in the state dir
     assert [k.relative_to(deployment.state).parts[0] for k in keys] == ["user-cache"], keys
     assert keys[0].stat().st_mode & 0o077 == 0 and list((deployment.state / "user-cache/templates").iterdir())
+
+
+def test_airflow_tasks_clear_with_dates_reruns_a_backfilled_task_and_resumes_its_run(outcome: Outcome) -> None:
+    done, run_id, before = outcome.ops.cli_cleared
+    assert "Clearing" in done.stdout + done.stderr or done.returncode == 0, done.stderr[-2000:]
+    assert outcome.states[run_id] == {("daily_report", -1): ("success", before + 1)}
+    day = BACKFILL_DATES[1]
+    rows = [(a, s) for r, i, a, s in _store("SELECT run_id, inputs_json, attempts, status FROM runs WHERE task = 'daily_report'")
+            if json.loads(i)["date"] == day]  # fmt: skip
+    assert rows == [(before + 1, "completed")]  # the same runner run, resumed: nothing paid twice
+    log = _task_log(outcome, "runner_daily_report", "daily_report", -1, before + 1, run_id)
+    assert "[summary] reused from an earlier attempt (completed)" in log

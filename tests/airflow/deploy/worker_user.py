@@ -53,7 +53,9 @@ def worker_user() -> WorkerUser | None:
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
-        raise AssertionError(f"${USER_ENV} names {name!r}, which is not a user here (useradd --system {name})") from None
+        raise AssertionError(
+            f"${USER_ENV} names {name!r}, which is not a user here (useradd --system {name})"
+        ) from None
     return WorkerUser(name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
 
 
