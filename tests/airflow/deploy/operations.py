@@ -122,7 +122,9 @@ def clear_second_backfilled_with_cli(deployment: Deployment) -> tuple[subprocess
     day = BACKFILL_DATES[1]
     run = next(r for r in backfilled_runs(deployment) if r["logical_date"].startswith(day))
     _, before = task_state(deployment, "runner_daily_report", run["dag_run_id"], "daily_report")
-    done = deployment.airflow("tasks", "clear", "runner_daily_report", "--task-regex", "^daily_report$",
+    # Airflow 3.3 matches --task-regex as a substring of the task id, not as a regex:
+    # '^daily_report$' would match no task and clear nothing, silently (README: Airflow)
+    done = deployment.airflow("tasks", "clear", "runner_daily_report", "--task-regex", "daily_report",
                               "--start-date", day, "--end-date", day, "--yes")  # fmt: skip
 
     def ran_again() -> bool:

@@ -100,6 +100,7 @@ pipeline:
       tool: chart
       depends_on: [totals]
       args: {table: totals, kind: bar, x: region, y: revenue_sum, title: Revenue, filename: regions.png}
+    - {id: sandboxed, tool: shell, depends_on: [load], args: {command: "echo written-in-the-sandbox > probe.txt && cat probe.txt"}}
     - {id: draft, agent: plain, depends_on: [totals], goal: "DRAFT {{ inputs.date }}: {{ steps.totals.data.records | length }} regions"}
     - {id: final, agent: plain, depends_on: [draft, chart], goal: "FINAL {{ steps.draft.output }}"}
 report:
@@ -457,7 +458,7 @@ def test_a_retry_on_a_wiped_disk_resumes_the_run_and_pays_nothing_twice(outcome:
     report = outcome.deployment.reports / "resume_check" / run_id
     record = json.loads((report / "report.json").read_text())
     assert [s["id"] for s in record["steps"] if s.get("resumed")] == ["draft"]
-    assert any("not on this machine" in w and "chart, load, totals ran again" in w for w in record["warnings"])
+    assert any("not on this machine" in w and "chart, load, sandboxed, totals ran again" in w for w in record["warnings"])
     assert (report / "artifacts/charts/regions.png").is_file()  # rebuilt by the tool steps that ran again
     second_try = _task_log(outcome, "runner_daily_report", "daily_report", -1, 2)
     assert f"runner run {run_id}: completed" in second_try
@@ -722,6 +723,10 @@ def test_the_tasks_ran_as_the_non_root_worker_user(outcome: Outcome) -> None:
     shared = [p for p in deployment.shared.rglob("*") if p.is_file()]
     private = [f"{p.relative_to(deployment.shared)} {oct(p.stat().st_mode)}" for p in shared if not p.stat().st_mode & 0o004]
     assert shared and private == [], "reports and outputs in the shared location are readable by the deployment's other users"
+    ((run_id,),) = _store("SELECT run_id FROM runs WHERE task = 'resume_check'")
+    record = json.loads((deployment.reports / "resume_check" / run_id / "report.json").read_text())
+    sandboxed = next(s for s in record["steps"] if s["id"] == "sandboxed")  # bubblewrap started by the non-root worker
+    assert sandboxed["status"] == "completed" and "written-in-the-sandbox" in json.dumps(sandboxed), sandboxed
     keys = list(deployment.state.rglob("project-cache.key"))  # no home directory: the per-user cache is in the state dir
     assert [k.relative_to(deployment.state).parts[0] for k in keys] == ["user-cache"], keys
     assert keys[0].stat().st_mode & 0o077 == 0 and list((deployment.state / "user-cache/templates").iterdir())
