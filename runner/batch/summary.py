@@ -16,7 +16,7 @@ from typing import Any
 
 from runner.batch.journal import STATUSES
 from runner.batch.records import BatchRecords
-from runner.config.specs import CAP_NAMES
+from runner.config.specs import CAP_FIGURES, CAP_NAMES
 from runner.core.usage import Usage, cache_hit_rate
 from runner.errors import EXIT_CAPPED, EXIT_FAILED, EXIT_OK
 from runner.locations import Location, write_text
@@ -161,12 +161,8 @@ def _dead_holders(ledger: dict[str, Any]) -> list[str]:
     ]
 
 
-_LEDGER_FIGURE = {"max_steps": "model_calls", "max_tool_calls": "tool_calls", "max_input_tokens": "input_tokens",
-                  "max_output_tokens": "output_tokens", "max_tokens": "total_tokens", "max_cost_usd": "cost_usd"}  # fmt: skip
-
-
 def _used(cap: str, usage: dict[str, Any]) -> float:
-    return float(usage.get(_LEDGER_FIGURE.get(cap, ""), 0) or 0)
+    return float(usage.get(CAP_FIGURES.get(cap, ""), 0) or 0)
 
 
 def _figure(cap: str, value: float) -> str:

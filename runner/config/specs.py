@@ -17,6 +17,7 @@ from runner.config.sources import Document, escape_pointer_token
 from runner.config.sql_sources import task_sources
 from runner.config.templates import LocatedTemplate, Origin
 from runner.core.steps import StepKind
+from runner.core.usage import Usage
 from runner.errors import Problem
 from runner.knowledge.spec import KnowledgeSpec
 from runner.tools.sql.source import SqlSource
@@ -32,6 +33,17 @@ CAP_NAMES = (
 )
 SUMMED_CAPS = tuple(name for name in CAP_NAMES if name != "max_wall_seconds")
 """Caps on amounts that add up over a batch (what a scope shared by many workers holds)."""
+CAP_FIGURES = {
+    "max_steps": "model_calls", "max_tool_calls": "tool_calls", "max_input_tokens": "input_tokens",
+    "max_output_tokens": "output_tokens", "max_tokens": "total_tokens", "max_cost_usd": "cost_usd",
+}  # fmt: skip
+"""The :class:`~runner.core.usage.Usage` figure (also its ``as_dict`` key) each summed cap limits."""
+
+
+def cap_figure(cap: str, usage: Usage) -> float:
+    """What ``usage`` counts toward the summed cap ``cap``."""
+    figure: float = getattr(usage, CAP_FIGURES[cap])
+    return figure
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,10 @@ import functools
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from jinja2 import nodes, pass_environment
 from jinja2.compiler import CodeGenerator, Frame
@@ -67,6 +67,7 @@ MACRO_STEPS, RECURSION_STEPS = 10, 50
 LOOP_FILTER, CHECK_FILTER = "runner_loop", "runner_checked"
 MEASURE_FILTERS = {"linear": "runner_measure", "per_item": "runner_measure_items", "constant": "runner_measure_once"}
 _OWN_FILTERS = frozenset({LOOP_FILTER, CHECK_FILTER, *MEASURE_FILTERS.values()})
+_T = TypeVar("_T")
 
 
 class TemplateTooCostly(SecurityError):
@@ -115,14 +116,18 @@ _POOL: ContextVar[Pool | None] = ContextVar("runner_template_pool", default=None
 
 
 @contextmanager
-def shared_pool() -> Iterator[Pool]:
-    """A :class:`Pool` for the template checks inside the block."""
-    pool = Pool()
-    token = _POOL.set(pool)
+def _current(variable: ContextVar[_T | None], value: _T) -> Iterator[_T]:
+    """``value`` as ``variable``'s value inside the block (the one before it restored after)."""
+    token = variable.set(value)
     try:
-        yield pool
+        yield value
     finally:
-        _POOL.reset(token)
+        variable.reset(token)
+
+
+def shared_pool() -> AbstractContextManager[Pool]:
+    """A :class:`Pool` for the template checks inside the block."""
+    return _current(_POOL, Pool())
 
 
 def render_affordable() -> bool:
@@ -135,15 +140,13 @@ def render_affordable() -> bool:
 def budgeted() -> Iterator[Budget]:
     """A fresh budget for the renders inside the block (one template render); what it spends
     is taken from the current :class:`Pool`, if any."""
-    budget = Budget()
-    token = _CURRENT.set(budget)
-    try:
-        yield budget
-    finally:
-        _CURRENT.reset(token)
-        pool = _POOL.get()
-        if pool is not None:
-            pool.steps_left -= MAX_STEPS - max(budget.steps_left, 0)
+    with _current(_CURRENT, Budget()) as budget:
+        try:
+            yield budget
+        finally:
+            pool = _POOL.get()
+            if pool is not None:
+                pool.steps_left -= MAX_STEPS - max(budget.steps_left, 0)
 
 
 def spend(steps: int = 1) -> None:

@@ -19,11 +19,19 @@ Positions are kept per JSON pointer: where the key is written and where the valu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
+import yaml.reader
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.parser import Parser
+from yaml.reader import Reader
+from yaml.resolver import Resolver
+from yaml.scanner import Scanner
 
 from runner.config.sources import (
     MAX_CONFIG_BYTES,
@@ -82,8 +90,27 @@ def parse_config_bytes(raw: bytes, name: str, path: Path) -> list[Document]:
 
 
 def load_text(text: str, name: str, path: Path | None = None) -> list[Document]:
-    """Parse YAML text into documents. ``name`` is used in error messages."""
-    loader = _StrictLoader(text)
+    """Parse YAML text into documents. ``name`` is used in error messages.
+
+    libyaml parses (when PyYAML has it: about ten times faster); a text it refuses is parsed
+    again by PyYAML's own parser, whose messages say more (what it found instead) and which
+    meets the nesting limit before libyaml's own, so an error reads the same either way.
+    """
+    if _FastLoader is None:
+        return _load(_PyLoader, text, name, path)
+    try:
+        return _load(_FastLoader, text, name, path)
+    except YamlError:
+        return _load(_PyLoader, text, name, path)  # raises, with PyYAML's message
+
+
+def _load(loader_type: Callable[[str], Any], text: str, name: str, path: Path | None) -> list[Document]:
+    try:
+        loader = loader_type(text)
+    except UnicodeError:  # a lone surrogate (libyaml encodes the text): no decoded file holds one
+        raise YamlError(Problem(name, 1, 1, "", "the text is not valid Unicode; save the file as UTF-8")) from None
+    except yaml.reader.ReaderError as exc:  # PyYAML checks every character up front
+        raise _unprintable(text, exc, name) from None
     documents = []
     try:
         while loader.check_node():
@@ -102,11 +129,21 @@ def load_text(text: str, name: str, path: Path | None = None) -> list[Document]:
         if "alias" in str(what) or "anchor" in str(what):
             what = _NO_ANCHORS
         raise YamlError(Problem(name, line, col, "", f"YAML syntax: {what}")) from None
+    except yaml.reader.ReaderError as exc:
+        raise _unprintable(text, exc, name) from None
     except yaml.YAMLError as exc:
         raise YamlError(Problem(name, 1, 1, "", f"YAML syntax: {exc}")) from None
     finally:
         loader.dispose()
     return documents
+
+
+def _unprintable(text: str, exc: yaml.reader.ReaderError, name: str) -> YamlError:
+    """A character YAML does not allow, at ``exc.position`` of ``text``."""
+    before = text[: exc.position]
+    line, col = before.count("\n") + 1, exc.position - before.rfind("\n")
+    what = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
+    return YamlError(Problem(name, line, col, "", f"character {what} is not allowed in YAML (only printable characters are); remove it"))
 
 
 def _pos(node: Node) -> Position:
@@ -175,16 +212,19 @@ _CONSTRUCTOR = yaml.SafeLoader("")
 _NO_ANCHORS = "anchors and aliases (&name, *name) are not allowed in configuration; write the value out"
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader whose composer refuses anchors and aliases as soon as it meets them, and
-    nesting deeper than :data:`MAX_DEPTH` before it recurses into it."""
+class _StrictComposer(Composer, SafeConstructor, Resolver):
+    """PyYAML's safe composer and constructor, refusing anchors and aliases as soon as it
+    meets them, and nesting deeper than :data:`MAX_DEPTH` before it recurses into it.
+    A loader adds a parser (the events: libyaml's or PyYAML's, alike)."""
 
-    def __init__(self, stream: str):
-        super().__init__(stream)
+    def __init__(self) -> None:
+        Composer.__init__(self)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
         self._path: list[str] = []
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:  # type: ignore[override]
-        event = self.peek_event()
+        event: Any = self.peek_event()  # type: ignore[attr-defined]  # from the parser
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
             raise yaml.MarkedYAMLError(problem=_NO_ANCHORS, problem_mark=event.start_mark)
         if len(self._path) >= MAX_DEPTH:
@@ -194,6 +234,33 @@ class _StrictLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)  # type: ignore[no-any-return]
         finally:
             self._path.pop()
+
+
+class _PyLoader(_StrictComposer, Reader, Scanner, Parser):
+    """The strict loader on PyYAML's own reader, scanner and parser."""
+
+    def __init__(self, stream: str):
+        Reader.__init__(self, stream)
+        Scanner.__init__(self)
+        Parser.__init__(self)
+        _StrictComposer.__init__(self)
+
+
+_FastLoader: Callable[[str], Any] | None
+try:
+    from yaml._yaml import CParser
+except ImportError:  # PyYAML built without libyaml
+    _FastLoader = None
+else:
+
+    class _CLoader(_StrictComposer, CParser):  # type: ignore[misc]
+        """The strict loader on libyaml's scanner and parser."""
+
+        def __init__(self, stream: str):
+            CParser.__init__(self, stream)
+            _StrictComposer.__init__(self)
+
+    _FastLoader = _CLoader
 
 
 class _TooDeep(yaml.MarkedYAMLError):

@@ -14,7 +14,7 @@ import importlib
 import re
 import sqlite3
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,20 +50,6 @@ VECTORS_HINT = "embeddings need sqlite-vec and an SQLite that loads extensions: 
 
 
 @dataclass(frozen=True)
-class StoredChunk:
-    """A chunk as stored, with its id."""
-
-    id: int
-    path: str
-    seq: int
-    heading: str
-    position: str
-    text: str
-    collection: str = ""
-    created_at: float = 0.0
-
-
-@dataclass(frozen=True)
 class NewChunk:
     """A chunk to store."""
 
@@ -74,6 +60,13 @@ class NewChunk:
     text: str
     collection: str = ""
     created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class StoredChunk(NewChunk):
+    """A chunk as stored, with its id."""
+
+    id: int = field(kw_only=True)
 
 
 def connect(path: Path, *, vectors: bool) -> Any:
@@ -228,7 +221,7 @@ class ChunkStore:
         rows = self.db.execute(
             f"SELECT id, path, seq, heading, position, text, collection, created_at FROM chunks WHERE id IN ({marks})", list(ids)
         )
-        found = {int(r[0]): StoredChunk(int(r[0]), r[1], int(r[2]), r[3], r[4], r[5], r[6], float(r[7])) for r in rows}
+        found = {int(r[0]): StoredChunk(r[1], int(r[2]), r[3], r[4], r[5], r[6], float(r[7]), id=int(r[0])) for r in rows}
         return [found[i] for i in ids if i in found]
 
     def collection_ids(self, collection: str, newest_first: bool = True) -> list[int]:

@@ -184,11 +184,8 @@ def _remove(parent_fd: int, name: str) -> None:
     queue = [name]
     while queue:
         top = queue.pop()
-        info = _lstat(parent_fd, top)
+        info = _directory_or_unlink(parent_fd, top)
         if info is None:
-            continue
-        if not stat.S_ISDIR(info.st_mode):
-            os.unlink(top, dir_fd=parent_fd)
             continue
         stack: list[tuple[int, int, str, list[str]]] = []  # (dir fd, its parent fd, its name, names left)
         try:
@@ -204,12 +201,10 @@ def _remove(parent_fd: int, name: str) -> None:
                     os.rmdir(dirname, dir_fd=above)
                     continue
                 child = names.pop()
-                child_info = _lstat(fd, child)
+                child_info = _directory_or_unlink(fd, child)
                 if child_info is None:
                     continue
-                if not stat.S_ISDIR(child_info.st_mode):
-                    os.unlink(child, dir_fd=fd)
-                elif len(stack) >= MAX_DEPTH:
+                if len(stack) >= MAX_DEPTH:
                     moved = f".runner-removing-{uuid.uuid4().hex}"
                     os.rename(child, moved, src_dir_fd=fd, dst_dir_fd=parent_fd)
                     queue.append(moved)
@@ -244,6 +239,16 @@ def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
         return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
+
+
+def _directory_or_unlink(dir_fd: int, name: str) -> os.stat_result | None:
+    """``name``'s stat if it is a directory; anything else (a link too, never followed) is
+    unlinked, and ``None`` returned (also when it is gone already)."""
+    info = _lstat(dir_fd, name)
+    if info is not None and not stat.S_ISDIR(info.st_mode):
+        os.unlink(name, dir_fd=dir_fd)
+        return None
+    return info
 
 
 def _names(fd: int) -> list[str]:

@@ -4,13 +4,11 @@ python tool call run in the real sandbox, an answer its output schema refuses, t
 from __future__ import annotations
 
 import contextlib
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tests.cli.batch_api_project import write_rows
+from tests.support.project import sandbox_project
 
 AGENT = """\
 apiVersion: runner/v1
@@ -51,19 +49,9 @@ SCRIPT: dict[str, Any] = {
 ROUNDS = 3  # the tool call, an answer the output schema refuses, the repaired answer
 
 
-@contextlib.contextmanager
-def rounds_project() -> Iterator[Path]:
-    """The project, under /tmp: its workspaces must be reachable by the sandbox user."""
-    root = Path(tempfile.mkdtemp(prefix="runner-rounds-", dir="/tmp"))
-    root.chmod(0o755)
-    (root / "agents.d").mkdir()
-    (root / "tasks.d").mkdir()
-    (root / "agents.d/calc.yaml").write_text(AGENT)
-    (root / "tasks.d/compute.yaml").write_text(TASK)
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+def rounds_project() -> contextlib.AbstractContextManager[Path]:
+    """The project, under /tmp (its tools run in the sandbox)."""
+    return sandbox_project("rounds", {"agents.d/calc.yaml": AGENT, "tasks.d/compute.yaml": TASK})
 
 
 def numbers(root: Path, count: int) -> Path:

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,8 +21,8 @@ from typing import Any
 import pytest
 
 from runner.model.server import ScriptedServer
+from tests.support.project import run_cli, sandbox_project
 
-REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-canary-artifacts-0123456789abcdef"
 AGENT = """\
 apiVersion: runner/v1
@@ -75,23 +73,12 @@ print('wrote')
 
 @pytest.fixture
 def project() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="runner-artifacts-", dir="/tmp"))
-    root.chmod(0o755)
-    (root / "agents.d").mkdir()
-    (root / "tasks.d").mkdir()
-    (root / "agents.d/coder.yaml").write_text(AGENT)
-    (root / "tasks.d/files.yaml").write_text(TASK)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+    with sandbox_project("artifacts", {"agents.d/coder.yaml": AGENT, "tasks.d/files.yaml": TASK}) as root:
+        yield root
 
 
 def runner(root: Path, server: ScriptedServer, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
-    env.update(PYTHONPATH=str(REPO), OPENAI_API_KEY=KEY, OPENAI_BASE_URL=server.base_url)
-    return subprocess.run(
-        [sys.executable, "-m", "runner", *args], cwd=root, env=env, capture_output=True, text=True, timeout=300,
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    return run_cli(root, server, *args, key=KEY)
 
 
 def script(*calls: list[dict[str, Any]], answer: str = "All files written.") -> dict[str, Any]:

@@ -11,35 +11,14 @@ import pytest
 from runner.model.batch_endpoints import BatchBehaviour
 from runner.model.server import ScriptedServer
 from tests.cli.batch_api_project import batch_inputs, chat_calls, records, row_of, run, via_api, write_rows
-from tests.support.project import write_project
+from tests.support.project import judged_price, write_project
 
 pytestmark = pytest.mark.timeout(300)
 
-JUDGED = """\
-apiVersion: runner/v1
-kind: Agent
-name: writer
-model: {id: gpt-4o-mini, max_tokens: 100}
-system_prompt: You write product answers.
-checks:
-  judge: {agent: reviewer, criteria: ["The answer gives the price in euros."]}
-  max_repairs: 1
----
-apiVersion: runner/v1
-kind: Agent
-name: reviewer
-model: {id: gpt-4o, max_tokens: 100}
-system_prompt: You are a strict reviewer of support answers.
----
-apiVersion: runner/v1
-kind: Task
-name: price
-inputs:
-  plan: {type: string}
-agent: writer
-goal: "How much does the {{ inputs.plan }} plan cost?"
-caps: {max_cost_usd: 1.0}
-"""
+JUDGED = judged_price(
+    ["The answer gives the price in euros."], writer_model="{id: gpt-4o-mini, max_tokens: 100}",
+    inputs={"plan": "{type: string}"}, goal='"How much does the {{ inputs.plan }} plan cost?"',
+)
 JUDGE_SCRIPT = {
     "fallback": None,
     "rules": [

@@ -10,33 +10,11 @@ from pathlib import Path
 import pytest
 
 from runner.model.server import ScriptedServer
-from tests.support.project import run_cli, tool_call, write_project
+from tests.support.project import judged_price, run_cli, tool_call, write_project
 
 pytestmark = pytest.mark.timeout(300)
 
-JUDGED = """\
-apiVersion: runner/v1
-kind: Agent
-name: writer
-model: {id: gpt-4o-mini}
-system_prompt: You write product answers.
-checks:
-  judge: {agent: reviewer, criteria: ["The answer gives the price in euros.", "It is polite."]}
-  max_repairs: 1
----
-apiVersion: runner/v1
-kind: Agent
-name: reviewer
-model: {id: gpt-4o, max_tokens: 100}
-system_prompt: You are a strict reviewer of support answers.
----
-apiVersion: runner/v1
-kind: Task
-name: price
-agent: writer
-goal: How much does the Team plan cost?
-caps: {max_cost_usd: 1.0}
-"""
+JUDGED = judged_price(["The answer gives the price in euros.", "It is polite."])
 REVIEWER = "strict reviewer"
 REJECT = {"content": '{"pass": false, "reason": "no price is given"}'}
 ACCEPT = {"content": '```json\n{"pass": true, "reason": "gives 20 EUR"}\n```'}

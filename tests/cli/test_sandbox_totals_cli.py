@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,10 @@ import pytest
 
 from runner.model.server import ScriptedServer
 from runner.tools.cgroups import probe_cgroups
+from tests.support.hostile_code import MEMORY_HOGS
+from tests.support.project import runner_env, sandbox_project
 
 pytestmark = pytest.mark.timeout(300)
-REPO = Path(__file__).resolve().parents[2]
 AGENT = """\
 apiVersion: runner/v1
 kind: Agent
@@ -36,18 +36,6 @@ name: work
 agent: worker
 goal: Use the machine.
 """
-HOGS = (
-    "import os, time\nkids = []\n"
-    "for _ in range(8):\n"
-    "    pid = os.fork()\n"
-    "    if pid == 0:\n"
-    "        block = bytearray(b'x') * (180 * 1024 * 1024)\n"
-    "        time.sleep(5)\n"
-    "        os._exit(0)\n"
-    "    kids.append(pid)\n"
-    "codes = [os.waitpid(pid, 0)[1] for pid in kids]\n"
-    "print('ALL ALLOCATED' if not any(codes) else 'some children failed')\n"
-)
 WORKSPACE_FLOOD = "i=0; while [ $i -lt 100 ]; do head -c 10000000 /dev/zero > f$i; i=$((i+1)); done; echo FLOODED"
 TMP_FLOOD = "head -c 30000000 /dev/zero > /tmp/big; echo tmp-exit=$?"
 TRACEME = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nprint('traceme', libc.ptrace(0, 0, 0, 0), os.strerror(ctypes.get_errno()))"
@@ -55,15 +43,8 @@ TRACEME = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nprint('t
 
 @pytest.fixture
 def project() -> Iterator[Path]:
-    """A project under /tmp: its workspaces must be reachable by the sandbox user."""
-    root = Path(tempfile.mkdtemp(prefix="runner-totals-", dir="/tmp"))
-    root.chmod(0o755)
-    (root / "agents.d").mkdir()
-    (root / "tasks.d").mkdir()
-    (root / "agents.d/worker.yaml").write_text(AGENT)
-    (root / "tasks.d/work.yaml").write_text(TASK)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+    with sandbox_project("totals", {"agents.d/worker.yaml": AGENT, "tasks.d/work.yaml": TASK}) as root:
+        yield root
 
 
 def call(tool: str, **arguments: str) -> dict[str, Any]:
@@ -71,12 +52,11 @@ def call(tool: str, **arguments: str) -> dict[str, Any]:
 
 
 def run_cli(root: Path, server: ScriptedServer, *, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
-    env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test-totals", PYTHONPATH=str(REPO))
     return subprocess.run(
         [*prefix, sys.executable, "-m", "runner", "run", "work", "--json", "--no-report"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=280, stdin=subprocess.DEVNULL,
-    )
+        cwd=root, env=runner_env(server, key="sk-test-totals"), capture_output=True, text=True, timeout=280,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
 
 
 def observations(server: ScriptedServer) -> list[str]:
@@ -92,7 +72,7 @@ def run_id(stdout: str) -> str:
 def test_hostile_calls_hit_the_totals_and_the_run_goes_on(project: Path) -> None:
     script = {
         "rules": [
-            call("python", code=HOGS),
+            call("python", code=MEMORY_HOGS),
             call("shell", command=WORKSPACE_FLOOD),
             call("shell", command=TMP_FLOOD),
             call("python", code=TRACEME),
@@ -155,7 +135,7 @@ def test_validate_locates_a_bad_quota(project: Path, setting: str, message: str)
     agent.write_text(AGENT.replace("disk_mb: 40, tmp_mb: 16", setting))
     result = subprocess.run(
         [sys.executable, "-m", "runner", "validate"], cwd=project, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env=runner_env(),
     )
     assert result.returncode == 2, result.stdout + result.stderr
     output = result.stdout + result.stderr

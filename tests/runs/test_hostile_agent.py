@@ -5,9 +5,7 @@ the run carries on to its answer."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from runner.model.factory import ModelPool
 from runner.model.scripted import ScriptedModel
 from runner.runs.execute import execute_task
 from runner.runs.options import RunOptions
+from tests.support.project import sandbox_project
 
 CANARY = "sk-canary-hostile-0123456789"
 AGENT = """\
@@ -41,14 +40,8 @@ goal: Try to escape.
 
 @pytest.fixture
 def project() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="runner-hostile-", dir="/tmp"))
-    root.chmod(0o755)
-    (root / "agents.d").mkdir()
-    (root / "tasks.d").mkdir()
-    (root / "agents.d/hostile.yaml").write_text(AGENT)
-    (root / "tasks.d/hostile.yaml").write_text(TASK)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+    with sandbox_project("hostile", {"agents.d/hostile.yaml": AGENT, "tasks.d/hostile.yaml": TASK}) as root:
+        yield root
 
 
 @pytest.fixture

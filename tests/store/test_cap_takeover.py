@@ -7,8 +7,6 @@ on both backends."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -29,52 +27,13 @@ from runner.store.cap_ledger import CapLedger
 from runner.store.database import open_database
 from runner.store.postgres import PostgresDatabase
 from tests.postgres import terminate
+from tests.support.cap_holder import Holder
 from tests.support.project import copy_shipped, runner_env
 
 pytestmark = pytest.mark.timeout(240)
 NOW = "2026-01-01T00:00:00+00:00"
 TRIAGE = '{"category": "bug", "urgency": "high", "summary": "It crashes."}'
 SHARD = Path(__file__).with_name("shard_script.py")
-
-HOLDER = """
-import sys, time
-from runner.caps.budget import Budget, Estimate, Owner
-from runner.caps.shared import SharedBudget
-from runner.config.specs import Caps
-from runner.store.cap_ledger import CapLedger
-from runner.store.database import open_database
-
-ledger = CapLedger(open_database(sys.argv[1]))
-scope = SharedBudget(Caps(max_cost_usd=1.0), scope="fan-out", ledger=ledger, key="k")
-for run_id, cost in zip(sys.argv[2::2], sys.argv[3::2]):
-    Budget(Caps(), "batch", parent=scope).child(Caps(), "task", owner=Owner(run_id)).reserve(Estimate(10, 10, float(cost)))
-print("held", flush=True)
-time.sleep(600)
-"""
-
-
-def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-
-
-class Holder:
-    """A process that reserves ``(run id, cost)`` pairs in scope ``k`` and waits to be killed."""
-
-    def __init__(self, target: str | Path, *holds: tuple[str, float]) -> None:
-        argv = [sys.executable, "-c", HOLDER, str(target), *(str(x) for pair in holds for x in pair)]
-        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env())
-        assert self.process.stdout is not None and self.process.stdout.readline().strip() == b"held"
-
-    @property
-    def label(self) -> str:
-        return f"{socket.gethostname()} pid {self.process.pid}"
-
-    def kill(self) -> None:
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait()
-        assert self.process.stdout is not None
-        self.process.stdout.close()
-
 
 @pytest.fixture
 def ledger(store_target: str | Path) -> Iterator[CapLedger]:

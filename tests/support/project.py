@@ -6,6 +6,8 @@ One place for what the suites used to write each in their own way:
 * :func:`copy_shipped` - the repository's own ``agents.d``/``tasks.d`` (and any other part, such
   as ``examples/data``), with files of the test's own added or replaced;
 * :func:`copy_project` - a test project directory (``tests/runs/project``) copied whole;
+* :func:`sandbox_project` - a project under ``/tmp`` whose tools run in the real sandbox;
+* :func:`judged_price` - agents whose answers a reviewer on another model judges, and a task;
 * :func:`runner_env` / :func:`run_cli` - the environment and the CLI process: this checkout
   first on ``PYTHONPATH`` (so a worktree tests itself, not the editable install), no OpenAI
   variable of the caller's, pointed at a loopback :class:`~runner.model.server.ScriptedServer`.
@@ -13,11 +15,14 @@ One place for what the suites used to write each in their own way:
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +62,52 @@ def copy_project(source: Path, root: Path, files: Mapping[str, str] | None = Non
     """The test project ``source`` copied to ``root``, then ``files`` written over it; returns ``root``."""
     shutil.copytree(source, root, ignore=shutil.ignore_patterns(".runner", "reports"))  # never a source tree's run state
     return write_project(root, files or {})
+
+
+@contextlib.contextmanager
+def sandbox_project(name: str, files: Mapping[str, str]) -> Iterator[Path]:
+    """A project of ``files`` under ``/tmp`` (``runner-NAME-...``), removed afterwards: the
+    sandbox user must reach its workspaces, and it cannot enter pytest's ``tmp_path``."""
+    root = Path(tempfile.mkdtemp(prefix=f"runner-{name}-", dir="/tmp"))
+    root.chmod(0o755)
+    try:
+        yield write_project(root, files)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def judged_price(
+    criteria: Sequence[str], *, writer_model: str = "{id: gpt-4o-mini}", inputs: Mapping[str, str] | None = None,
+    goal: str = "How much does the Team plan cost?",
+) -> str:
+    """``agents.d`` text: the agent ``writer`` (``writer_model``) whose answers ``reviewer`` (on
+    gpt-4o, "a strict reviewer of support answers") judges against ``criteria``, with one repair;
+    the task ``price`` (``inputs``: name -> YAML spec) asking it ``goal``, capped at $1."""
+    lines = [f"  {name}: {spec}\n" for name, spec in (inputs or {}).items()]
+    declared = "inputs:\n" + "".join(lines) if lines else ""
+    return f"""\
+apiVersion: runner/v1
+kind: Agent
+name: writer
+model: {writer_model}
+system_prompt: You write product answers.
+checks:
+  judge: {{agent: reviewer, criteria: {json.dumps(list(criteria))}}}
+  max_repairs: 1
+---
+apiVersion: runner/v1
+kind: Agent
+name: reviewer
+model: {{id: gpt-4o, max_tokens: 100}}
+system_prompt: You are a strict reviewer of support answers.
+---
+apiVersion: runner/v1
+kind: Task
+name: price
+{declared}agent: writer
+goal: {goal}
+caps: {{max_cost_usd: 1.0}}
+"""
 
 
 def runner_env(

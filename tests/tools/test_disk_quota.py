@@ -35,3 +35,19 @@ def test_a_tree_deeper_than_the_walk_is_flagged_and_still_removable(tmp_path: Pa
     assert scan(tmp_path).too_deep
     assert remove_entries(tmp_path, ["n"]) == []
     assert os.listdir(tmp_path) == []
+
+
+def test_removing_a_tree_unlinks_its_links_and_files_and_never_follows_a_link(tmp_path: Path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("host file")
+    tree = tmp_path / "ws" / "t"
+    (tree / "a" / "b").mkdir(parents=True)
+    (tree / "a" / "b" / "f.txt").write_text("x")
+    (tree / "a" / "dir-link").symlink_to(outside, target_is_directory=True)
+    (tree / "file-link").symlink_to(outside / "keep.txt")
+    (tree / "top.txt").write_text("y")
+    (tmp_path / "ws" / "lone-link").symlink_to(outside)
+    assert remove_entries(tmp_path / "ws", ["t", "lone-link", "gone-already"]) == []
+    assert os.listdir(tmp_path / "ws") == []
+    assert (outside / "keep.txt").read_text() == "host file"  # a link is removed, never its target

@@ -21,6 +21,7 @@ from runner.tools.cgroups import CALL_PREFIX, CallCgroup, CgroupLimits, parse_me
 from runner.tools.disk_quota import DiskQuota
 from runner.tools.registry import ToolRegistry
 from runner.tools.sandbox import SandboxPolicy, run_command
+from tests.support.hostile_code import MEMORY_HOGS
 from tests.tools.test_sandbox_escapes import wait_until_gone
 
 pytestmark = pytest.mark.timeout(180)
@@ -51,19 +52,7 @@ def call_groups() -> list[Path]:
 @needs_cgroups
 async def test_eight_memory_hogs_under_256_mb_end_the_call(registry, make_ctx):
     ctx = make_ctx(sandbox=SandboxPolicy(memory_mb=256, wall_seconds=60))
-    code = (
-        "import os, time\nkids = []\n"
-        "for _ in range(8):\n"
-        "    pid = os.fork()\n"
-        "    if pid == 0:\n"
-        "        block = bytearray(b'x') * (180 * 1024 * 1024)\n"
-        "        time.sleep(5)\n"
-        "        os._exit(0)\n"
-        "    kids.append(pid)\n"
-        "codes = [os.waitpid(pid, 0)[1] for pid in kids]\n"
-        "print('ALL ALLOCATED' if not any(codes) else f'children ended {codes}')\n"
-    )
-    ok, text = await outcome(registry, ctx, "python", {"code": code})
+    ok, text = await outcome(registry, ctx, "python", {"code": MEMORY_HOGS})
     assert not ok
     assert text.startswith("killed: the call's processes together exceeded its memory limit of 256 MB"), text
     assert "ALL ALLOCATED" not in text
