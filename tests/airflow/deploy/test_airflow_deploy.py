@@ -729,7 +729,7 @@ def test_the_tasks_ran_as_the_non_root_worker_user(outcome: Outcome) -> None:
     assert sandboxed["status"] == "completed" and "written-in-the-sandbox" in json.dumps(sandboxed), sandboxed
     keys = list(deployment.state.rglob("project-cache.key"))  # no home directory: the per-user cache is in the state dir
     assert [k.relative_to(deployment.state).parts[0] for k in keys] == ["user-cache"], keys
-    assert keys[0].stat().st_mode & 0o077 == 0 and list((deployment.state / "user-cache/templates").iterdir())
+    assert keys[0].stat().st_mode & 0o077 == 0
 
 
 def test_airflow_tasks_clear_with_dates_reruns_a_backfilled_task_and_resumes_its_run(outcome: Outcome) -> None:
