@@ -84,6 +84,20 @@ def timeouts_cancel_the_run() -> Iterator[None]:
         alarm.raise_timeout()
 
 
+def cancel_the_running_run() -> bool:
+    """Cancel the run whose event loop runs in this thread, as Ctrl-C does; ``False`` when none does.
+
+    For an operator's ``on_kill``: Airflow calls it from its ``SIGTERM`` handler in the task's
+    main thread (a running task marked failed or cleared, a worker shutting down), a few seconds
+    before it kills the process. Cancelled, the run records why it stopped and settles what its
+    calls reserved, rather than leave that to the next try as a dead worker's."""
+    loop = _running_loop()
+    if loop is None:
+        return False
+    loop.call_soon(_cancel_every_task, loop)
+    return True
+
+
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
         return asyncio.get_running_loop()

@@ -27,6 +27,12 @@ from airflow.sdk.execution_time.timeout import timeout
 
 from runner.airflow.execution import run_batch_for_airflow, run_task_for_airflow
 
+# cancelling a run while its HTTP client is opening a connection drops a coroutine the client
+# had made but not started (as Ctrl-C does); the interpreter reports it as unraisable
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Exception ignored in.*connect_tcp:pytest.PytestUnraisableExceptionWarning"
+)
+
 TWO_STEPS = {"rules": [{"when": {"last_message": "^STEP-TWO"}, "reply": "polished"}, {"reply": "a draft"}]}
 
 
@@ -71,9 +77,6 @@ def test_a_timeout_inside_a_pipeline_step_is_a_timeout_and_the_retry_keeps_the_f
     assert sum(p.startswith("STEP-TWO") for p in prompts) == 1
 
 
-# cancelling a row while its HTTP client is opening a connection drops a coroutine the client
-# had made but not started (as Ctrl-C does); the interpreter reports it as unraisable
-@pytest.mark.filterwarnings("ignore:Exception ignored in.*connect_tcp:pytest.PytestUnraisableExceptionWarning")
 def test_a_timeout_inside_a_batch_row_stops_the_batch_and_the_retry_pays_each_row_once(
     project: Path, tmp_path: Path, scripted_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -151,3 +154,47 @@ def test_the_work_that_outlives_the_grace_is_stopped_by_airflows_own_handler(mon
 
     with pytest.raises(AirflowTaskTimeout), timeout(3600), deadline.timeouts_cancel_the_run():
         asyncio.run(blocks_after_the_cancellation())
+
+
+def test_a_killed_task_cancels_its_run_and_the_retry_keeps_the_finished_step(
+    project: Path, scripted_server: Any
+) -> None:
+    """``on_kill`` (Airflow's SIGTERM handler, in the task's main thread while the run's loop
+    runs) cancels the run: it stops at once, and the retry pays only for what had not finished."""
+    import asyncio
+
+    from runner.airflow.operator import RunnerTaskOperator
+
+    operator = RunnerTaskOperator(task_id="two_step", task="two_step")
+    killed: list[bool] = []
+
+    def events(event: dict[str, Any]) -> None:
+        if event.get("event") == "step_started" and event.get("step") == "polish" and not killed:
+            operator.on_kill()  # what Airflow's SIGTERM handler calls
+            killed.append(True)
+
+    with scripted_server(TWO_STEPS) as server:
+        identity = {
+            "dag_id": "d",
+            "dag_run_id": "k",
+            "task_id": "t",
+            "model_base_url": server.base_url,
+            "api_key": "sk-t",
+        }
+        with pytest.raises(asyncio.CancelledError):
+            run_task_for_airflow("two_step", root=project, inputs={"topic": "tides"}, events=events, **identity)
+        after_kill = _posts(server)
+        retry = run_task_for_airflow("two_step", root=project, inputs={"topic": "tides"}, **identity)
+        prompts = _posts(server)
+    assert killed and [p[:8] for p in after_kill] == ["STEP-ONE"], "the polish call was never sent"
+    assert retry["status"] == "completed"
+    assert sum(p.startswith("STEP-ONE") for p in prompts) == 1 and sum(p.startswith("STEP-TWO") for p in prompts) == 1
+
+
+def test_on_kill_without_a_running_run_does_nothing() -> None:
+    """Airflow also calls ``on_kill`` after a timeout, when the run has already stopped."""
+    from runner.airflow.deadline import cancel_the_running_run
+    from runner.airflow.operator import RunnerTaskOperator
+
+    assert cancel_the_running_run() is False
+    RunnerTaskOperator(task_id="t", task="two_step").on_kill()
