@@ -48,7 +48,9 @@ class _Alarm:
         if self.fired > 1 or loop is None:  # nothing to cancel (yet), or the grace ran out
             self.airflow_handler(signum, frame)
             return
-        loop.call_soon(_cancel_every_task, loop)  # runs between callbacks: never inside a row's code
+        # runs between callbacks, never inside a row's code; threadsafe: it also wakes a loop
+        # asleep in select(), which the interrupted call resumes after this handler
+        loop.call_soon_threadsafe(_cancel_every_task, loop, "execution_timeout")
         signal.setitimer(signal.ITIMER_REAL, GRACE_SECONDS)
 
     def raise_timeout(self) -> None:
@@ -94,7 +96,7 @@ def cancel_the_running_run() -> bool:
     loop = _running_loop()
     if loop is None:
         return False
-    loop.call_soon(_cancel_every_task, loop)
+    loop.call_soon_threadsafe(_cancel_every_task, loop, "killed")  # wakes the loop if it sleeps in select()
     return True
 
 
@@ -105,7 +107,7 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-def _cancel_every_task(loop: asyncio.AbstractEventLoop) -> None:
+def _cancel_every_task(loop: asyncio.AbstractEventLoop, why: str) -> None:
     """What ``asyncio.run`` does to what is left when its main coroutine raises, done now."""
     for task in asyncio.all_tasks(loop):
-        task.cancel("execution_timeout")
+        task.cancel(why)

@@ -10,6 +10,7 @@ run, where the real one lands when the deadline passes during a parse, a write o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -45,6 +46,14 @@ def _alarm_once() -> Callable[[], None]:
             os.kill(os.getpid(), signal.SIGALRM)  # runs Python's handler right here, inside the run
 
     return fire
+
+
+def _runs(project: Path) -> list[tuple[str, str]]:
+    import sqlite3
+
+    (store,) = (project / ".runner").glob("*.sqlite3")
+    with contextlib.closing(sqlite3.connect(store)) as db:
+        return [(str(s), str(e)) for s, e in db.execute("SELECT status, error FROM runs")]
 
 
 def _posts(server: Any) -> list[str]:
@@ -198,3 +207,38 @@ def test_on_kill_without_a_running_run_does_nothing() -> None:
 
     assert cancel_the_running_run() is False
     RunnerTaskOperator(task_id="t", task="two_step").on_kill()
+
+
+def test_the_real_alarm_during_a_model_call_is_a_timeout_and_the_retry_keeps_the_finished_step(
+    project: Path, scripted_server: Any
+) -> None:
+    """Airflow's own timer, firing while the loop sleeps waiting for an answer that never comes."""
+    script = {
+        "rules": [
+            {"when": {"last_message": "^STEP-TWO"}, "times": 1, "reply": {"hang_seconds": 30}},
+            *TWO_STEPS["rules"],
+        ]
+    }
+    started: list[str] = []
+
+    def events(event: dict[str, Any]) -> None:
+        if event.get("event") == "step_started" and event.get("step") == "polish" and not started:
+            started.append("polish")
+            signal.setitimer(signal.ITIMER_REAL, 0.2)  # Airflow's alarm, re-armed: fires during the hanging call
+
+    with scripted_server(script) as server:
+        identity = {
+            "dag_id": "d",
+            "dag_run_id": "h",
+            "task_id": "t",
+            "model_base_url": server.base_url,
+            "api_key": "sk-t",
+        }
+        with pytest.raises(AirflowTaskTimeout), timeout(3600):
+            run_task_for_airflow("two_step", root=project, inputs={"topic": "tides"}, events=events, **identity)
+        stopped = _runs(project)
+        retry = run_task_for_airflow("two_step", root=project, inputs={"topic": "tides"}, **identity)
+        prompts = _posts(server)
+    assert stopped == [("failed", "CancelledError: execution_timeout")], "the run record says why it stopped"
+    assert started and retry["status"] == "completed"
+    assert sum(p.startswith("STEP-ONE") for p in prompts) == 1, "the retry resumed: the draft was not paid for again"
