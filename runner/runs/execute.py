@@ -28,7 +28,7 @@ from runner.config.project import Project
 from runner.config.specs import TaskSpec
 from runner.config.templates import TemplateError, render
 from runner.core.results import RunResult
-from runner.errors import CapReached, UsageError
+from runner.errors import CapReached, StoreDamaged, StoreUnavailable, UsageError
 from runner.local_state import confined_tree, state_path
 from runner.locations import Location, upload_tree
 from runner.model.factory import ModelPool
@@ -135,7 +135,10 @@ async def _execute(
         )
         return await _attempt(ctx)
     except BaseException as exc:  # record why the run stopped, then let the error reach the caller
-        store.abort_run(run_id, redact_secrets(f"{type(exc).__name__}: {exc}", recorder.secrets))
+        try:
+            store.abort_run(run_id, redact_secrets(f"{type(exc).__name__}: {exc}", recorder.secrets))
+        except (StoreUnavailable, StoreDamaged):  # the store is down or locked: its next open records the run as interrupted
+            raise exc from None
         raise
 
 
