@@ -246,3 +246,41 @@ def test_an_eval_result_folder_with_a_link_out_is_refused(tmp_path: Path, outsid
     done = cli(root, "eval", "acc", reply='{"label": "greeting"}')
     refused(done, planted, "eval results", "--out")
     untouched(outside)
+
+
+# --- lock files next to files the user named, and agent memory ---------------------------
+
+
+@pytest.mark.parametrize("how", ["symbolic", "hard"])
+def test_an_output_lock_linked_elsewhere_is_refused(project: Path, outside: Path, how: str) -> None:
+    lock = project / ".out.jsonl.lock"
+    if how == "symbolic":
+        lock.symlink_to(outside / "victim")
+    else:
+        os.link(outside / "victim", lock)
+    refused(cli(project, *BATCH), lock, "the output's lock", "remove it")
+    untouched(outside)
+
+
+def test_a_journal_lock_link_next_to_an_explicit_journal_is_refused(project: Path, outside: Path) -> None:
+    journal = project / "my-journal.sqlite3"
+    Path(f"{journal}.lock").symlink_to(outside / "created-through-the-link")  # dangling: O_CREAT would make it
+    refused(cli(project, *BATCH, "--journal", str(journal)), Path(f"{journal}.lock"), "symbolic link")
+    untouched(outside)
+
+
+MEMORY_AGENT = "apiVersion: runner/v1\nkind: Agent\nname: a\nmodel: {id: gpt-4o-mini}\ntools: [remember, recall]\nmemory: {scope: task}\n"
+MEMORY_TASK = "apiVersion: runner/v1\nkind: Task\nname: m\nagent: a\ngoal: Remember something.\n"
+
+
+@pytest.mark.parametrize("how", ["symbolic", "hard"])
+def test_an_agent_memory_file_linked_out_is_refused(tmp_path: Path, outside: Path, how: str) -> None:
+    root = write_project(tmp_path / "p", {"agents.d/a.yaml": MEMORY_AGENT, "tasks.d/m.yaml": MEMORY_TASK})
+    memory = root / ".runner" / "memory.sqlite3"
+    memory.parent.mkdir()
+    if how == "symbolic":
+        memory.symlink_to(outside / "victim")
+    else:
+        os.link(outside / "victim", memory)
+    refused(cli(root, "run", "m", "--no-report", reply="ok"), memory, "agent memory")
+    untouched(outside)
