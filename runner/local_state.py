@@ -49,15 +49,25 @@ SQLITE_SIDE_FILES = ("", "-wal", "-shm", "-journal", ".lock")
 each opened and written in place: none may be a link out of the project or a hard link."""
 
 
-def state_path(root: Path, *parts: str, holds: str, sqlite: bool = False) -> Path:
+def state_path(root: Path, *parts: str, holds: str, sqlite: bool = False, wiped: bool = False) -> Path:
     """``state_dir(root) / parts``, refused (a :class:`UsageError` naming the link and the fix)
     when a symbolic link below the project (or below ``$RUNNER_STATE_DIR``) leads it out, or
-    (``sqlite``) when the file or one of its :data:`SQLITE_SIDE_FILES` is such a link or a hard link."""
+    (``sqlite``) when the file or one of its :data:`SQLITE_SIDE_FILES` is such a link or a hard
+    link. A place the runner ``wiped`` (run workspaces) may hold no symbolic link at all below
+    the state directory: one to another folder of the project would have that folder wiped."""
     directory = state_dir(root)
     anchor = directory if os.environ.get(STATE_DIR_ENV, "").strip() else root
     where = f"the state directory {directory}" if anchor == directory else "the project"
     fix = f"remove it (the runner makes its own), or set ${STATE_DIR_ENV} to where the local state should go"
-    return confined(directory.joinpath(*parts), anchor, holds, fix, where=where, sides=SQLITE_SIDE_FILES if sqlite else ())
+    path = directory.joinpath(*parts)
+    if wiped:
+        for depth in range(1, len(parts) + 1):
+            if (link := directory.joinpath(*parts[:depth])).is_symlink():
+                raise UsageError(
+                    f"cannot use {link} ({holds}): it is a symbolic link (to {link.resolve()}), and the runner wipes "
+                    f"and rewrites what is there, so it follows no link; {fix}"
+                )
+    return confined(path, anchor, holds, fix, where=where, sides=SQLITE_SIDE_FILES if sqlite else ())
 
 
 def confined(path: Path, anchor: Path, holds: str, fix: str, *, where: str = "the project", sides: tuple[str, ...] = ()) -> Path:

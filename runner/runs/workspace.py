@@ -35,7 +35,7 @@ _CHUNK = 1 << 20
 
 def default_workspace(root: Path, run_id: str) -> Path:
     """Where run ``run_id`` keeps its files (tables, charts) unless told otherwise (in the state directory)."""
-    return state_path(root, "workspaces", run_id, holds="run workspaces")
+    return state_path(root, "workspaces", run_id, holds="run workspaces", wiped=True)
 
 
 def run_workspace(project: Project, task: TaskSpec, run_id: str, options: RunOptions, *, fresh: bool) -> Path:

@@ -284,3 +284,16 @@ def test_an_agent_memory_file_linked_out_is_refused(tmp_path: Path, outside: Pat
         os.link(outside / "victim", memory)
     refused(cli(root, "run", "m", "--no-report", reply="ok"), memory, "agent memory")
     untouched(outside)
+
+
+@pytest.mark.parametrize("link", ["workspaces", "workspaces/w-kept-1"])
+def test_a_workspace_link_to_another_project_folder_is_refused_not_wiped(tmp_path: Path, link: str) -> None:
+    root = write_project(tmp_path / "p", {"agents.d/a.yaml": AGENT, "tasks.d/w.yaml": WORK_TASK, "notes.txt": "n\n"})
+    planted = root / ".runner" / link
+    planted.parent.mkdir(parents=True)
+    planted.symlink_to(root / "agents.d")  # inside the project, but a resumed run wipes its workspace
+    with ScriptedServer({"fallback": "done"}) as server:
+        done = run_cli(root, server, "run", "w", "--run-id", "w-kept-1", drop=("RUNNER_",), timeout=240)
+        done.stderr += f"\n[model requests: {len(server.requests)}]"
+    refused(done, planted, "run workspaces", "follows no link")
+    assert (root / "agents.d" / "a.yaml").read_text() == AGENT
