@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from runner import untrusted_json
-from runner.agent.evidence import Evidence, unsupported_names
-from runner.config.schema import validate_value
 from runner.config.specs import AgentSpec
 from runner.model.base import Message
 from runner.prompts import Prompts
@@ -184,6 +182,8 @@ class EvidenceCheck:
     ignore: tuple[str, ...] = ()
 
     async def review(self, answer: str, seen: Seen) -> Rejection | None:
+        from runner.agent.evidence import Evidence, unsupported_names  # only agents with an evidence check
+
         sources = [seen.goal, *seen.tool_outputs] if self.from_goal else list(seen.tool_outputs)
         numbers = ungrounded_numbers(answer, sources)
         names = unsupported_names(answer, Evidence.of(sources), self.ignore)
@@ -274,5 +274,7 @@ def parse_json_answer(answer: str | None, schema: dict[str, Any]) -> tuple[Any, 
         return None, f"not valid JSON ({exc.msg} at position {exc.pos})"
     except untrusted_json.JsonTooDeep as exc:
         return None, f"not accepted: {exc}"
+    from runner.config.schema import validate_value  # jsonschema's wrapper: only answers with a schema
+
     problems = validate_value(value, schema)
     return value, "; ".join(problems[:5])

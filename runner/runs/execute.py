@@ -38,7 +38,6 @@ from runner.runs.context import RunContext
 from runner.runs.local_dirs import REPORTS_FIX, check_local_dirs
 from runner.runs.options import RunOptions
 from runner.runs.record import build_record
-from runner.runs.replayed_workspace import replayed_workspace
 from runner.runs.secrets import known_secrets
 from runner.runs.services import RunServices, open_services
 from runner.runs.steps import StepRunner, preflight_prices, run_agent_step
@@ -126,7 +125,11 @@ async def _execute(
         completed = store.completed_steps(run_id) if options.resume and attempt > 1 else {}
         resumed, moved = reusable_steps(project, task, run_id, options, completed)
         warnings += [moved] if moved else []
-        replayed = attempt > 1 and not resumed and replayed_workspace(project, run_id, options, store, warnings)
+        replayed = False
+        if attempt > 1 and not resumed:  # a retried attempt: its saved tool results may be replayed
+            from runner.runs.replayed_workspace import replayed_workspace
+
+            replayed = replayed_workspace(project, run_id, options, store, warnings)
         ctx = RunContext(
             project, task, inputs, run_id, attempt, options, store, recorder, budget, pool, registry,
             workspace=run_workspace(project, task, run_id, options, fresh=attempt > 1 and not resumed and not replayed),
@@ -395,3 +398,4 @@ def _notice(options: RunOptions) -> Any:
             options.events({"event": "notice", "message": text})
 
     return notice
+

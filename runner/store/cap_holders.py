@@ -20,10 +20,10 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from runner.store.database import Database
+from runner.store.processes import process_alive, process_start
 from runner.store.schema import Schema
 
 SCHEMA = Schema("""
@@ -84,17 +84,6 @@ def lock_key(holder: str) -> int:
     return int.from_bytes(hashlib.sha256(f"runner cap holder:{holder}".encode()).digest()[:8], "big", signed=True)
 
 
-def process_start(pid: int) -> str | None:
-    """``<boot id>:<start ticks>`` of process ``pid`` (``None`` where ``/proc`` does not tell)."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()  # after the command name, which may hold spaces
-    return f"{boot}:{fields[19]}" if len(fields) > 19 else None
-
-
 def _locks_held(db: Database, holders: list[str]) -> set[str]:
     keys = {lock_key(h): h for h in holders}
     found = db.rows(
@@ -111,19 +100,3 @@ def _signed(key: int) -> int:
 
 def _process_alive(row: dict[str, Any]) -> bool:
     return process_alive(str(row["host"]), int(row["pid"]), row.get("process_started"))
-
-
-def process_alive(host: str, pid: int, started: str | None) -> bool:
-    """Whether process ``pid`` on ``host`` (started at ``started``, :func:`process_start`) may
-    still live: one on another machine cannot be seen from here and counts as alive."""
-    if host != socket.gethostname():
-        return True  # another machine's process cannot be seen from here: keep counting it
-    if started:
-        return process_start(pid) == started
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
