@@ -24,18 +24,18 @@ POOL = "runner_one_slot"
 DEADLINE_SECONDS = 8
 START = datetime(2025, 1, 1, tzinfo=UTC)
 
-with DAG(dag_id="runner_deadline", schedule=None, start_date=START, catchup=False, is_paused_upon_creation=False):
+with DAG(dag_id="runner_deadline", schedule=None, start_date=START, catchup=False, is_paused_upon_creation=False) as deadline:
     RunnerTaskOperator(
         task_id="two_calls", task="two_calls", inputs={"tag": "DEADLINE"}, conn_id="runner_model_deadline",
         execution_timeout=timedelta(seconds=DEADLINE_SECONDS), retries=1, retry_delay=timedelta(seconds=1),
     )  # fmt: skip
 
-with DAG(dag_id="runner_killed", schedule=None, start_date=START, catchup=False, is_paused_upon_creation=False):
+with DAG(dag_id="runner_killed", schedule=None, start_date=START, catchup=False, is_paused_upon_creation=False) as killed:
     RunnerTaskOperator(task_id="two_calls", task="two_calls", inputs={"tag": "KILLED"}, conn_id="runner_model_killed")
 
 with DAG(
     dag_id="runner_pooled_fanout", schedule=None, start_date=START, catchup=False, is_paused_upon_creation=False,
     default_args={"pool": POOL, "max_active_tis_per_dag": 1, "retries": 0},
-):  # fmt: skip
+) as pooled:  # fmt: skip
     batch_fanout(task="triage_ticket", input_path="tickets_pool.csv", num_shards=3, id_column="id",
                  conn_id="runner_model_pool", concurrency=1)  # fmt: skip
