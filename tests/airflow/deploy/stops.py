@@ -76,6 +76,7 @@ def connections(urls: dict[str, str], key: str) -> dict[str, str]:
 class Stops:
     """What the steps started and saw."""
 
+    started: float = 0.0  # time.monotonic() when they were triggered
     deadline_run: str = ""
     killed_run: str = ""
     killed_record: tuple[Any, ...] = ()  # the run store's row right after the kill: (status, error, attempts)
@@ -90,7 +91,7 @@ class Stops:
 def start(deployment: Deployment) -> Stops:
     """Create the pool, trigger every stop DAG through the REST API (no CLI start-up per run)."""
     deployment.api("pools", method="POST", body={"name": POOL, "slots": 1, "description": "runner e2e: one slot"})
-    stops = Stops()
+    stops = Stops(started=time.monotonic())
     stops.deadline_run = _trigger(deployment, "runner_deadline")
     stops.killed_run = _trigger(deployment, "runner_killed")
     stops.pool_runs = [_trigger(deployment, "runner_pooled_fanout") for _ in range(2)]
