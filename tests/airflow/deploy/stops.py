@@ -9,6 +9,9 @@ Used by the deployment test (:mod:`tests.airflow.deploy.test_airflow_deploy`) wi
 * **killed**: tag ``KILLED``: while its second call hangs, the running task instance is
   marked failed through the REST API (Airflow SIGTERMs it: ``on_kill``); the run record is
   read, then the task is cleared (as the UI's Clear) and runs again.
+* **SIGKILL**: tag ``SIGKILLED``: while its second call hangs, the task process (Airflow titles
+  it ``airflow worker -- <task instance id>``) is killed with ``SIGKILL``, as the OOM killer or
+  a lost machine kills it: no ``on_kill``; Airflow retries it, and the retry resumes the run.
 * **pool**: two runs of ``runner_pooled_fanout`` share a pool of one slot; in the second, a
   shard still waiting for the slot is marked success through the REST API (as an operator
   unblocking a queue might): it never ran, so its rows are missing and the merge must fail.
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +32,7 @@ from typing import Any
 from tests.airflow.deploy.deployment import Deployment
 
 DAGS = Path(__file__).parent / "dags" / "runner_stops.py"
-DAG_IDS = ("runner_deadline", "runner_killed", "runner_pooled_fanout")
+DAG_IDS = ("runner_deadline", "runner_killed", "runner_sigkilled", "runner_pooled_fanout")
 POOL = "runner_one_slot"
 SLOW_SECONDS = 25  # the deadline's slow reply: past the 8 s execution_timeout, answered (and billed) anyway
 HANG_SECONDS = 240  # the killed task's second call: it waits until the task is killed
@@ -48,9 +53,13 @@ pipeline:
 def scripts() -> dict[str, dict[str, Any]]:
     """The loopback servers' scripts, by connection suffix."""
     slow = {"when": {"last_message": "^SECOND DEADLINE"}, "times": 1, "reply": {"content": "late", "latency_seconds": SLOW_SECONDS}}
-    hang = {"when": {"last_message": "^SECOND KILLED"}, "times": 1, "reply": {"hang_seconds": HANG_SECONDS}}
     return {"deadline": {"rules": [slow], "fallback": "One sentence."},
-            "killed": {"rules": [hang], "fallback": "One sentence."}}  # fmt: skip
+            "killed": {"rules": [_hang("KILLED")], "fallback": "One sentence."},
+            "sigkilled": {"rules": [_hang("SIGKILLED")], "fallback": "One sentence."}}  # fmt: skip
+
+
+def _hang(tag: str) -> dict[str, Any]:
+    return {"when": {"last_message": f"^SECOND {tag}"}, "times": 1, "reply": {"hang_seconds": HANG_SECONDS}}
 
 
 def prepare(project: Path, tickets: list[dict[str, str]], dags: Path) -> list[dict[str, str]]:
@@ -79,6 +88,8 @@ class Stops:
     started: float = 0.0  # time.monotonic() when they were triggered
     deadline_run: str = ""
     killed_run: str = ""
+    sigkilled_run: str = ""
+    sigkilled_pid: int = 0
     killed_record: tuple[Any, ...] = ()  # the run store's row right after the kill: (status, error, attempts)
     killed_patch: Any = None
     cleared: Any = None
@@ -94,6 +105,7 @@ def start(deployment: Deployment) -> Stops:
     stops = Stops(started=time.monotonic())
     stops.deadline_run = _trigger(deployment, "runner_deadline")
     stops.killed_run = _trigger(deployment, "runner_killed")
+    stops.sigkilled_run = _trigger(deployment, "runner_sigkilled")
     stops.pool_runs = [_trigger(deployment, "runner_pooled_fanout") for _ in range(2)]
     return stops
 
@@ -154,10 +166,29 @@ def kill_and_clear(deployment: Deployment, stops: Stops, server: Any, store: Any
     deployment.wait(ran_again, 300, "the cleared killed task to run again")
 
 
+def sigkill_the_task_process(deployment: Deployment, stops: Stops, server: Any) -> None:
+    """SIGKILL the ``runner_sigkilled`` task's process while its second call hangs."""
+    deployment.wait(lambda: _posts(server, "SECOND SIGKILLED") >= 1, 300, "the SIGKILL task's second model call")
+    ti = deployment.api(f"dags/runner_sigkilled/dagRuns/{stops.sigkilled_run}/taskInstances/two_calls")
+    title = f"airflow worker -- {ti['id']}".encode()
+    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).startswith(title)]
+    assert len(pids) == 1, (title, pids)
+    stops.sigkilled_pid = pids[0]
+    os.kill(pids[0], signal.SIGKILL)
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:  # the process ended meanwhile
+        return b""
+
+
 def finish(deployment: Deployment, stops: Stops) -> None:
     """Wait for every stop DAG run; note when each pooled task ran (start, end)."""
     deployment.wait_for_run("runner_deadline", stops.deadline_run, 300)
     deployment.wait_for_run("runner_killed", stops.killed_run, 120)
+    deployment.wait_for_run("runner_sigkilled", stops.sigkilled_run, 300)
     for run_id in stops.pool_runs:
         deployment.wait_for_run("runner_pooled_fanout", run_id, 600)
     for run_id in stops.pool_runs:

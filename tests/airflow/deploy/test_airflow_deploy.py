@@ -327,6 +327,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
             )  # fmt: skip
             stops_.mark_a_waiting_shard_success(deployment, stops)
             stops_.kill_and_clear(deployment, stops, stop_apis["killed"], _store)
+            stops_.sigkill_the_task_process(deployment, stops, stop_apis["sigkilled"])
             deployment.timed("stop operations done (a task killed and cleared, a shard marked success)", started)
             ops.tasks_test = (tasks_test.wait(300), tasks_test.communicate()[0])
             for run_id in (fanout, capped_run, ops.bad_row_run):
@@ -784,7 +785,8 @@ def _tokens_billed(billed: list[Any]) -> tuple[int, int]:
 
 def test_an_execution_timeout_during_a_slow_call_fails_the_try_and_the_retry_pays_nothing_twice(outcome: Outcome) -> None:
     stops = outcome.stops
-    assert outcome.states[stops.deadline_run] == {("two_calls", -1): ("success", 2)}
+    last = _task_log(outcome, "runner_deadline", "two_calls", -1, 2, stops.deadline_run)
+    assert outcome.states[stops.deadline_run] == {("two_calls", -1): ("success", 2)}, last[-4000:]
     posts, billed, (status, attempts, _, input_tokens, output_tokens, _) = _two_calls(outcome, "deadline", "DEADLINE")
     assert sum(p.startswith("FIRST DEADLINE") for p in posts) == 1, "the retry resumed: the first step not paid again"
     assert sum(p.startswith("SECOND DEADLINE") for p in posts) == 2, "the timed-out call, then the retry's"
@@ -795,7 +797,7 @@ def test_an_execution_timeout_during_a_slow_call_fails_the_try_and_the_retry_pay
     first_try = _task_log(outcome, "runner_deadline", "two_calls", -1, 1, stops.deadline_run)
     assert "AirflowTaskTimeout" in first_try or "Timeout" in first_try, first_try[-3000:]
     second_try = _task_log(outcome, "runner_deadline", "two_calls", -1, 2, stops.deadline_run)
-    assert "completed" in second_try
+    assert "resuming (attempt 2; reusing first)" in second_try, second_try[-3000:]
 
 
 def test_a_running_task_marked_failed_cancels_its_run_and_a_clear_resumes_it(outcome: Outcome) -> None:
@@ -813,6 +815,23 @@ def test_a_running_task_marked_failed_cancels_its_run_and_a_clear_resumes_it(out
     assert input_tokens >= billed_in and output_tokens >= billed_out
     killed_try = _task_log(outcome, "runner_killed", "two_calls", -1, 1, stops.killed_run)
     assert "its run is cancelled" in killed_try, killed_try[-3000:]
+    rerun = _task_log(outcome, "runner_killed", "two_calls", -1, 2, stops.killed_run)
+    assert "resuming (attempt 2; reusing first)" in rerun, rerun[-3000:]
+
+
+def test_a_task_process_killed_with_sigkill_is_retried_and_the_retry_pays_nothing_twice(outcome: Outcome) -> None:
+    stops = outcome.stops
+    assert stops.sigkilled_pid > 0
+    assert outcome.states[stops.sigkilled_run] == {("two_calls", -1): ("success", 2)}
+    posts, billed, (status, attempts, _, input_tokens, output_tokens, _) = _two_calls(outcome, "sigkilled", "SIGKILLED")
+    assert sum(p.startswith("FIRST SIGKILLED") for p in posts) == 1, "the retry resumed: the first step not paid again"
+    assert sum(p.startswith("SECOND SIGKILLED") for p in posts) == 2
+    assert len(billed) == 2, "the hanging call was never answered"
+    assert (status, attempts) == ("completed", 2)
+    billed_in, billed_out = _tokens_billed(billed)
+    assert input_tokens >= billed_in and output_tokens >= billed_out
+    retry = _task_log(outcome, "runner_sigkilled", "two_calls", -1, 2, stops.sigkilled_run)
+    assert "resuming (attempt 2; reusing first)" in retry, retry[-3000:]
 
 
 def test_a_fanout_in_a_pool_of_one_slot_runs_one_task_at_a_time_to_the_end(outcome: Outcome) -> None:

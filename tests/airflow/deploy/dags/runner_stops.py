@@ -4,6 +4,8 @@
   task's ``execution_timeout``; one retry.
 * ``runner_killed``: the same task, no timeout, no retry: its running task instance is marked
   failed through the REST API while its second call waits, then cleared.
+* ``runner_sigkilled``: the same task with one retry: its task process is killed with
+  ``SIGKILL`` (no ``on_kill``: a worker lost) while its second call waits.
 * ``runner_pooled_fanout``: a fan-out whose every task (split, shards, merge) is in a pool of
   one slot, with ``max_active_tis_per_dag=1``.
 
@@ -32,6 +34,12 @@ with DAG(dag_id="runner_deadline", schedule=None, start_date=START, catchup=Fals
 
 with DAG(dag_id="runner_killed", schedule=None, start_date=START, catchup=False, is_paused_upon_creation=False) as killed:
     RunnerTaskOperator(task_id="two_calls", task="two_calls", inputs={"tag": "KILLED"}, conn_id="runner_model_killed")
+
+with DAG(dag_id="runner_sigkilled", schedule=None, start_date=START, catchup=False, is_paused_upon_creation=False) as sigkilled:
+    RunnerTaskOperator(
+        task_id="two_calls", task="two_calls", inputs={"tag": "SIGKILLED"}, conn_id="runner_model_sigkilled",
+        retries=1, retry_delay=timedelta(seconds=1),
+    )  # fmt: skip
 
 with DAG(
     dag_id="runner_pooled_fanout", schedule=None, start_date=START, catchup=False, is_paused_upon_creation=False,
