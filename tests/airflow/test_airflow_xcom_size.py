@@ -9,8 +9,9 @@ fan-out over :data:`ROWS` rows and measure what each task pushed.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import pytest
 
@@ -70,3 +71,36 @@ def test_the_split_pushes_a_small_entry_per_shard_even_at_the_most_shards() -> N
     specs = [s.as_xcom() for s in plan_shards(ROWS * 10, "0" * 64, num_shards=MAX_SHARDS, shard_size=None)]
     assert len(specs) == MAX_SHARDS
     assert max(_size(s) for s in specs) <= PER_SHARD_SPEC_LIMIT
+
+
+class _LazyResults(Sequence[Any]):
+    """Answers as Airflow's ``LazyXComSequence`` does under a real scheduler: each index or
+    slice asked for is one request to the API server (counted here)."""
+
+    def __init__(self, values: list[Any]) -> None:
+        self.values = values
+        self.requests = 0
+
+    def __len__(self) -> int:
+        self.requests += 1
+        return len(self.values)
+
+    @overload
+    def __getitem__(self, key: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, key: slice) -> Sequence[Any]: ...
+
+    def __getitem__(self, key: int | slice) -> Any:
+        self.requests += 1
+        return self.values[key]  # an index past the end raises IndexError, which ends an iteration
+
+
+def test_the_merge_reads_every_shards_result_in_one_request() -> None:
+    from runner.airflow.fanout import _items
+
+    results = [{"index": i, "done": 1} for i in range(1_000)]
+    lazy = _LazyResults(results)
+    assert _items(lazy) == results
+    assert lazy.requests == 1, "one slice, not one request per shard"
+    assert _items(None) == [] and _items({"index": 0}) == [{"index": 0}] and _items(iter(results[:2])) == results[:2]
