@@ -775,7 +775,7 @@ def _two_calls(outcome: Outcome, server: str, tag: str) -> tuple[list[str], list
     requests, billed = outcome.stop_calls[server]
     posts = [r.body["messages"][-1]["content"] for r in requests if r.method == "POST"]
     ((row),) = _store("SELECT status, attempts, error, input_tokens, output_tokens, model_calls FROM runs "
-                      "WHERE task = 'two_calls' AND inputs_json LIKE %s", f"%{tag}%")  # fmt: skip
+                      "WHERE task = 'two_calls' AND inputs_json LIKE %s", f'%"{tag}"%')  # fmt: skip
     return posts, billed, tuple(row)
 
 
