@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,12 +43,21 @@ RUNS_HELP = ("The run store that recorded the calls: an SQLite file or a postgre
 ROOT_HELP = "Project root (for its run store)."
 
 
+def ledger_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The options both subcommands take: which ledger, which scopes, which run store, and JSON."""
+    for option in reversed([
+        click.option("--store", metavar="PATH|URL", help=STORE_HELP),
+        click.option("--scope", "scopes", metavar="KEY", multiple=True, help="Only this scope (repeatable; default: every scope)."),
+        click.option("--runs", metavar="PATH|URL", help=RUNS_HELP),
+        click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=".", help=ROOT_HELP),
+        click.option("--json", "as_json", is_flag=True, help="JSON output: {store, runs, scopes: [...]}."),
+    ]):
+        command = option(command)
+    return command
+
+
 @caps.command()
-@click.option("--store", metavar="PATH|URL", help=STORE_HELP)
-@click.option("--scope", "scopes", metavar="KEY", multiple=True, help="Only this scope (repeatable; default: every scope).")
-@click.option("--runs", metavar="PATH|URL", help=RUNS_HELP)
-@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=".", help=ROOT_HELP)
-@click.option("--json", "as_json", is_flag=True, help="JSON output: {store, runs, scopes: [...]}.")
+@ledger_options
 def show(store: str | None, scopes: tuple[str, ...], runs: str | None, root: Path, as_json: bool) -> None:
     """Per scope: caps, spent, reserved by calls in flight, held by dead workers (and which of
     their calls the run store recorded), and what is left. Reads only.
@@ -80,11 +90,7 @@ def show(store: str | None, scopes: tuple[str, ...], runs: str | None, root: Pat
 
 
 @caps.command("settle-dead")
-@click.option("--store", metavar="PATH|URL", help=STORE_HELP)
-@click.option("--scope", "scopes", metavar="KEY", multiple=True, help="Only this scope (repeatable; default: every scope).")
-@click.option("--runs", metavar="PATH|URL", help=RUNS_HELP)
-@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=".", help=ROOT_HELP)
-@click.option("--json", "as_json", is_flag=True, help="JSON output: {store, runs, scopes: [...]}.")
+@ledger_options
 def settle_dead(store: str | None, scopes: tuple[str, ...], runs: str | None, root: Path, as_json: bool) -> None:
     """Settle reservations held by dead workers whose calls the run store recorded: to the
     recorded usage, or released when recorded as not billed. Unrecorded ones stay at their
