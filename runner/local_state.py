@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 from runner.errors import UsageError
@@ -41,6 +42,87 @@ def state_dir(root: Path) -> Path:
         _refuse_escaping_link(root, root / DEFAULT_STATE_DIR)
         return root / DEFAULT_STATE_DIR
     return root / Path(configured).expanduser()  # an absolute value replaces root
+
+
+SQLITE_SIDE_FILES = ("", "-wal", "-shm", "-journal", ".lock")
+"""The names an SQLite file of the runner has next to it (its journals and our ``flock`` file),
+each opened and written in place: none may be a link out of the project or a hard link."""
+
+
+def state_path(root: Path, *parts: str, holds: str, sqlite: bool = False, wiped: bool = False) -> Path:
+    """``state_dir(root) / parts``, refused (a :class:`UsageError` naming the link and the fix)
+    when a symbolic link below the project (or below ``$RUNNER_STATE_DIR``) leads it out, or
+    (``sqlite``) when the file or one of its :data:`SQLITE_SIDE_FILES` is such a link or a hard
+    link. A place the runner ``wiped`` (run workspaces) may hold no symbolic link at all below
+    the state directory: one to another folder of the project would have that folder wiped."""
+    directory = state_dir(root)
+    anchor = directory if os.environ.get(STATE_DIR_ENV, "").strip() else root
+    where = f"the state directory {directory}" if anchor == directory else "the project"
+    fix = f"remove it (the runner makes its own), or set ${STATE_DIR_ENV} to where the local state should go"
+    path = directory.joinpath(*parts)
+    if wiped:
+        for depth in range(1, len(parts) + 1):
+            if (link := directory.joinpath(*parts[:depth])).is_symlink():
+                raise UsageError(
+                    f"cannot use {link} ({holds}): it is a symbolic link (to {link.resolve()}), and the runner wipes "
+                    f"and rewrites what is there, so it follows no link; {fix}"
+                )
+    return confined(path, anchor, holds, fix, where=where, sides=SQLITE_SIDE_FILES if sqlite else ())
+
+
+def confined(path: Path, anchor: Path, holds: str, fix: str, *, where: str = "the project", sides: tuple[str, ...] = ()) -> Path:
+    """``path`` (below ``anchor``), after checking that no symbolic link on the way from
+    ``anchor`` leads out of it, and that none of ``path`` + ``sides`` (files written in place)
+    is a symbolic link out of ``anchor`` or a hard link; a :class:`UsageError` names the link,
+    what the place ``holds`` and the ``fix`` otherwise. Links that stay inside are followed."""
+    inside = anchor.resolve()
+    current = anchor
+    for part in path.relative_to(anchor).parts:
+        current = current / part
+        _refuse_link_out(current, inside, holds, fix, where)
+    for side in sides:
+        file = Path(f"{path}{side}")
+        _refuse_link_out(file, inside, holds, fix, where)
+        _refuse_hard_link(file, holds)
+    return path
+
+
+def confined_tree(directory: Path, anchor: Path, holds: str, fix: str) -> Path:
+    """:func:`confined` for a default output directory below ``anchor`` (the project) and for
+    everything already in it: a directory whose file names are known in advance (a resumed
+    run's report, an eval's journals and outputs) could otherwise hold a planted link."""
+    confined(directory, anchor, holds, fix)
+    inside = anchor.resolve()
+    for folder, names, files in os.walk(directory):  # links to directories are listed, never entered
+        for name in (*names, *files):
+            entry = Path(folder) / name
+            _refuse_link_out(entry, inside, holds, fix, "the project")
+            _refuse_hard_link(entry, holds)
+    return directory
+
+
+def _refuse_link_out(path: Path, inside: Path, holds: str, fix: str, where: str) -> None:
+    if not path.is_symlink():
+        return
+    target = path.resolve()
+    if not target.is_relative_to(inside):
+        raise UsageError(
+            f"cannot use {path} ({holds}): it is a symbolic link to {target}, outside {where}, and the runner does not "
+            f"write through such links; {fix}"
+        )
+
+
+def _refuse_hard_link(path: Path, holds: str) -> None:
+    try:
+        info = path.stat()
+    except OSError:
+        return
+    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        raise UsageError(
+            f"cannot use {path} ({holds}): it is a hard link (the same file has {info.st_nlink} names, perhaps outside the "
+            f"project), and the runner writes this file in place; replace it by a copy of its own (cp {path.name} "
+            f"{path.name}.copy && mv {path.name}.copy {path.name}), or move it away"
+        )
 
 
 def refuse_outside(directory: Path, inside: Path, holds: str, fix: str) -> None:

@@ -322,9 +322,9 @@ def default_journal_path(root: Path, task: str, input_path: Path) -> Path:
     import hashlib
 
     key = hashlib.sha256(str(input_path.resolve()).encode()).hexdigest()[:12]
-    from runner.local_state import state_dir
+    from runner.local_state import state_path
 
-    return state_dir(root) / "batches" / f"{task}-{key}.sqlite3"
+    return state_path(root, "batches", f"{task}-{key}.sqlite3", holds="batch journals", sqlite=True)
 
 
 # --- what both implementations share ---------------------------------------------------

@@ -16,6 +16,7 @@ The connection is used only from the event loop thread; each write is a small tr
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from collections.abc import Mapping
@@ -81,7 +82,13 @@ def _meta_of(path: Path) -> dict[str, str]:
 
 
 def _lock(path: Path) -> int:
-    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:  # O_NOFOLLOW: a planted link must not make us create (or lock) a file elsewhere
+        fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise UsageError(f"{path}.lock (the batch journal's lock) is a symbolic link, which the runner does not follow; "
+                         "remove it (the runner makes its own)") from None  # fmt: skip
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -115,8 +114,8 @@ class RoundCollector:
     def __init__(
         self, journal: BatchJournal, store: RunStore, *, endpoints: Iterable[Endpoint], prices: Callable[[str], Pricer],
         deadline: Budget, limits: BatchApiLimits | None = None, poll: PollPolicy | None = None, wait: bool = True,
-        fallback_live: bool = False, secrets: list[str] | None = None, log: IO[str] | None = sys.stderr,
-        notices: IO[str] | None = sys.stderr,
+        fallback_live: bool = False, secrets: list[str] | None = None, log: IO[str] | None = None,
+        notices: IO[str] | None = None,
     ) -> None:
         self.journal, self.store, self.state = journal, store, ProviderState(journal)
         self.answers = ProviderAnswers(store.database)
@@ -590,7 +589,8 @@ class RoundCollector:
         """What changed at the provider, or needs the user (files deleted or not, a batch
         cancelled or left running): shown whatever ``--progress`` says."""
         if self.notices is not None:
-            print(text, file=self.notices, flush=True)
+            with contextlib.suppress(ValueError, OSError):  # a closed or broken stderr must not fail the rows
+                print(text, file=self.notices, flush=True)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from runner.core.results import RunResult
 from runner.core.steps import StepRecord
 from runner.core.usage import Usage
 from runner.errors import UsageError
+from runner.store.abandoned import settle_abandoned, this_process
 from runner.store.database import Database, open_database
 from runner.store.result_cache import ResultStore
 from runner.store.schema import AddedColumn, Schema
@@ -48,7 +49,10 @@ CREATE TABLE IF NOT EXISTS runs (
   output_json TEXT,
   record_json TEXT,
   report_dir TEXT,
-  attempt_token TEXT
+  attempt_token TEXT,
+  holder_host TEXT,
+  holder_pid {bigint},
+  holder_started TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_task ON runs (task, finished_at);
 CREATE TABLE IF NOT EXISTS steps (
@@ -133,6 +137,10 @@ CREATE TABLE IF NOT EXISTS plans (
         AddedColumn("tool_calls", "token", "TEXT"),
         AddedColumn("plans", "token", "TEXT"),
         AddedColumn("model_calls", "reservation", "TEXT"),  # the cap ledger entry the call held
+        # the process running the attempt: a run it left 'running' when it died is settled (runner.store.abandoned)
+        AddedColumn("runs", "holder_host", "TEXT"),
+        AddedColumn("runs", "holder_pid", "{bigint}"),
+        AddedColumn("runs", "holder_started", "TEXT"),
     ),
 )
 """The run store's tables, for both backends (:mod:`runner.store.schema`). ``steps.record_json``
@@ -173,6 +181,7 @@ class RunStore:
         refuse_newer(self._db)
         self._db.create(SCHEMA)
         stamp(self._db)
+        settle_abandoned(self._db, now_iso())  # runs a dead process left 'running' say so, not 'running' for ever
         self.transcripts = TranscriptStore(self._db, now=now_iso)  # full requests, responses and tool outputs
 
     @property
@@ -201,12 +210,14 @@ class RunStore:
         attempt's token tells a retry after a lost connection whether the first try committed.
         """
         token = new_token()
+        holder = this_process()
 
         def start(db: Database) -> int:
             inserted = db.execute(
-                "INSERT INTO runs (run_id, task, status, started_at, inputs_json, config_hash, caps_json, attempt_token)"
-                " VALUES (?, ?, 'running', ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
-                (run_id, task, now_iso(), dumps(inputs), config_hash, dumps(caps), token),
+                "INSERT INTO runs (run_id, task, status, started_at, inputs_json, config_hash, caps_json, attempt_token,"
+                " holder_host, holder_pid, holder_started) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (run_id) DO NOTHING",
+                (run_id, task, now_iso(), dumps(inputs), config_hash, dumps(caps), token, *holder),
             )
             if inserted:
                 return 1
@@ -219,8 +230,9 @@ class RunStore:
                 )
             updated = db.row(
                 "UPDATE runs SET attempts = attempts + 1, status = 'running', finished_at = NULL, error = NULL,"
-                " attempt_token = ? WHERE run_id = ? RETURNING attempts",
-                (token, run_id),
+                " error_kind = NULL, attempt_token = ?, holder_host = ?, holder_pid = ?, holder_started = ?"
+                " WHERE run_id = ? RETURNING attempts",
+                (token, *holder, run_id),
             )
             assert updated is not None
             return int(updated["attempts"])

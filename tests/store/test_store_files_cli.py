@@ -22,6 +22,7 @@ import pytest
 
 from runner.model.server import ScriptedServer
 from runner.store.runstore import RunStore
+from tests.support.other_user import as_user, can_start_as, system_user
 from tests.support.project import copy_shipped, run_cli
 
 pytestmark = pytest.mark.timeout(240)
@@ -160,20 +161,30 @@ def test_a_store_locked_by_another_process_is_a_clear_retryable_error(held: Path
     assert done.returncode == 1 and str(held) in line and "is locked by another process" in line and "run again" in line
 
 
-def runs_as_nobody() -> bool:
-    """Whether this interpreter can be started as user nobody (root, and a Python outside /root)."""
-    if os.geteuid() != 0:
-        return False
-    try:
-        subprocess.run([sys.executable, "-c", "pass"], user=65534, group=65534, extra_groups=[], check=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return True
+NOBODY = system_user("nobody")
+REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.skipif(not runs_as_nobody(), reason="starts the CLI as user nobody: needs root and a Python nobody may run")
-def test_a_read_only_store_is_named_with_the_fix() -> None:
-    base = Path(tempfile.mkdtemp(prefix="runner-ro-"))  # not under pytest's 0700 directory: user nobody must read it
+RUN = ("run", "triage_ticket", "-i", "subject=a", "-i", "body=b", "--no-report")
+
+
+def as_nobody(root: Path, *command: str) -> tuple[subprocess.CompletedProcess[str], int]:
+    """``runner COMMAND`` started as user nobody in ``root`` (the interpreter and this checkout
+    reachable, see :mod:`tests.support.other_user`); with the model calls it made."""
+    assert NOBODY is not None
+    with ScriptedServer({"fallback": TRIAGE}) as server:
+        env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "OPENAI_BASE_URL": server.base_url,
+               "OPENAI_API_KEY": "sk-read-only-store-0123", **NOBODY.env()}  # fmt: skip
+        done = subprocess.run(as_user(NOBODY, [sys.executable, "-m", "runner", *command], read_only=[REPO]),
+                              cwd=root, capture_output=True, text=True, timeout=180, env=env)  # fmt: skip
+        return done, len(server.requests)
+
+
+@pytest.fixture
+def open_project() -> Iterator[Path]:
+    """A project with a run store of one run, under ``/tmp`` (pytest's directories are 0700:
+    user nobody must read it), everything root's and readable by all."""
+    base = Path(tempfile.mkdtemp(prefix="runner-ro-"))
     try:
         root = copy_shipped(base / "project")
         store = root / ".runner" / "runs.sqlite3"
@@ -181,16 +192,36 @@ def test_a_read_only_store_is_named_with_the_fix() -> None:
         store_with_rows(store, runs=1)
         for path in [base, *base.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
-        done = subprocess.run(
-            [sys.executable, "-m", "runner", "runs"], cwd=root, capture_output=True, text=True, timeout=120,
-            env={"PATH": os.environ["PATH"], "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-            user=65534, group=65534, extra_groups=[],
-        )  # fmt: skip
-        line = one_error_line(done)
-        assert done.returncode == 2 and str(store) in line and ("cannot be written" in line or "cannot open" in line)
-        assert "RUNNER_STATE_DIR" in line or "directory" in line
+        yield root
     finally:
         shutil.rmtree(base)
+
+
+@pytest.mark.skipif(not can_start_as(NOBODY), reason="starts the CLI as user nobody: needs root, bwrap and setpriv")
+def test_a_read_only_state_dir_is_named_with_the_fix(open_project: Path) -> None:
+    state = open_project / ".runner"
+    before = digest(state / "runs.sqlite3")
+    done, calls = as_nobody(open_project, *RUN)
+    line = one_error_line(done)
+    assert done.returncode == 2 and f"cannot write {state} (the runner's local state: the run store)" in line, line
+    assert "Permission denied for user nobody" in line and "RUNNER_STATE_DIR" in line, line
+    assert calls == 0 and digest(state / "runs.sqlite3") == before
+    listed, _ = as_nobody(open_project, "runs")  # reading it needs no write
+    assert listed.returncode == 0 and "run-000" in listed.stdout, listed.stderr
+    assert digest(state / "runs.sqlite3") == before
+
+
+@pytest.mark.skipif(not can_start_as(NOBODY), reason="starts the CLI as user nobody: needs root, bwrap and setpriv")
+def test_a_read_only_store_file_is_named_with_the_fix(open_project: Path) -> None:
+    assert NOBODY is not None
+    state = open_project / ".runner"
+    os.chown(state, NOBODY.uid, NOBODY.gid)  # the directory is the user's, the store file is not
+    store = state / "runs.sqlite3"
+    before = digest(store)
+    done, calls = as_nobody(open_project, *RUN)
+    line = one_error_line(done)
+    assert done.returncode == 2 and f"{store} (the run store) cannot be written" in line and "RUNNER_STATE_DIR" in line, line
+    assert calls == 0 and digest(store) == before
 
 
 BATCH = ("batch", "triage_ticket", "--input", "tickets.jsonl", "--output", "out.jsonl", "--id-column", "id", "--progress", "none")
