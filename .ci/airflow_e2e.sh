@@ -5,7 +5,9 @@
 # dag-processor, api-server and triggerer processes, the example DAGs triggered with `airflow dags
 # trigger`, retries on a wiped local disk, a fan-out cost cap across shards, a provider batch
 # waited for in the triggerer (the task deferred, the triggerer restarted), a deferred task marked
-# failed, a backfill, a cleared task, `airflow tasks test`; the runner installed from its built wheel,
+# failed, a backfill, a cleared task, `airflow tasks test`, a slow call past execution_timeout, a
+# running task marked failed, a task process SIGKILLed, a fan-out in a pool of one slot (a shard
+# marked success unrun fails its merge); the runner installed from its built wheel,
 # the project read-only, every Airflow process as a non-root user. About 4 minutes. Prints how long it took.
 # Usage: .ci/airflow_e2e.sh [PYTHON]
 set -euo pipefail

@@ -163,7 +163,9 @@ def run_task_for_airflow(
     manifest whatever its status -- the operator decides whether that status fails the task.
     """
     from runner.api import run_task  # the lead's API; imported late so this module loads without it
+    from runner.config.matplotlib_dir import keep_matplotlib_cache
 
+    keep_matplotlib_cache()  # a worker user without a home would rebuild matplotlib's font cache in every task
     inputs = dict(inputs or {})
     run_id = run_id or derive_run_id(
         task=task, dag_id=dag_id, dag_run_id=dag_run_id, task_id=task_id, map_index=map_index, inputs=inputs
@@ -218,7 +220,9 @@ def batch_step_for_airflow(
     """Run (always resuming) the batch ``request`` once: to its end, or, with
     ``request.provider_wait=False``, until its provider batch is out (see :class:`BatchStep`)."""
     from runner.batch.file_batch import open_journal, run_batch_file
+    from runner.config.matplotlib_dir import keep_matplotlib_cache
 
+    keep_matplotlib_cache()
     with joined(trace_carrier), flushed():
         summary = call_blocking(lambda: asyncio.run(run_batch_file(project, spec, request)))
     journal, _ = open_journal(project, spec, request)

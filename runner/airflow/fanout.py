@@ -334,11 +334,17 @@ def _check_conf_keys(context: Context) -> None:
 
 
 def _items(value: Any) -> list[Any]:
-    """A rendered XCom list (or one item, or nothing) as a list."""
+    """A rendered XCom list (or one item, or nothing) as a list.
+
+    Under a real scheduler a mapped task's output renders as Airflow's lazy XCom sequence,
+    whose iteration asks the API server for one shard's value at a time (a request per shard,
+    10,000 for the largest fan-out); a whole slice is one request."""
     if value is None:
         return []
     if isinstance(value, Mapping) or not isinstance(value, Iterable) or isinstance(value, str):
         return [value]
+    if isinstance(value, Sequence):
+        return list(value[:])
     return list(value)
 
 

@@ -29,7 +29,9 @@ reached through fsspec. Each test asserts on one part of what it did:
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import itertools
 import json
 import os
 import re
@@ -47,6 +49,7 @@ import yaml
 
 from runner.model.batch_endpoints import BatchBehaviour
 from tests.airflow.deploy import operations as ops_
+from tests.airflow.deploy import stops as stops_
 from tests.airflow.deploy.deployment import REPO, Deployment, free_port
 from tests.airflow.deploy.operations import BACKFILL_DATES, MISSPELT_TASK, TASKS_TEST_DATE, Operations
 from tests.airflow.deploy.worker_user import worker_user
@@ -144,6 +147,8 @@ class Outcome:
     package_check: Any = None  # where an Airflow process imports runner from, and the DAG folder's import errors
     kill_requests: list[Any] = field(default_factory=list)
     kill_batches_created: int = 0
+    stops: stops_.Stops = field(default_factory=stops_.Stops)
+    stop_calls: dict[str, tuple[list[Any], list[Any]]] = field(default_factory=dict)  # by server: (requests, billed)
 
 
 def _bad_rows(project: Path) -> list[dict[str, str]]:
@@ -263,11 +268,17 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
     triage = yaml.safe_load((REPO / "examples/batch/triage_script.yaml").read_text())
     batch_api = ScriptedServer(triage, batch=BatchBehaviour(polls=BATCH_POLLS), api_key=KEY)
     kill_api = ScriptedServer(triage, batch=BatchBehaviour(polls=10_000), api_key=KEY)  # out until cancelled
-    with ScriptedServer(_script(tickets)) as server, batch_api, kill_api:
+    stop_apis = {name: ScriptedServer(script, api_key=KEY) for name, script in stops_.scripts().items()}
+    stop_apis["pool"] = ScriptedServer(triage, api_key=KEY)
+    with ScriptedServer(_script(tickets)) as server, batch_api, kill_api, contextlib.ExitStack() as servers:
+        for api in stop_apis.values():
+            servers.enter_context(api)
         started = time.monotonic()
         deployment.airflow("db", "migrate", timeout=600)
         deployment.timed("airflow db migrate", started)
         deployment.install_dags()
+        stops_.prepare(project, tickets, deployment.dags)
+        deployment.env.update(stops_.connections({n: api.base_url for n, api in stop_apis.items()}, KEY))
         for name, url in (("runner_model_default", server.base_url), ("runner_model_batch", batch_api.base_url),
                           ("runner_model_kill", kill_api.base_url), ("runner_model_closed", f"http://127.0.0.1:{free_port()}/v1")):
             deployment.airflow("connections", "add", name, "--conn-type", "runner_model", "--conn-host", url,
@@ -305,6 +316,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
                 "fanout": ("runner_batch_fanout", fanout, _flaky_shard(tickets)),
             })  # fmt: skip
             # the operations start once the disk was wiped: a wipe would pull a running task's workspace away
+            stops = stops_.start(deployment)
             ops.bad_row_run = _trigger(deployment, "runner_batch_fanout", "--conf", json.dumps(
                 {"input_path": "tickets_bad.csv", "id_column": "id", "num_shards": 2, "concurrency": 2}))  # fmt: skip
             ops.misspelt_run = _trigger(deployment, "runner_daily_report", "--conf", json.dumps({"task": MISSPELT_TASK}))
@@ -313,6 +325,10 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
                 deployment.argv("tasks", "test", "runner_daily_report", "daily_report", TASKS_TEST_DATE),
                 env=deployment.env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             )  # fmt: skip
+            stops_.mark_a_waiting_shard_success(deployment, stops)
+            stops_.kill_and_clear(deployment, stops, stop_apis["killed"], _store)
+            stops_.sigkill_the_task_process(deployment, stops, stop_apis["sigkilled"])
+            deployment.timed("stop operations done (a task killed and cleared, a shard marked success)", started)
             ops.tasks_test = (tasks_test.wait(300), tasks_test.communicate()[0])
             for run_id in (fanout, capped_run, ops.bad_row_run):
                 deployment.wait_for_run("runner_batch_fanout", run_id, 900)
@@ -323,8 +339,11 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
             ops.cli_cleared = ops_.clear_second_backfilled_with_cli(deployment)
             for run_id in (batch.run_id, ops.killed_run):
                 deployment.wait_for_run("runner_batch_api", run_id, 600)
+            stops_.finish(deployment, stops)
+            deployment.timed("the stop DAGs, triggered to finished", stops.started)
+            stops_.wait_billed(stop_apis["deadline"], 3)
             deployment.timed("every DAG run, triggered to finished", started)
-            runs = {dag_id: deployment.runs(dag_id) for dag_id in DAG_IDS}
+            runs = {dag_id: deployment.runs(dag_id) for dag_id in (*DAG_IDS, *stops_.DAG_IDS)}
             states = {r["dag_run_id"]: deployment.task_states(dag_id, r["dag_run_id"])
                       for dag_id, found in runs.items() for r in found}  # fmt: skip
             requests = server.requests
@@ -332,11 +351,13 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
             batch.uploads = sum(1 for f in batch_api.batches.files.values() if f.purpose == "batch")
             batch.chat_calls = sum(1 for r in batch_api.requests if r.path.endswith("/chat/completions"))
             kill_requests, kill_created = kill_api.requests, kill_api.batches.batches_created
+            stop_calls = {name: (api.requests, api.billed) for name, api in stop_apis.items()}
         finally:
             deployment.stop()
     deployment.timed("whole deployment test", begun)
     yield Outcome(deployment, project, tickets, capped, fanout, capped_run, daily, requests, refused, batch, tests,
-                  runs, states, wiped, ops, _bad_rows(project), package_check, kill_requests, kill_created)  # fmt: skip
+                  runs, states, wiped, ops, _bad_rows(project), package_check, kill_requests, kill_created,
+                  stops, stop_calls)  # fmt: skip
     print(f"\nairflow deploy timings (s): {json.dumps(deployment.timings)}")
 
 
@@ -369,7 +390,7 @@ def _parsed(deployment: Deployment) -> bool:
         ids = {dag["dag_id"] for dag in deployment.api("dags")["dags"]}
     except OSError:
         return False
-    return set(DAG_IDS) <= ids
+    return {*DAG_IDS, *stops_.DAG_IDS} <= ids
 
 
 def _deferred_batch(deployment: Deployment) -> BatchApiOutcome:
@@ -475,8 +496,10 @@ def test_the_merged_output_has_one_record_per_input_row_with_its_id(outcome: Out
     assert report["rows"] == 40 and report["counts"]["done"] == 40 and len(report["shards"]) == 3
     assert not (work / "journals").exists()  # the journals are in the shared store
     found = dict(_store("SELECT journal, COUNT(*) FROM journal_rows GROUP BY journal"))
-    journals = {name: rows for name, rows in found.items() if not name.startswith("runner_batch_api/")}
-    assert len(journals) == 8 and all(name.startswith("runner_batch_fanout/") for name in journals)  # 3 + 3 + 2 shards
+    journals = {name: rows for name, rows in found.items() if name.startswith("runner_batch_fanout/")}
+    assert len(journals) == 8  # 3 + 3 + 2 shards
+    others = {name.split("/")[0] for name in found} - {"runner_batch_fanout", "runner_batch_api", "runner_pooled_fanout"}
+    assert others == set(), found
     assert sum(journals.values()) == len(outcome.tickets) + len(outcome.capped) + len(outcome.bad_rows)
 
 
@@ -742,3 +765,105 @@ def test_airflow_tasks_clear_with_dates_reruns_a_backfilled_task_and_resumes_its
     assert rows == [(before + 1, "completed")]  # the same runner run, resumed: nothing paid twice
     log = _task_log(outcome, "runner_daily_report", "daily_report", -1, before + 1, run_id)
     assert "[summary] reused from an earlier attempt (completed)" in log
+
+
+# --- runs stopped from outside, and a pool of one slot (tests/airflow/deploy/stops.py) ------
+
+
+def _two_calls(outcome: Outcome, server: str, tag: str) -> tuple[list[str], list[Any], tuple[Any, ...]]:
+    """The posts and billed usage of a stop server, and the run store's row of its ``two_calls`` run."""
+    requests, billed = outcome.stop_calls[server]
+    posts = [r.body["messages"][-1]["content"] for r in requests if r.method == "POST"]
+    ((row),) = _store("SELECT status, attempts, error, input_tokens, output_tokens, model_calls FROM runs "
+                      "WHERE task = 'two_calls' AND inputs_json LIKE %s", f'%"{tag}"%')  # fmt: skip
+    return posts, billed, tuple(row)
+
+
+def _tokens_billed(billed: list[Any]) -> tuple[int, int]:
+    return sum(u.get("prompt_tokens", 0) for _, u in billed), sum(u.get("completion_tokens", 0) for _, u in billed)
+
+
+def test_an_execution_timeout_during_a_slow_call_fails_the_try_and_the_retry_pays_nothing_twice(outcome: Outcome) -> None:
+    stops = outcome.stops
+    last = _task_log(outcome, "runner_deadline", "two_calls", -1, 2, stops.deadline_run)
+    assert outcome.states[stops.deadline_run] == {("two_calls", -1): ("success", 2)}, last[-4000:]
+    posts, billed, (status, attempts, _, input_tokens, output_tokens, _) = _two_calls(outcome, "deadline", "DEADLINE")
+    assert sum(p.startswith("FIRST DEADLINE") for p in posts) == 1, "the retry resumed: the first step not paid again"
+    assert sum(p.startswith("SECOND DEADLINE") for p in posts) == 2, "the timed-out call, then the retry's"
+    assert len(billed) == 3, "the late reply is billed too (the provider answered after the client left)"
+    assert (status, attempts) == ("completed", 2)
+    billed_in, billed_out = _tokens_billed(billed)
+    assert input_tokens >= billed_in and output_tokens >= billed_out, "the run counts what the provider billed"
+    first_try = _task_log(outcome, "runner_deadline", "two_calls", -1, 1, stops.deadline_run)
+    assert "AirflowTaskTimeout" in first_try or "Timeout" in first_try, first_try[-3000:]
+    second_try = _task_log(outcome, "runner_deadline", "two_calls", -1, 2, stops.deadline_run)
+    assert "resuming (attempt 2; reusing first)" in second_try, second_try[-3000:]
+
+
+def test_a_running_task_marked_failed_cancels_its_run_and_a_clear_resumes_it(outcome: Outcome) -> None:
+    stops = outcome.stops
+    assert [ti["state"] for ti in stops.killed_patch["task_instances"]] == ["failed"], stops.killed_patch
+    status, error, attempts = stops.killed_record
+    assert (status, attempts) == ("failed", 1) and "killed" in str(error), stops.killed_record  # why it stopped
+    assert outcome.states[stops.killed_run] == {("two_calls", -1): ("success", 2)}
+    posts, billed, (status, attempts, _, input_tokens, output_tokens, _) = _two_calls(outcome, "killed", "KILLED")
+    assert sum(p.startswith("FIRST KILLED") for p in posts) == 1, "the re-run resumed: the first step not paid again"
+    assert sum(p.startswith("SECOND KILLED") for p in posts) == 2
+    assert len(billed) == 2, "the hanging call was never answered"
+    assert (status, attempts) == ("completed", 2)
+    billed_in, billed_out = _tokens_billed(billed)
+    assert input_tokens >= billed_in and output_tokens >= billed_out
+    killed_try = _task_log(outcome, "runner_killed", "two_calls", -1, 1, stops.killed_run)
+    assert "its run is cancelled" in killed_try, killed_try[-3000:]
+    rerun = _task_log(outcome, "runner_killed", "two_calls", -1, 2, stops.killed_run)
+    assert "resuming (attempt 2; reusing first)" in rerun, rerun[-3000:]
+
+
+def test_a_task_process_killed_with_sigkill_is_retried_and_the_retry_pays_nothing_twice(outcome: Outcome) -> None:
+    stops = outcome.stops
+    assert stops.sigkilled_pid > 0
+    assert outcome.states[stops.sigkilled_run] == {("two_calls", -1): ("success", 2)}
+    posts, billed, (status, attempts, _, input_tokens, output_tokens, _) = _two_calls(outcome, "sigkilled", "SIGKILLED")
+    assert sum(p.startswith("FIRST SIGKILLED") for p in posts) == 1, "the retry resumed: the first step not paid again"
+    assert sum(p.startswith("SECOND SIGKILLED") for p in posts) == 2
+    assert len(billed) == 2, "the hanging call was never answered"
+    assert (status, attempts) == ("completed", 2)
+    billed_in, billed_out = _tokens_billed(billed)
+    assert input_tokens >= billed_in and output_tokens >= billed_out
+    retry = _task_log(outcome, "runner_sigkilled", "two_calls", -1, 2, stops.sigkilled_run)
+    assert "resuming (attempt 2; reusing first)" in retry, retry[-3000:]
+
+
+def test_a_fanout_in_a_pool_of_one_slot_runs_one_task_at_a_time_to_the_end(outcome: Outcome) -> None:
+    from runner.airflow.plan import run_key
+
+    stops = outcome.stops
+    complete, marked = stops.pool_runs
+    assert {k: s for k, (s, _) in outcome.states[complete].items()} == {
+        ("split", -1): "success", ("run_shard", 0): "success", ("run_shard", 1): "success",
+        ("run_shard", 2): "success", ("merge", -1): "success",
+    }  # fmt: skip
+    work = outcome.deployment.work / run_key("runner_pooled_fanout", complete, "fanout")
+    records = [json.loads(line) for line in (work / "output.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["status"]) for r in records] == [(f"P-{i:03d}", "done") for i in range(1, stops_.POOL_ROWS + 1)]
+    spans = sorted((start, end, run, task, index) for run, found in stops.pool_spans.items()
+                   for task, index, start, end in found if (run, task, index) != (marked, "run_shard", stops.marked_shard))  # fmt: skip
+    assert len(spans) >= 5 + 3
+    overlapping = [(a, b) for a, b in itertools.pairwise(spans) if b[0] < a[1]]
+    assert overlapping == [], "one slot: no two tasks of the pool ran at once"
+    requests, _ = outcome.stop_calls["pool"]
+    prompts = [r.body["messages"][-1]["content"] for r in requests if r.method == "POST"]
+    assert prompts and max(prompts.count(p) for p in prompts) <= 2, "each row paid at most once per dag run"
+
+
+def test_a_shard_marked_success_before_it_ran_fails_the_merge(outcome: Outcome) -> None:
+    stops = outcome.stops
+    marked = stops.pool_runs[1]
+    states = outcome.states[marked]
+    assert stops.marked_from in (None, "scheduled")
+    assert states[("run_shard", stops.marked_shard)][0] == "success"
+    assert states[("merge", -1)] == ("failed", 1), states
+    assert next(r for r in outcome.runs["runner_pooled_fanout"] if r["dag_run_id"] == marked)["state"] == "failed"
+    log = _task_log(outcome, "runner_pooled_fanout", "merge", -1, 1, marked)
+    assert f"shard {stops.marked_shard + 1}" in log.lower() or "returned no result" in log, log[-3000:]
+    assert "returned no result" in log
