@@ -52,7 +52,7 @@ def test_a_state_directory_the_worker_cannot_write_fails_once_naming_the_fix(
         monkeypatch.setenv("RUNNER_STATE_DIR", str(tmp_path / "state"))
         ran = dag.test(logical_date=datetime(2025, 6, 4, tzinfo=UTC))
     assert _state(refused) == ("failed", 1), "a worker that cannot write its state is not retried"
-    assert f"cannot write {project / '.runner'}" in logged and "set $RUNNER_STATE_DIR" in logged
+    assert f"cannot use {project / '.runner'}" in logged and "is a file, not a directory" in logged and "set $RUNNER_STATE_DIR" in logged
     assert "runner.errors.UsageError" not in logged, "the message, not the runner's traceback"
     assert _state(ran) == ("success", 1)
     assert (tmp_path / "state" / "runs.sqlite3").is_file()
