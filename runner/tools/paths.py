@@ -39,6 +39,9 @@ _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
 _SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "arm64": 437}
 _MAX_PATH = 4096
+MAX_PATH_DEPTH = 32
+"""Components a model-given path may have: the file tools never make a tree deeper than the
+disk quota can measure (``disk_quota.MAX_DEPTH``), or than host-side walks handle."""
 # Names a report cannot show faithfully: control characters, and bytes that are not UTF-8
 # (os.fsdecode turns those into lone surrogates).
 _UNREPORTABLE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
@@ -81,6 +84,8 @@ def split_relative(path: str, *, allow_root: bool = False) -> list[str]:
     if path.startswith("/"):
         raise WorkspacePathError(f"refused: '{path}' is absolute; give a path relative to the workspace")
     parts = [part for part in path.split("/") if part not in ("", ".")]
+    if len(parts) > MAX_PATH_DEPTH:
+        raise WorkspacePathError(f"refused: the path is nested {len(parts)} levels deep; at most {MAX_PATH_DEPTH} are allowed")
     if ".." in parts:
         raise WorkspacePathError(f"refused: '{path}' contains '..'; paths must stay in the workspace")
     if not parts and not allow_root:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from runner.tools.base import ToolResult
-from runner.tools.paths import WorkspacePathError, open_beneath, reportable_path
+from runner.tools.paths import MAX_PATH_DEPTH, WorkspacePathError, open_beneath, reportable_path
 
 MAX_ENTRIES = 20_000
 """Entries listed per snapshot; a bigger workspace is listed in part (and the call says so)."""
@@ -70,7 +70,10 @@ def with_written_files(result: ToolResult, before: Snapshot, after: Snapshot) ->
     unreportable = sorted(after.unreportable - before.unreportable)
     if unreportable:
         shown = ", ".join(unreportable[:5]) + (", ..." if len(unreportable) > 5 else "")
-        notes.append(f"names with control characters or bytes that are not UTF-8 are not reported: {shown}")
+        notes.append(
+            "paths with control characters, bytes that are not UTF-8 or more than "
+            f"{MAX_PATH_DEPTH} levels are not reported: {shown}"
+        )
     if after.unreadable:
         notes.append(
             f"directories that could not be listed were not checked for new files: {', '.join(sorted(after.unreadable)[:5])}"
