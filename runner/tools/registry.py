@@ -15,7 +15,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from runner import untrusted_json
@@ -27,6 +27,7 @@ from runner.tools.written import checked_artifacts, take_snapshot, with_written_
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _MAX_ARGUMENTS_CHARS = 1_000_000
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class UnknownTool(InvalidToolCall):
@@ -136,7 +137,26 @@ class ToolRegistry:
             raise ToolFailure(f"tool '{tool.name}' failed: {_os_failure(error)}") from None
         if before is not None:
             result = with_written_files(result, before, await asyncio.to_thread(take_snapshot, ctx.workspace))
-        return redact_result(checked_artifacts(result), ctx.secrets)
+        return redact_result(_without_surrogates(checked_artifacts(result)), ctx.secrets)
+
+
+def _without_surrogates(result: ToolResult) -> ToolResult:
+    """``result`` with each lone surrogate as a visible ``\\udcff`` escape: a file name that is
+    not UTF-8 (listed by ``os.scandir``) or a custom tool's text cannot be encoded, and the
+    run's hashing, reports and the next request all encode what a tool returned."""
+    if not _has_lone_surrogate([result.content, result.data]):
+        return result
+    return replace(result, content=_escaped(result.content), data=_escaped(result.data))
+
+
+def _escaped(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", value)
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_escaped(v) for v in value]
+    return value
 
 
 def _os_failure(error: OSError) -> str:
@@ -180,8 +200,16 @@ def _openai_tool(tool: Tool) -> dict[str, Any]:
 
 
 def _parse_arguments(tool: Tool, arguments_json: str | dict[str, Any]) -> dict[str, Any]:
-    if isinstance(arguments_json, dict):
-        return arguments_json
+    value = arguments_json if isinstance(arguments_json, dict) else _decode_arguments(tool, arguments_json)
+    if _has_lone_surrogate(value):  # JSON may spell one ("\ud800"); no file name or text can hold it
+        raise InvalidToolCall(
+            f"arguments for tool '{tool.name}' contain a lone UTF-16 surrogate (such as \\ud800), which is not "
+            "a character; send valid Unicode text"
+        )
+    return value
+
+
+def _decode_arguments(tool: Tool, arguments_json: str) -> dict[str, Any]:
     text = arguments_json.strip()
     if not text:
         return {}
@@ -200,6 +228,22 @@ def _parse_arguments(tool: Tool, arguments_json: str | dict[str, Any]) -> dict[s
             f"arguments for tool '{tool.name}' must be a JSON object, got {type(value).__name__}. {_expected(tool)}"
         )
     return value
+
+
+def _has_lone_surrogate(value: object) -> bool:
+    """Whether a string anywhere in ``value`` (keys too) holds a lone surrogate."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return False
 
 
 def _reject_constant(name: str) -> Any:

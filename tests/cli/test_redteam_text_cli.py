@@ -1,0 +1,85 @@
+"""Red-team text that is not Unicode: a model answer or tool call holding a lone UTF-16
+surrogate (JSON spells one as ``"\\ud800"``), and a file name that is not UTF-8 listed back to
+the model. Each used to end the run with a ``UnicodeEncodeError`` traceback (in the stuck
+detector's hash or the report writer); now the run completes, its reports are written and
+``runner runs show`` reads it back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runner.model.server import ScriptedServer
+from tests.support.project import run_cli, sandbox_project, tool_call
+
+pytestmark = pytest.mark.timeout(180)
+
+AGENT = """\
+apiVersion: runner/v1
+kind: Agent
+name: writer
+model: {id: gpt-4o-mini, max_tokens: 100}
+tools: [shell, read_file, write_file, list_files, calculator]
+sandbox: {mode: bwrap, wall_seconds: 20}
+stuck: {max_repeats: 20, max_invalid_calls: 20}
+"""
+TASK = """\
+apiVersion: runner/v1
+kind: Task
+name: text
+agent: writer
+goal: Write some text.
+report: {formats: [markdown, html, json]}
+"""
+LONE = "\ud800"
+
+
+@pytest.fixture
+def project() -> Iterator[Path]:
+    with sandbox_project("redteam-text", {"agents.d/writer.yaml": AGENT, "tasks.d/text.yaml": TASK}) as root:
+        yield root
+
+
+def finish(project: Path, replies: list[dict[str, object]], answer: str) -> tuple[list[str], str]:
+    rules = [{"times": 1, "reply": reply} for reply in replies] + [{"reply": {"content": answer}}]
+    with ScriptedServer({"rules": rules}) as server:
+        done = run_cli(project, server, "run", "text", "--run-id", "text-1")
+        seen = [m["content"] for m in server.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = project / "reports" / "text" / "text-1"
+    for name in ("report.md", "report.html", "report.json"):
+        (report / name).read_text(encoding="utf-8")  # valid UTF-8
+    json.loads((report / "report.json").read_text())
+    shown = run_cli(project, None, "runs", "show", "text-1", "--transcript")
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr[-2000:]
+    return seen, done.stdout
+
+
+def test_lone_surrogates_in_tool_arguments_and_the_answer(project: Path) -> None:
+    replies = [
+        tool_call("write_file", path=f"{LONE}.txt", content="x"),
+        tool_call("write_file", path="note.txt", content=f"text {LONE}"),
+        tool_call("read_file", path="\udcff"),
+        tool_call("calculator", expression=f"1 + {LONE}"),
+        {"tool_calls": [{"name": f"shell{LONE}", "arguments": {"command": "true"}}]},
+    ]
+    seen, stdout = finish(project, replies, f"the answer {LONE} ends")
+    assert all("lone UTF-16 surrogate" in s for s in seen[:4]), seen
+    assert "unknown tool" in seen[4] and "\\ud800" in seen[4], seen[4]
+    assert stdout.strip() == "the answer \\ud800 ends"
+    workspace = project / ".runner" / "workspaces" / "text-1"
+    assert not (workspace / "note.txt").exists()
+
+
+def test_a_file_name_that_is_not_utf8_is_listed_back_as_an_escape(project: Path) -> None:
+    replies = [
+        tool_call("shell", command="touch \"$(printf 'bad\\377name')\" plain.txt"),
+        tool_call("list_files"),
+    ]
+    seen, stdout = finish(project, replies, "listed")
+    assert stdout.strip() == "listed"
+    assert "bad\\udcffname (0 bytes)" in seen[1] and "plain.txt" in seen[1], seen[1]
