@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from runner import untrusted_json
-from runner.errors import ConfigError, InvalidToolCall, ToolFailure
+from runner.errors import ConfigError, InvalidToolCall, RunnerError, ToolFailure
 from runner.redact import redact_secrets
 from runner.tools.arguments import ArgumentsInvalid
 from runner.tools.base import Tool, ToolContext, ToolResult, redact_result
@@ -135,6 +135,10 @@ class ToolRegistry:
             raise kind(redact_secrets(str(failure), ctx.secrets)) from None
         except OSError as error:  # the tool's I/O failed on what the model asked for (a name too long, a full disk)
             raise ToolFailure(f"tool '{tool.name}' failed: {_os_failure(error)}") from None
+        except RunnerError:
+            raise  # caps, configuration, an unavailable sandbox: these end the run as they should
+        except Exception as error:  # a model's arguments or a workspace it wrote broke the tool
+            raise ToolFailure(redact_secrets(f"tool '{tool.name}' failed: {_unexpected(error)}", ctx.secrets)) from None
         if before is not None:
             result = with_written_files(result, before, await asyncio.to_thread(take_snapshot, ctx.workspace))
         return redact_result(_without_surrogates(checked_artifacts(result)), ctx.secrets)
@@ -157,6 +161,12 @@ def _escaped(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_escaped(v) for v in value]
     return value
+
+
+def _unexpected(error: Exception) -> str:
+    """An error no tool meant to raise, as one short line (the run goes on; the model sees it)."""
+    first = (str(error).strip().splitlines() or [""])[0][:300]
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
 def _os_failure(error: OSError) -> str:

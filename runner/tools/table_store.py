@@ -77,7 +77,14 @@ def load_table(workspace: Path, name: str) -> pd.DataFrame:
     except ToolFailure:
         known = ", ".join(table_names(workspace)) or "none yet; use load_table first"
         raise ToolFailure(f"no table named '{name}' (tables: {known})") from None
-    return pd.read_parquet(io.BytesIO(data))
+    try:
+        return pd.read_parquet(io.BytesIO(data))
+    except Exception as error:  # sandboxed code may have written anything there
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        raise ToolFailure(
+            f"table '{name}' cannot be read ({path} is not a Parquet file the table tools wrote: {first}); "
+            "load it again with load_table"
+        ) from None
 
 
 def require_columns(frame: pd.DataFrame, columns: list[str], table: str) -> None:

@@ -83,3 +83,18 @@ def test_a_file_name_that_is_not_utf8_is_listed_back_as_an_escape(project: Path)
     seen, stdout = finish(project, replies, "listed")
     assert stdout.strip() == "listed"
     assert "bad\\udcffname (0 bytes)" in seen[1] and "plain.txt" in seen[1], seen[1]
+
+
+def test_a_table_file_sandboxed_code_corrupted_is_an_observation(project: Path) -> None:
+    """``.tables/NAME.parquet`` lives in the workspace, so sandboxed code can overwrite it; the
+    host read it with pyarrow, whose ArrowInvalid ended the run with a traceback."""
+    (project / "agents.d" / "writer.yaml").write_text(AGENT.replace("calculator]", "calculator, describe_table, query_table]"))
+    replies = [
+        tool_call("shell", command="mkdir -p .tables && printf 'PAR1garbagePAR1' > .tables/t.parquet"),
+        tool_call("describe_table", table="t"),
+        tool_call("query_table", table="t"),
+    ]
+    seen, stdout = finish(project, replies, "tables checked")
+    assert stdout.strip() == "tables checked"
+    for observation in seen[1:]:
+        assert observation.startswith("error: table 't' cannot be read"), observation
