@@ -23,6 +23,7 @@ from runner.endpoints import (
     choose_key,
     safe_url,
     same_endpoint,
+    shown_url,
     standard_endpoint,
 )
 from runner.errors import ConfigError, Problem
@@ -74,6 +75,8 @@ def resolve_endpoint(
     if spec.provider == "local":
         return Endpoint("local", LOCAL_MODEL_ID)
     base_url = base_url_override or spec.base_url or env.get("OPENAI_BASE_URL") or None
+    if base_url is not None:
+        check_base_url(base_url, _base_url_setting(spec, base_url_override))
     target = base_url or DEFAULT_BASE_URL
     key, withheld = choose_key(target, _key_candidates(spec, base_url_override, api_key, env))
     if key is None and withheld:  # sending none could hide the mistake behind a 401; one would leak
@@ -86,6 +89,30 @@ def resolve_endpoint(
             "or give base_url for a local OpenAI-compatible server"
         )
     return Endpoint("openai", model_id, base_url, key or "not-needed")
+
+
+def check_base_url(url: str, where: str) -> None:
+    """Refuse a base URL the HTTP client cannot parse (``http://[::1``, a port out of range),
+    which used to end the run with a traceback. ``where`` names the setting; the message never
+    shows the URL's user info or query, which may hold a key."""
+    from urllib.parse import urlsplit
+
+    try:
+        urlsplit(url.strip()).port  # noqa: B018 - parses the port, raising for a malformed one
+    except ValueError as error:
+        raise ConfigError(
+            f"{where}: the base URL {shown_url(url)!r} is not a valid URL ({error}); "
+            "give one like https://api.example.com/v1 or http://127.0.0.1:8000/v1"
+        ) from None
+
+
+def _base_url_setting(spec: ModelSpec, base_url_override: str | None) -> str:
+    """Where the base URL in use was set, for an error message."""
+    if base_url_override:
+        return "--base-url"
+    if spec.base_url:
+        return f"{spec.source}: /model/base_url" if spec.source else "model.base_url"
+    return "OPENAI_BASE_URL"
 
 
 class KeyRefused(ConfigError):
