@@ -21,6 +21,9 @@ from runner.model.base import Tariff
 
 BILLABLE_FAULTS = frozenset({"timeout", "connection", "invalid_response"})
 """Failed attempts the endpoint may still have processed (and billed)."""
+LIVE_BILLABLE_FAULTS = BILLABLE_FAULTS | {"server_error"}
+"""The same for a live call, where a 5xx may come after the completion was billed (a gateway
+answers 500/502/504 while its upstream finishes); a provider batch line's error is not billed."""
 
 
 class CallRecorder(Protocol):
@@ -63,7 +66,7 @@ class CallLedger:
         """The endpoint failed this attempt with ``kind`` and the client will retry: settle it,
         then reserve the retry (a cap reached here stops the retries). With ``tariff`` the
         retry is billed at that price, and reserved at it."""
-        self.failed(kind, message)
+        self.failed(kind, message, billable=BILLABLE_FAULTS if tariff is not None else LIVE_BILLABLE_FAULTS)
         if tariff is not None and self.reprice is not None:
             self.estimate = self.reprice(self.estimate, tariff)
             self.worst = Usage(self.estimate.input_tokens, self.estimate.output_tokens, 0, self.estimate.cost_usd)
@@ -84,11 +87,12 @@ class CallLedger:
         self.recorder.model_call(call, self._ledger_id)
         self._held = None
 
-    def failed(self, kind: str, message: str) -> None:
-        """The attempt failed: counted at its worst case when it may have been billed."""
+    def failed(self, kind: str, message: str, *, billable: frozenset[str] = LIVE_BILLABLE_FAULTS) -> None:
+        """The attempt failed: counted at its worst case when it may have been billed (its
+        ``kind`` is in ``billable``)."""
         if self._held is None:
             return
-        billed = kind in BILLABLE_FAULTS
+        billed = kind in billable
         if billed:
             self._held.settle(self.worst)
         else:
