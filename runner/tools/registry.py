@@ -110,7 +110,7 @@ class ToolRegistry:
         return [_openai_tool(self.get(name)) for name in selected]
 
     async def invoke(self, name: str, arguments_json: str | dict[str, Any], ctx: ToolContext) -> ToolResult:
-        """Validate the arguments and run the tool; secrets are redacted from the result,
+        """Validate the arguments and run the tool; secrets are redacted from the arguments and the result,
         and its artifacts are the files it named plus, for sandboxed tools, the files that
         are new or changed in the workspace (see :mod:`runner.tools.written`).
 
@@ -119,7 +119,10 @@ class ToolRegistry:
         names each problem and repeats the schema), or a failure the tool reports.
         """
         tool = self.get(name)
-        arguments = _parse_arguments(tool, arguments_json)
+        # A key in the arguments could only come from an endpoint echoing it: no tool needs one
+        # (tools that send keys read them from their settings), and none may write it to disk,
+        # to memory or into a URL.
+        arguments = redact_secrets(_parse_arguments(tool, arguments_json), ctx.secrets)
         try:
             validated = tool.arguments.validate(arguments)
         except ArgumentsInvalid as invalid:
