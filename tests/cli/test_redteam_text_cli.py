@@ -98,3 +98,26 @@ def test_a_table_file_sandboxed_code_corrupted_is_an_observation(project: Path) 
     assert stdout.strip() == "tables checked"
     for observation in seen[1:]:
         assert observation.startswith("error: table 't' cannot be read"), observation
+
+
+def test_a_parquet_file_declaring_more_rows_than_a_table_may_hold_is_not_decoded(project: Path) -> None:
+    """Run-length encoding packs 60 million rows into a few hundred kilobytes; decoding them
+    (or the 200 million rows the same trick allows) would take gigabytes of the runner's
+    memory, whether the file is loaded by path or planted as a saved table."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"a": pa.array(np.zeros(60_000_000, dtype=np.int8))}), project / "bomb.parquet", compression="zstd")
+    assert (project / "bomb.parquet").stat().st_size < 1_000_000
+    (project / "tasks.d" / "text.yaml").write_text(TASK + "workspace: {files: [bomb.parquet]}\n")
+    (project / "agents.d" / "writer.yaml").write_text(AGENT.replace("calculator]", "calculator, load_table, describe_table]"))
+    replies = [
+        tool_call("load_table", path="bomb.parquet", name="b"),
+        tool_call("shell", command="mkdir -p .tables && cp bomb.parquet .tables/t.parquet"),
+        tool_call("describe_table", table="t"),
+    ]
+    seen, stdout = finish(project, replies, "refused")
+    assert stdout.strip() == "refused"
+    for observation in (seen[0], seen[2]):
+        assert "holds 60,000,000 rows x 1 columns" in observation and "limited to 50,000,000 cells" in observation, observation

@@ -147,7 +147,7 @@ def _parse(data: bytes, fmt: TableFormat, path: str) -> pd.DataFrame:
         if fmt in ("csv", "tsv"):
             return pd.read_csv(buffer, sep="\t" if fmt == "tsv" else ",")
         if fmt == "parquet":
-            return pd.read_parquet(buffer)
+            return table_store.read_parquet(data, path)
         return pd.read_json(buffer, lines=fmt == "jsonl")
     except (ValueError, OSError) as error:
         raise ToolFailure(f"cannot read '{path}' as {fmt}: {error}") from None
