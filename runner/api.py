@@ -75,7 +75,7 @@ def run_batch(
     root: Path,
     input_path: Path,
     output_path: str | Path | Location,
-    concurrency: int = 8,
+    concurrency: int | None = None,
     resume: bool = True,
     journal_path: Path | None = None,
     caps: dict[str, Any] | None = None,

@@ -55,6 +55,13 @@ class UsageError(RunnerError):
     exit_code = EXIT_CONFIG
 
 
+class OutputLockLost(UsageError):
+    """A batch lost its lock on its output while it ran (its store session was ended, its lock
+    object was taken over) and another batch held the output meanwhile, or it can no longer
+    tell. The batch stops before writing the output; its completed rows stay in its journal.
+    Exit 2, as for the refusal of a second batch at the start."""
+
+
 class InputError(RunnerError):
     """A task input (CLI ``--input`` or a batch row) is missing or of the wrong type."""
 

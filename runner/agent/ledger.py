@@ -6,6 +6,11 @@ been billed, so it is settled at its worst case); a call cancelled in flight (a 
 deadline, Ctrl-C) is settled at its worst case too, since the endpoint may finish and bill
 it. A crash leaves the durable row ``reserved``; the next attempt of the run counts it at its
 worst case (:meth:`runner.store.runstore.RunStore.start_run`).
+
+How an attempt ended is written to the run store *before* its reservation is settled: a crash
+in between leaves the actual usage on record, and a shared cap ledger entry the dead worker
+still holds is then settled to it when the run resumes (the row names its reservation),
+instead of counting the worst case.
 """
 
 from __future__ import annotations
@@ -78,14 +83,16 @@ class CallLedger:
     ) -> None:
         """The attempt succeeded with ``usage`` (priced); ``reply`` is the response for the transcript."""
         assert self._held is not None
-        self._held.settle(usage)
         exchange = self.template.exchange
         call = replace(
             self._entry(usage, "ok"), latency_seconds=latency, tool_calls=tool_calls, content=content,
             finish_reason=finish_reason, exchange=replace(exchange, response=reply) if exchange and reply else exchange,
         )
-        self.recorder.model_call(call, self._ledger_id)
-        self._held = None
+        try:
+            self.recorder.model_call(call, self._ledger_id)
+        finally:  # settled even when the record failed: the call was made
+            self._held.settle(usage)
+            self._held = None
 
     def failed(self, kind: str, message: str, *, billable: frozenset[str] = LIVE_BILLABLE_FAULTS) -> None:
         """The attempt failed: counted at its worst case when it may have been billed (its
@@ -93,17 +100,20 @@ class CallLedger:
         if self._held is None:
             return
         billed = kind in billable
-        if billed:
-            self._held.settle(self.worst)
-        else:
-            self._held.release()
         failed = replace(self._entry(self.worst if billed else Usage(), "error"), error=message, error_kind=kind)
-        self.recorder.model_call(failed, self._ledger_id)
-        self._held = None
+        try:
+            self.recorder.model_call(failed, self._ledger_id)
+        finally:
+            if billed:
+                self._held.settle(self.worst)
+            else:
+                self._held.release()
+            self._held = None
 
     def abandoned(self, reason: str) -> None:
         """The attempt was cancelled in flight: the endpoint may still bill it."""
         self.failed("timeout", reason)
 
     def _entry(self, usage: Usage, status: ModelCallStatus) -> ModelCallEntry:
-        return replace(self.template, seq=self.template.seq + self.attempts - 1, usage=usage, status=status)
+        reservation = self._held.id if self._held is not None else None
+        return replace(self.template, seq=self.template.seq + self.attempts - 1, usage=usage, status=status, reservation=reservation)

@@ -49,9 +49,12 @@ re-attaches and collects the rows that finished, and the others go as an expired
 (the try fails, the retry resubmits only them). A triggerer
 restart is no kill: the trigger is rebuilt from its stored arguments and waits for the
 same batches. A task killed while it runs in a worker (submitting, collecting, or waiting
-there with ``deferrable=False``) stops its process and leaves the provider batch running:
-the journal records it, and the next try re-attaches to it (cancel it at the provider if
-nobody will run the task again).
+there with ``deferrable=False``) gets ``on_kill`` from Airflow (SIGTERM in the task
+process, or its ``execution_timeout``): it cancels the provider batches the batch has out at
+that moment, and any being created (found by their metadata), in both modes, and logs each
+one; ``cancel_on_kill=False`` leaves them running for the next try to re-attach to. A
+``kill -9`` of the worker calls nothing: the journal records the batch and the next try
+re-attaches to it (cancel it at the provider if nobody will run the task again).
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ if TYPE_CHECKING:
     from runner.airflow.batch_wait import BatchWaitEvent
     from runner.airflow.execution import BatchStep
     from runner.batch.file_batch import BatchRequest
+    from runner.batch.provider_cancel import ProviderWatch
     from runner.config.project import Project
     from runner.config.specs import TaskSpec
 
@@ -154,15 +158,28 @@ class RunnerBatchOperator(BaseOperator):
         self.store_conn_id = store_conn_id
         self.store_path = store_path
         self.cancel_on_kill = cancel_on_kill
+        self._watch: ProviderWatch | None = None  # the provider batches of the step running in this worker
 
     # --- the steps Airflow calls --------------------------------------------------------
 
     def on_kill(self) -> None:
-        """In a worker, a kill leaves the provider batch running for the next try (see the module doc)."""
-        self.log.warning(
-            "runner batch %r killed in the worker: a provider batch already submitted keeps running and the "
-            "next try re-attaches to it; the batch's journal names it", self.task,
-        )  # fmt: skip
+        """Killed in the worker: cancel the provider batches out now (see the module doc); called
+        from Airflow's SIGTERM handler while the batch's event loop runs, so it never raises."""
+        watch = self._watch
+        if watch is None or not self.cancel_on_kill:
+            self.log.warning(
+                "runner batch %r killed in the worker: a provider batch already submitted keeps running (%s) and the "
+                "next try re-attaches to it; the batch's journal names it", self.task,
+                "cancel_on_kill=False" if watch is not None else "none was out",
+            )  # fmt: skip
+            return
+        try:
+            cancelled = watch.cancel(lambda text: self.log.warning("runner batch %r killed: %s", self.task, text))
+        except Exception as exc:  # a kill handler must not raise; the batch stays out, its id in the journal
+            self.log.warning("runner batch %r killed; its provider batches could not be cancelled: %s", self.task, type(exc).__name__)
+            return
+        if not cancelled:
+            self.log.info("runner batch %r killed in the worker: no provider batch was out to cancel", self.task)
 
     def execute(self, context: Context) -> dict[str, Any]:
         return self._step(context)
@@ -178,12 +195,16 @@ class RunnerBatchOperator(BaseOperator):
 
     def _step(self, context: Context, waited: BatchWaitEvent | None = None) -> dict[str, Any]:
         from runner.airflow.execution import batch_step_for_airflow
+        from runner.batch.provider_cancel import ProviderWatch
 
         with fail_without_retry(f"runner batch {self.task!r}"):
             batch = self._batch(context)
+            # kept after the step too: an execution_timeout unwinds the step before Airflow calls on_kill
+            self._watch = ProviderWatch() if batch.request.mode(batch.spec) == "batch-api" else None
             step = batch_step_for_airflow(
-                batch.project, batch.spec, batch.request, getattr(context["ti"], "context_carrier", None)
-            )
+                batch.project, batch.spec, replace(batch.request, watch=self._watch),
+                getattr(context["ti"], "context_carrier", None),
+            )  # fmt: skip
         if step.pending:
             self._defer(context, batch, step)
         return self._finish(context, batch, step, waited)
@@ -206,7 +227,7 @@ class RunnerBatchOperator(BaseOperator):
             )
         deferrable = _default_deferrable() if self.deferrable is None else bool(self.deferrable)
         if via == "batch-api":
-            check_provider_batch_options(self.options, fallback)
+            check_provider_batch_options(self.options)
         name = task_id if map_index < 0 else f"{task_id}-{map_index}"
         root = Path(resolve_root(self.root))
         plan = FanoutPlan(

@@ -116,9 +116,10 @@ def merge_fanout(
     check_shard_results(shards, results, plan)
     plan.check_merged_output(output_path)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_output_lock(task, plan, output_path))
+        hold = stack.enter_context(_output_lock(task, plan, output_path))
         parts = [(s, stack.enter_context(open_journal(project, task, plan.request(s))[0])) for s in shards]
         merged = MergedJournals(batch_id, parts, _meta(task, plan, shards))
+        hold.check()  # still this merge's output, right before it is written
         records = write_output(merged, output_path, format=plan.options.output_format)
         left = rows_left(merged)
         report = batch_report(merged, merged_summary(merged, results))

@@ -16,9 +16,11 @@ That operator takes these same options (``options={...}``). With ``via="batch-ap
 provider batch uses ``input_format``, ``output_format``, ``map``, ``id_column``,
 ``max_attempts``, ``durable``, ``model``, the batch caps (``max_cost_usd`` and ``max_tokens``
 reserved at batch prices; ``max_wall_seconds`` counted from the batch's start, across tries:
-when a deferrable task reaches it, the trigger cancels what is still out) and the row caps. The options of the live
-engine (:data:`LIVE_ENGINE_OPTIONS`) apply only to rows run live by
-``batch_fallback="live"``; without it they are refused.
+when a deferrable task reaches it, the trigger cancels what is still out) and the row caps, and
+``concurrency`` (rows in flight, so at most that many rows' calls per provider batch round; default:
+every row), ``stop_after_failures``, ``no_cache`` and ``dedupe`` as the live engine does. The rate
+limits (:data:`RATE_OPTIONS`) are refused: a provider batch has no per-minute rate to keep, and
+they would be ignored.
 
 Caps that add up over a whole batch (``max_cost_usd``, ``max_tokens``, the other summed
 caps) hold across every shard on every worker: they are one shared scope in the cap ledger
@@ -60,8 +62,8 @@ OPTION_NAMES = (
 """The ``runner batch`` flags a fan-out takes, plus ``caps``/``row_caps`` mappings of any cap names."""
 PROVIDER_BATCH_OPTIONS = ("via", "batch_fallback", "batch_poll_seconds")
 """Provider batch mode: not in a fan-out (see the module doc); arguments of ``RunnerBatchOperator``."""
-LIVE_ENGINE_OPTIONS = ("concurrency", "rpm", "tpm", "stop_after_failures", "no_cache", "dedupe")
-"""Options only the live engine uses: with ``via="batch-api"``, only for ``batch_fallback="live"`` rows."""
+RATE_OPTIONS = ("rpm", "tpm")
+"""Options only live calls use: refused with ``via="batch-api"`` (see the module doc)."""
 
 
 
@@ -73,7 +75,7 @@ class FanoutOptions:
     output_format: str | None = None
     mapping: tuple[str, ...] = ()
     id_column: str | None = None
-    concurrency: int = 8
+    concurrency: int | None = None  # None: 8 rows live; every row with a provider batch
     requests_per_minute: float | None = None
     tokens_per_minute: float | None = None
     max_attempts: int = 2
@@ -106,7 +108,7 @@ class FanoutOptions:
             output_format=choice(values.get("output_format"), at("output_format"), FORMATS),
             mapping=text_list(values.get("map"), at("map")),
             id_column=optional_text(values.get("id_column"), at("id_column")),
-            concurrency=optional_int(values.get("concurrency"), at("concurrency"), minimum=1, maximum=1024) or 8,
+            concurrency=optional_int(values.get("concurrency"), at("concurrency"), minimum=1, maximum=1024),
             requests_per_minute=optional_number(values.get("rpm"), at("rpm"), positive=True),
             tokens_per_minute=optional_number(values.get("tpm"), at("tpm"), positive=True),
             max_attempts=optional_int(values.get("max_attempts"), at("max_attempts"), minimum=1, maximum=100) or 2,
@@ -148,16 +150,15 @@ def check_option_names(values: Mapping[str, Any], where: str = "options") -> Non
             )
 
 
-def check_provider_batch_options(values: Mapping[str, Any], fallback: str | None, where: str = "options") -> None:
-    """Refuse live-engine options for a provider batch that runs no row live (they would do nothing);
-    ``None`` and ``False`` count as not given."""
-    if fallback == "live":
-        return
-    for name in values:
-        if name in LIVE_ENGINE_OPTIONS and values[name] is not None and values[name] is not False:
+def check_provider_batch_options(values: Mapping[str, Any], where: str = "options") -> None:
+    """Refuse the rate limits for a provider batch (they would do nothing, also for the calls
+    ``batch_fallback='live'`` sends live); ``None`` counts as not given."""
+    for name in RATE_OPTIONS:
+        if values.get(name) is not None:
             raise UsageError(
-                f"{where}.{name}: only the live engine uses it; with via='batch-api' it applies to the rows "
-                "batch_fallback='live' runs live: give batch_fallback='live', or drop the option"
+                f"{where}.{name}: a provider batch (via='batch-api') has no per-minute rate to keep: each round goes "
+                "out as one upload, and the calls batch_fallback='live' sends are not rate limited; drop the option, "
+                "or give via='live'"
             )
 
 

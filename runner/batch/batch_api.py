@@ -4,19 +4,22 @@ usual, its model calls sent in provider batch rounds (:mod:`runner.batch.rounds`
 Every row runs through the live path (the agent loop with its tools, checks and repairs,
 caps reserved at batch prices before each call, the write-ahead call ledger); each model
 call waits for its round, and every row's k-th call goes out in the same provider batch.
-All pending rows are in flight at once (a provider batch is not rate limited: ``--rpm``,
-``--tpm`` and ``--concurrency`` do not apply), so each round holds every row that has a call
-to make. A resumed command first collects what the last one left out, then replays the
+All pending rows are in flight at once, so each round holds every row that has a call to
+make; ``--concurrency N`` keeps at most N rows in flight, so a round holds at most N rows'
+calls (a row that ends makes room for the next, whose first call joins the next round). A
+provider batch has no per-minute rate, so ``--rpm`` and ``--tpm`` are refused
+(:func:`refused_flags`). A resumed command first collects what the last one left out, then replays the
 stored answers (:mod:`runner.agent.replay`), so no round is submitted or paid for twice.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from runner.batch.dedupe import DedupingExecutor
 from runner.batch.engine import FailurePolicy, run_batch
@@ -61,6 +64,16 @@ def check_batch_api(
     return endpoints
 
 
+def provider_endpoints(project: Project, task: TaskSpec, request: BatchRequest) -> list[Endpoint]:
+    """The OpenAI-compatible endpoints the task's agents call now (the embedded model left out)."""
+    endpoints = [
+        resolve_endpoint(agent.model, model_override=request.model_override, base_url_override=request.base_url_override,
+                         api_key=request.api_key)
+        for agent in _agents(project, task)
+    ]  # fmt: skip
+    return [endpoint for endpoint in endpoints if endpoint.provider != "local"]
+
+
 def batch_api_agent(project: Project, task: TaskSpec) -> AgentSpec:
     """The agent whose model the task's provider batches are for (the first the task runs),
     or :class:`UsageError` (exit 2) when the task has none, or one of its agents is on the
@@ -85,8 +98,6 @@ async def run_batch_api(
     executor: TaskExecutor, budget: Budget, base: RunOptions,
 ) -> BatchSummary:
     """Run the journal's pending rows with their model calls in provider batch rounds; see the module doc."""
-    from runner.batch.file_batch import progress_for
-
     started = time.monotonic()
     if not journal.ingested:
         journal.ingest(rows)
@@ -99,6 +110,22 @@ async def run_batch_api(
         log=None if request.progress == "none" else sys.stderr,
     )
     executor.send_through(RoundTransport(collector))
+    if request.watch is not None:
+        request.watch.attach(collector.state, collector.endpoints, journal.batch_id)
+    try:
+        return await _rounds(journal, executor, collector, request, budget, base, started)
+    except asyncio.CancelledError:  # interrupted (Ctrl-C, SIGTERM): what is out stays out, for a rerun
+        _kept(collector, sys.stderr)
+        raise
+
+
+async def _rounds(
+    journal: BatchJournal, executor: TaskExecutor, collector: RoundCollector, request: BatchRequest, budget: Budget,
+    base: RunOptions, started: float,
+) -> BatchSummary:
+    """The rows through the engine, their calls in rounds (after what an earlier run left is collected)."""
+    from runner.batch.file_batch import progress_for
+
     async with collector:
         if not await collector.resume():
             return BatchSummary(
@@ -108,7 +135,7 @@ async def run_batch_api(
         rounds: RowExecutor = RoundRows(executor, collector)
         summary = await run_batch(
             (), DedupingExecutor(rounds) if request.dedupe else rounds, journal=journal, budget=budget,
-            concurrency=_rows_to_run(journal), max_attempts=request.max_attempts,
+            concurrency=_rows_to_run(journal, request.concurrency), max_attempts=request.max_attempts,
             failure_policy=FailurePolicy(stop_after=request.stop_after_failures), progress=progress_for(request),
             base_options=base, ledger=executor,
         )
@@ -116,7 +143,33 @@ async def run_batch_api(
     return replace(summary, counts=journal.counts(), usage=journal.spent(), pending=collector.pending)
 
 
-def _rows_to_run(journal: BatchJournal) -> int:
-    """How many rows may be in flight: every row that may run, so each round holds them all."""
+def _kept(collector: RoundCollector, stream: IO[str]) -> None:
+    """Tell an interrupted user which provider batches are still out, and what to do about them."""
+    pending = collector.pending
+    if not pending:
+        return
+    names = ", ".join(pending)
+    print(
+        f"interrupted: provider batch(es) {names} keep running at the provider (kept, not cancelled). Rerun the same "
+        "command to re-attach and collect them: nothing is submitted or paid for twice. To stop paying for them "
+        "instead, rerun it with --restart (cancels them and starts over), or cancel them at the provider "
+        "(POST /v1/batches/<id>/cancel).", file=stream, flush=True,
+    )  # fmt: skip
+
+
+def _rows_to_run(journal: BatchJournal, concurrency: int | None) -> int:
+    """How many rows may be in flight: every row that may run, so each round holds them all,
+    or at most ``concurrency`` when the request names it."""
     counts = journal.counts()
-    return max(1, sum(counts[status] for status in TODO_STATUSES))
+    every = max(1, sum(counts[status] for status in TODO_STATUSES))
+    return every if concurrency is None else min(every, concurrency)
+
+
+RATE_FLAGS = (("--rpm", "requests_per_minute"), ("--tpm", "tokens_per_minute"))
+
+
+def refused_flags(request: BatchRequest) -> list[str]:
+    """The flags of ``request`` a provider batch cannot honour (the rate limits): each round goes
+    out as one upload, with no per-minute rate to keep, and the few calls ``--batch-fallback
+    live`` sends are not rate limited either. Refused rather than ignored."""
+    return [flag for flag, field_name in RATE_FLAGS if getattr(request, field_name) is not None]

@@ -18,7 +18,8 @@ Rules, in the order they apply:
 - One row never stops the batch: an exception from the executor is recorded as that row's
   failure (``error_kind='internal_error'``). ``failure_policy`` may stop after N failures.
 - A row that waits on something outside the command (:class:`~runner.batch.executor.RowDeferred`:
-  a provider batch still running) is recorded ``not_run`` and goes on when it runs again.
+  a provider batch still running) is recorded ``not_run`` and goes on when it runs again; that
+  attempt is given back (waiting is not a failure, so only real failures use up attempts).
 - Cancellation (Ctrl-C under ``asyncio.run``): in-flight rows are recorded as ``failed``
   with ``error_kind='interrupted'`` (retryable), unstarted rows as ``not_run``; the journal
   stays consistent and ``CancelledError`` propagates.
@@ -112,7 +113,8 @@ async def run_batch(
         journal.ingest(rows)
     resumed = journal.prepare_resume()
     for number, run_id in resumed.interrupted_runs:
-        budget.take_over(run_id)  # what a dead worker held for the row in a shared scope: counted once, as spent
+        # what a dead worker held for the row in a shared scope: counted once, as spent (as recorded, when it was)
+        budget.take_over(run_id, ledger.recorded_calls(run_id) if ledger is not None else None)
         if ledger is not None:
             journal.correct_usage(number, ledger.spent(run_id))
     budget.add_spend(journal.spent())
@@ -231,8 +233,9 @@ class _Batch:
         except asyncio.CancelledError:
             self.journal.record(row.number, _interrupted(time.monotonic() - started))
             raise
-        except RowDeferred as deferred:  # goes on when the command runs again; not a failure
-            self.journal.record(row.number, RowOutcome("not_run", error=str(deferred), error_kind=deferred.kind))
+        except RowDeferred as deferred:  # goes on when the command runs again; not a failure, so not an attempt
+            self.journal.record(row.number, RowOutcome("not_run", error=str(deferred), error_kind=deferred.kind, counts_attempt=False))
+            self.attempts -= 1
             self.progress.row_finished("not_run", self.budget.spent.cost_usd)
             return
         except CapReached as exc:  # the contract is a 'capped' result, but treat it the same

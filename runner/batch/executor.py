@@ -10,7 +10,7 @@ retried so the run can resume.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -42,6 +42,10 @@ class SpendLedger(Protocol):
     def spent(self, run_id: str) -> Usage:
         """What every attempt of ``run_id`` has spent, calls left in flight by a crash at their worst case."""
 
+    def recorded_calls(self, run_id: str) -> Mapping[str, Usage | None]:
+        """How the calls of ``run_id`` that ended are recorded, by reservation (see
+        :meth:`runner.store.runstore.RunStore.recorded_calls`)."""
+
 
 class TaskExecutor:
     """Rows through ``runner.runs.execute.execute_task``, sharing one run store and one model pool.
@@ -72,6 +76,10 @@ class TaskExecutor:
     def spent(self, run_id: str) -> Usage:
         """The run store's ledger for one run (a :class:`SpendLedger`)."""
         return self.store.spent(run_id)
+
+    def recorded_calls(self, run_id: str) -> Mapping[str, Usage | None]:
+        """The run store's record of how each call of ``run_id`` ended, by reservation."""
+        return self.store.recorded_calls(run_id)
 
     async def __call__(self, inputs: dict[str, Any], options: RunOptions) -> RunResult:
         from runner.runs.execute import execute_task

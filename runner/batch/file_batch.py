@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from runner.batch.dedupe import DedupingExecutor
 from runner.batch.engine import BatchSummary, FailurePolicy, batch_budget, run_batch
@@ -17,6 +17,7 @@ from runner.batch.executor import TaskExecutor
 from runner.batch.inputs import InputSource, Row, file_sha256, parse_mapping, read_rows
 from runner.batch.journal import BatchJournal, default_journal_path
 from runner.batch.output import check_output_target, exclusive_output, write_output
+from runner.batch.output_lock import OutputHold, while_held
 from runner.batch.progress import NoProgress, make_progress
 from runner.batch.ratelimit import SharedRateLimiter
 from runner.batch.summary import batch_report, write_reports
@@ -33,6 +34,11 @@ from runner.store.database import open_database, resolve_store
 from runner.store.runstore import now_iso
 from runner.tracing import current_span
 
+if TYPE_CHECKING:
+    from runner.batch.provider_cancel import ProviderWatch
+
+DEFAULT_CONCURRENCY = 8
+"""Rows in flight at once when the request names no number (live model calls)."""
 SHARED_SCOPE = "fan-out"
 """The scope name a shared batch cap reports (``fan-out cap max_cost_usd=5 reached ...``)."""
 
@@ -66,7 +72,7 @@ class BatchRequest:
     report_dir: Location | None = None
     restart: bool = False
     durable: bool = False
-    concurrency: int = 8
+    concurrency: int | None = None  # rows in flight; None: DEFAULT_CONCURRENCY live, every row with --via batch-api
     max_attempts: int = 2
     stop_after_failures: int | None = None
     batch_caps: Caps = field(default_factory=Caps)
@@ -89,6 +95,7 @@ class BatchRequest:
     batch_poll_seconds: float = 30.0  # first wait between provider batch retrieves (grows up to 10 minutes)
     batch_limits: BatchApiLimits | None = None  # requests and bytes per provider batch (default: the task's batch_api block)
     provider_wait: bool = True  # False: return once a provider batch is out (summary "provider_pending"); run again to collect
+    watch: ProviderWatch | None = None  # told which provider batches are out, for a kill handler to cancel them
 
     def mode(self, task: TaskSpec) -> str:
         """``live`` or ``batch-api``: the request's ``via``, else the task's ``mode``."""
@@ -163,8 +170,10 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
         project, task, model_override=request.model_override, base_url_override=request.base_url_override, api_key=request.api_key,
     )
     if request.mode(task) == "batch-api":
-        from runner.batch.batch_api import check_batch_api
+        from runner.batch.batch_api import check_batch_api, refused_flags
 
+        if refused_flags(request):
+            raise UsageError(f"{', '.join(refused_flags(request))}: a provider batch has no per-minute rate to keep; run live to rate limit calls")
         check_batch_api(project, task, request.model_override, request.base_url_override, request.api_key)
     source = _source(task, request)
     journal_path = _journal_path(project, task, request, source)
@@ -173,8 +182,8 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
         check_output_target(output, input_path=source.path, journal_path=journal_path)
     holder = {"task": task.name, "input": str(source.path.resolve()), "journal": str(journal_path.resolve())}
     store = resolve_store(url=request.store_url, path=request.store_path, default=Path())  # a URL's lock lives there
-    with exclusive_output(output, holder, store_url=store if isinstance(store, str) else None):
-        summary, records, markdown = await _run_locked(project, task, request, source, journal_path)
+    with exclusive_output(output, holder, store_url=store if isinstance(store, str) else None) as hold:
+        summary, records, markdown = await _run_locked(project, task, request, source, journal_path, hold)
     return {
         "batch_id": summary.batch_id,
         "task": task.name,
@@ -197,18 +206,24 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
 
 
 async def _run_locked(
-    project: Project, task: TaskSpec, request: BatchRequest, source: InputSource, journal_path: Path
+    project: Project, task: TaskSpec, request: BatchRequest, source: InputSource, journal_path: Path, hold: OutputHold
 ) -> tuple[BatchSummary, int, Location | None]:
-    """The batch proper, while this process holds the output file: rows, output, report."""
+    """The batch proper, while this process holds the output file: rows, output, report. The rows
+    stop, and the output is not written, once the output's lock is lost (:class:`OutputLockLost`)."""
     journal = _open_journal(task, request, source, journal_path)
+    if journal.discarded:  # --restart: the last run's provider batches would run on, and be billed twice
+        from runner.batch.provider_cancel import cancel_discarded
+
+        await cancel_discarded(project, task, request, journal, sys.stderr)
     ledger = open_shared_ledger(request)
     span = {"runner.batch.id": journal.batch_id, "runner.task": task.name, "runner.batch.input": source.path.name}
     try:
         with current_span(project.telemetry, f"batch {task.name}", span) as note:  # the rows' runs are its children
-            summary = await _run_rows(project, task, request, source, journal, ledger)
+            summary = await while_held(hold, _run_rows(project, task, request, source, journal, ledger))
             note(**{f"runner.batch.rows.{status}": n for status, n in summary.counts.items()})
         if summary.pending and not request.provider_wait:  # out at the provider: no output or report until collected
             return summary, 0, None
+        hold.check()  # still this batch's output, right before it is written
         records = write_output(journal, request.output_path, format=request.output_format)
         report_dir = request.report_dir or project.root / "reports" / task.name / f"batch-{summary.batch_id}"
         report = batch_report(journal, summary)
@@ -241,7 +256,7 @@ async def _run_rows(
             return await run_batch_api(project, task, request, journal, rows, executor, _budget(request, ledger), base)
         return await run_batch(
             rows, DedupingExecutor(executor) if request.dedupe else executor, journal=journal,
-            budget=_budget(request, ledger), concurrency=request.concurrency, max_attempts=request.max_attempts,
+            budget=_budget(request, ledger), concurrency=request.concurrency or DEFAULT_CONCURRENCY, max_attempts=request.max_attempts,
             failure_policy=FailurePolicy(stop_after=request.stop_after_failures), rate_gate=gate,
             progress=progress_for(request), base_options=base, ledger=executor,
         )

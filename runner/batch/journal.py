@@ -97,6 +97,7 @@ class RowOutcome:
     usage: Usage | None = None
     duration_seconds: float | None = None
     warnings: tuple[str, ...] = ()
+    counts_attempt: bool = True  # False: the row only waited (a provider batch still out), so its attempt is given back
 
     def values(self) -> tuple[Any, ...]:
         """``status, output, error, error_kind, retryable, <6 usage values or NULLs>, duration``."""
@@ -133,6 +134,7 @@ class BatchJournal(ABC):
 
     path: Path
     meta: dict[str, str]
+    discarded: dict[str, str]  # the metadata --restart deleted (empty without one)
 
     @classmethod
     def open(
@@ -151,7 +153,8 @@ class BatchJournal(ABC):
         ``database_url`` is given, else in the SQLite file ``path``.
 
         An existing journal for another task, input content or input options is refused
-        (:class:`UsageError`) unless ``restart`` deletes it and starts over.
+        (:class:`UsageError`) unless ``restart`` deletes it and starts over; the metadata it had
+        (its provider batches: :meth:`provider_state`) is then kept in :attr:`discarded`.
         """
         wanted = {
             "task": task,

@@ -59,11 +59,13 @@ class PostgresJournal(SqlJournal):
             if durable:
                 database.execute("SET synchronous_commit = on", idempotent=True)
                 database.on_reconnect(lambda db: db.execute("SET synchronous_commit = on"))
-            open_tables(database, layout(name), f"journal {name} in {database.where}", wanted, restart=restart)
+            discarded = open_tables(database, layout(name), f"journal {name} in {database.where}", wanted, restart=restart)
         except BaseException:
             database.close()
             raise
-        return cls(path, database)
+        journal = cls(path, database)
+        journal.discarded = discarded
+        return journal
 
     def close(self) -> None:
         if self._open:

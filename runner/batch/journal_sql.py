@@ -123,6 +123,7 @@ class SqlJournal(BatchJournal):
         self._db = database
         self._layout = layout
         self.meta = read_meta(database, layout)
+        self.discarded: dict[str, str] = {}
 
     # --- writes ----------------------------------------------------------------------
 
@@ -185,7 +186,8 @@ class SqlJournal(BatchJournal):
     def record(self, number: int, outcome: RowOutcome) -> bool:
         # One statement: the result and the status land together or not at all.
         token, rows, mine = new_token(), self._layout.rows, self._layout.mine
-        values = (*outcome.values(), now_iso(), outcome.warnings_json(), token, *self._layout.key, number)
+        given_back = 0 if outcome.counts_attempt else 1
+        values = (*outcome.values(), now_iso(), outcome.warnings_json(), token, given_back, *self._layout.key, number)
 
         def write(db: Database) -> bool:
             return db.execute(
@@ -193,7 +195,7 @@ class SqlJournal(BatchJournal):
                 " input_tokens = COALESCE(?, input_tokens), output_tokens = COALESCE(?, output_tokens),"
                 " cached_input_tokens = COALESCE(?, cached_input_tokens), cost_usd = COALESCE(?, cost_usd),"
                 " model_calls = COALESCE(?, model_calls), tool_calls = COALESCE(?, tool_calls),"
-                f" duration_seconds = ?, finished_at = ?, warnings = ?, token = ? WHERE {mine} AND row_number = ?"
+                f" duration_seconds = ?, finished_at = ?, warnings = ?, token = ?, attempts = attempts - ? WHERE {mine} AND row_number = ?"
                 " AND status = 'running'",
                 values,
             ) == 1
@@ -281,10 +283,14 @@ def set_meta(database: Database, layout: JournalLayout, values: Mapping[str, str
     database.atomic(lambda db: db.executemany(sql, rows))
 
 
-def open_tables(database: Database, layout: JournalLayout, where: str, wanted: Mapping[str, str], *, restart: bool) -> None:
+def open_tables(
+    database: Database, layout: JournalLayout, where: str, wanted: Mapping[str, str], *, restart: bool
+) -> dict[str, str]:
     """Create the journal's tables, (with ``restart``: empty it,) then create its metadata or check
-    that it belongs to this batch (``where`` names it in the refusal)."""
+    that it belongs to this batch (``where`` names it in the refusal). Returns the metadata a
+    restart deleted (empty without one)."""
     database.create(layout.schema())
+    discarded = read_meta(database, layout) if restart else {}
     if restart:
         database.atomic(lambda db: [db.execute(f"DELETE FROM {t} WHERE {layout.mine}", layout.key) for t in (layout.rows, layout.meta)])
     if not read_meta(database, layout):
@@ -293,3 +299,4 @@ def open_tables(database: Database, layout: JournalLayout, where: str, wanted: M
         rows = [(*layout.key, key, value) for key, value in new_meta(wanted).items()]
         database.atomic(lambda db: db.executemany(sql, rows))
     check_meta(read_meta(database, layout), wanted, where)
+    return discarded

@@ -15,6 +15,7 @@ The connection is used only from the event loop thread; each write is a small tr
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from collections.abc import Mapping
@@ -41,8 +42,10 @@ class SqliteJournal(SqlJournal):
         path.parent.mkdir(parents=True, exist_ok=True)
         lock_fd = _lock(path)
         database: SqliteDatabase | None = None
+        discarded: dict[str, str] = {}
         try:
             if restart:
+                discarded = _meta_of(path)
                 for suffix in ("", "-wal", "-shm"):
                     Path(f"{path}{suffix}").unlink(missing_ok=True)
             # busy: readers in other processes (progress, tests) hold the file for moments only
@@ -53,13 +56,28 @@ class SqliteJournal(SqlJournal):
                 database.close()
             os.close(lock_fd)
             raise
-        return cls(path, database, lock_fd)
+        journal = cls(path, database, lock_fd)
+        journal.discarded = discarded
+        return journal
 
     def close(self) -> None:
         if self._lock_fd >= 0:
             self._db.close()
             os.close(self._lock_fd)
             self._lock_fd = -1
+
+
+def _meta_of(path: Path) -> dict[str, str]:
+    """The metadata of the journal file ``path`` (under our lock), or nothing when it is missing or unreadable."""
+    if not path.is_file():
+        return {}
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)) as db:
+            return {str(k): str(v) for k, v in db.execute(f"SELECT key, value FROM {LAYOUT.meta}")}
+    except sqlite3.Error:  # not a journal any more (damaged, or another file): nothing to carry over
+        return {}
 
 
 def _lock(path: Path) -> int:

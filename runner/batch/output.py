@@ -34,7 +34,7 @@ import os
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.batch.journal import JournalRow
 from runner.batch.records import BatchRecords
@@ -44,6 +44,9 @@ from runner.locations import Location, location, upload_file
 
 COLUMNS = ("id", "row", "status", "output", "cost_usd", "tokens", "error", "error_kind", "attempts", "run_id", "warnings")
 OUTPUT_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+if TYPE_CHECKING:
+    from runner.batch.output_lock import OutputHold
+
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -65,18 +68,22 @@ def output_lock_path(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def exclusive_output(path: Location, holder: Mapping[str, Any], *, store_url: str | None = None) -> Iterator[None]:
+def exclusive_output(path: Location, holder: Mapping[str, Any], *, store_url: str | None = None) -> Iterator[OutputHold]:
     """Hold the output's lock for the block; :class:`UsageError` if another batch holds it.
 
     ``holder`` (task, input, journal, ...) is written into the lock so the batch refused can
     name the one that holds it. A URL's lock is in the PostgreSQL store ``store_url`` when
-    given, else a lock object next to it (:mod:`runner.batch.output_lock`).
+    given, else a lock object next to it (:mod:`runner.batch.output_lock`); it can be lost
+    while the batch runs, which the yielded :class:`~runner.batch.output_lock.OutputHold`
+    tells (a local file's ``flock`` cannot be lost while its process lives).
     """
+    from runner.batch.output_lock import OutputHold
+
     if not isinstance(path, Path):
         from runner.batch.output_lock import exclusive_url_output
 
-        with exclusive_url_output(path, holder, store_url=store_url):
-            yield
+        with exclusive_url_output(path, holder, store_url=store_url) as hold:
+            yield hold
         return
     lock_path = output_lock_path(path)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
@@ -89,7 +96,7 @@ def exclusive_output(path: Location, holder: Mapping[str, Any], *, store_url: st
             raise UsageError(_busy_message(path, fd)) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), **holder}, default=str).encode(), 0)
-        yield
+        yield OutputHold(path, holder)
     finally:
         os.close(fd)
 

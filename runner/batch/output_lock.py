@@ -5,60 +5,190 @@ An output at a URL gets one of two locks, held for the whole batch, so a second 
 the same output is refused (naming the first) instead of silently replacing its records:
 
 * with a PostgreSQL store (``--store-url``, ``$RUNNER_STORE_URL``): a session advisory lock
-  keyed by the output's URL, and a row in ``output_locks`` saying who holds it. PostgreSQL
-  drops the lock when the holder's session ends (it exited, was killed, or its host went
-  silent); after a dropped connection the lock is taken again, or the batch stops.
+  keyed by the output's URL, and a row in ``output_locks`` saying who holds it
+  (:mod:`runner.batch.output_lock_store`). PostgreSQL drops the lock when the holder's session
+  ends (it exited, was killed, an administrator ended it, or its host went silent).
 * otherwise: a lock object next to the output (``.<name>.lock``), created with the
-  filesystem's create-exclusive mode (``xb``: ``O_EXCL`` locally, a conditional put on object
-  stores that offer one). It says who holds it and until when (a lease the holder renews
-  while the batch runs). It is stale, and taken over, when its process is gone (same host)
-  or its lease has run out (another host, whose processes cannot be seen from here).
+  filesystem's create-exclusive mode, with a lease its holder renews
+  (:mod:`runner.batch.output_lock_object`). It is stale, and taken over, when its process is
+  gone (same host) or its lease has run out (another host).
+
+Either lock can be lost while the batch runs (its session ended and another batch took the
+output; its lock object was taken over). The holder watches it (:class:`OutputHold`): a
+heartbeat thread checks it every :data:`HEARTBEAT_SECONDS`, and the batch checks it again
+right before writing the output. Once it is lost the batch's rows are cancelled (completed
+rows stay in the journal, to resume) and :class:`~runner.errors.OutputLockLost` (exit 2) says
+so; the output is not written.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
-import json
 import logging
 import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from runner.errors import UsageError
-from runner.store.cap_holders import process_start
-from runner.store.schema import Schema
+from runner.batch.output_lock_object import stale
+from runner.batch.output_lock_store import SCHEMA
+from runner.errors import OutputLockLost
+
+__all__ = ["HEARTBEAT_SECONDS", "LEASE_SECONDS", "SCHEMA", "OutputHold", "busy_message", "exclusive_url_output", "stale",
+           "while_held"]  # fmt: skip
 
 LEASE_SECONDS = 120.0
 """How long a lock object stays valid without its holder renewing it (every third of that)."""
-SCHEMA = Schema("""
-CREATE TABLE IF NOT EXISTS output_locks (
-  target TEXT PRIMARY KEY,
-  holder TEXT NOT NULL,
-  acquired_at TEXT NOT NULL
-)
-""")
-"""Who holds each output's lock in a PostgreSQL store (the lock itself is the advisory lock)."""
+HEARTBEAT_SECONDS = 5.0
+"""How often a batch checks that it still holds its output's lock."""
+T = TypeVar("T")
 log = logging.getLogger("runner.batch")
 
 if TYPE_CHECKING:
     from upath import UPath
 
 
+class OutputHold:
+    """A batch's lock on its output, watched while the batch runs.
+
+    ``verify(renew)`` is the lock's own check: it raises :class:`OutputLockLost` (or another
+    :class:`RunnerError`, such as the store staying away) once the lock is not certainly this
+    batch's. :meth:`watch` runs it every ``interval`` seconds on a thread; :meth:`check` runs it
+    now. The first failure is kept: the lock stays lost, and listeners (:meth:`on_lost`) hear once.
+    """
+
+    def __init__(
+        self, target: object, holder: Mapping[str, Any], verify: Callable[[bool], None] | None = None,
+        interval: float = HEARTBEAT_SECONDS,
+    ) -> None:  # fmt: skip
+        self.target, self.holder, self.interval = target, dict(holder), interval
+        self._verify = verify
+        self._lost: OutputLockLost | None = None
+        self._listeners: list[Callable[[], None]] = []
+        self._guard = threading.Lock()
+        self._checking = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def lost(self) -> OutputLockLost | None:
+        """Why the lock is lost (``None`` while it is held)."""
+        return self._lost
+
+    def check(self) -> None:
+        """:class:`OutputLockLost` if the lock is lost: asked of the lock itself now (renewing a
+        lease first), not only remembered from the last heartbeat. Called before the output is written."""
+        self._run(renew=True)
+        if self._lost is not None:
+            raise self._lost
+
+    def on_lost(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (from any thread) once the lock is lost; at once if it is already."""
+        with self._guard:
+            if self._lost is None:
+                self._listeners.append(listener)
+                return
+        listener()
+
+    @contextlib.contextmanager
+    def watch(self) -> Iterator[OutputHold]:
+        """Check the lock every ``interval`` seconds, on a thread, for the block."""
+        if self._verify is None:
+            yield self
+            return
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="output lock heartbeat")
+        self._thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval) and self._lost is None:
+            self._run(renew=False)
+
+    def _run(self, *, renew: bool) -> None:
+        if self._verify is None or self._lost is not None:
+            return
+        with self._checking:
+            try:
+                self._verify(renew)
+            except Exception as exc:  # OutputLockLost, the store gone, an I/O error: the lock is no longer certain
+                self._mark(exc)
+
+    def _mark(self, cause: BaseException) -> None:
+        with self._guard:
+            if self._lost is not None:
+                return
+            self._lost = OutputLockLost(lost_message(self.target, self.holder, cause))
+            listeners, self._listeners = self._listeners, []
+        log.error("%s", self._lost)
+        for listener in listeners:
+            listener()
+
+
+def lost_message(target: object, holder: Mapping[str, Any], cause: BaseException) -> str:
+    """What a batch that lost its output's lock says: why, that the output was not written, how to go on."""
+    reason = str(cause).removeprefix(f"{target}: ")
+    journal = f" ({holder['journal']})" if holder.get("journal") else ""
+    return (
+        f"{target}: this batch lost its lock on the output while it ran: {reason}. It stopped, and did not write "
+        f"the output. The rows it completed are kept in its journal{journal}: run the same command again once "
+        "the other batch has ended to resume them, or give this batch its own --output"
+    )
+
+
+async def while_held(hold: OutputHold, work: Awaitable[T]) -> T:
+    """Await ``work`` (the batch's rows) while ``hold`` is held; once it is lost, cancel it (the
+    journal keeps completed rows and marks the others interrupted) and raise :class:`OutputLockLost`."""
+    loop = asyncio.get_running_loop()
+    rows = asyncio.ensure_future(work)
+
+    def cancel() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has ended: nothing left to cancel
+            loop.call_soon_threadsafe(rows.cancel)
+
+    hold.on_lost(cancel)
+    try:
+        return await rows
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if hold.lost is None or (current is not None and current.cancelling()):
+            raise  # cancelled from outside (Ctrl-C)
+        raise hold.lost from None
+
+
 @contextlib.contextmanager
 def exclusive_url_output(
-    target: UPath, holder: Mapping[str, Any], *, store_url: str | None = None, lease_seconds: float = LEASE_SECONDS
-) -> Iterator[None]:
-    """Hold the lock of the output ``target`` (a URL) for the block; :class:`UsageError` naming
-    the holder if another batch holds it. ``holder`` (task, input, journal) is what the refused
-    batch is told; the lock is in the store ``store_url`` when given, else next to the output."""
+    target: UPath, holder: Mapping[str, Any], *, store_url: str | None = None, lease_seconds: float = LEASE_SECONDS,
+    heartbeat_seconds: float = HEARTBEAT_SECONDS,
+) -> Iterator[OutputHold]:  # fmt: skip
+    """Hold the lock of the output ``target`` (a URL) for the block, watched (:class:`OutputHold`);
+    :class:`~runner.errors.UsageError` naming the holder if another batch holds it. ``holder``
+    (task, input, journal) is what the refused batch is told; the lock is in the store
+    ``store_url`` when given, else next to the output."""
     record = {"pid": os.getpid(), "host": socket.gethostname(), **holder}
-    lock = _store_lock(str(target), record, store_url) if store_url else _object_lock(target, record, lease_seconds)
-    with lock:
-        yield
+    if store_url:
+        from runner.batch.output_lock_store import store_lock, verify
+
+        record["token"] = uuid.uuid4().hex  # two holders' rows never read the same
+        with store_lock(str(target), record, store_url, _now().isoformat()) as db:
+            hold = OutputHold(target, holder, lambda renew: verify(db, str(target), record), heartbeat_seconds)
+            with hold.watch():
+                yield hold
+        return
+    from runner.batch.output_lock_object import object_lock
+
+    with object_lock(target, record, lease_seconds) as lock:
+        every = min(heartbeat_seconds, lease_seconds / 3)  # each beat renews the lease when a third of it is gone
+        hold = OutputHold(target, holder, lambda renew: lock.verify(renew=renew), every)
+        with hold.watch():
+            yield hold
 
 
 def busy_message(target: object, holder: Mapping[str, Any], where: str = "") -> str:
@@ -69,142 +199,6 @@ def busy_message(target: object, holder: Mapping[str, Any], where: str = "") -> 
         f"{target}: another batch{who} is writing this output file right now{where}; give this batch its own "
         "--output, or wait for that batch to end"
     )
-
-
-# --- a lock in the PostgreSQL store ---------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _store_lock(target: str, record: dict[str, Any], url: str) -> Iterator[None]:
-    from runner.store.postgres import PostgresDatabase
-
-    db = PostgresDatabase(url, application_name=f"runner output lock {socket.gethostname()} pid {os.getpid()}"[:63])
-    try:
-        db.create(SCHEMA)
-        _take(db, target, record, again=False)
-        db.on_reconnect(lambda again: _take(again, target, record, again=True))
-        yield
-    finally:
-        with contextlib.suppress(Exception):  # the session's end releases it anyway
-            db.execute("DELETE FROM output_locks WHERE target = ? AND holder = ?", (target, json.dumps(record)), idempotent=True)
-            db.execute("SELECT pg_advisory_unlock(?)", (_key(target),))
-        db.close()
-
-
-def _take(db: Any, target: str, record: dict[str, Any], *, again: bool) -> None:
-    taken = db.row("SELECT pg_try_advisory_lock(?) AS taken", (_key(target),))
-    if taken is None or not taken["taken"]:
-        found = db.row("SELECT holder FROM output_locks WHERE target = ?", (target,))
-        holder = json.loads(found["holder"]) if found else {}
-        where = f" (its lock is in the store {db.where})"
-        if again:
-            where += "; it took the output while this batch's connection to the store was down, so this batch stops"
-        raise UsageError(busy_message(target, holder, where))
-    db.execute(
-        "INSERT INTO output_locks (target, holder, acquired_at) VALUES (?, ?, ?)"
-        " ON CONFLICT (target) DO UPDATE SET holder = excluded.holder, acquired_at = excluded.acquired_at",
-        (target, json.dumps(record), _now().isoformat()),
-        idempotent=True,
-    )
-
-
-def _key(target: str) -> int:
-    import hashlib
-
-    return int.from_bytes(hashlib.sha256(f"runner output:{target}".encode()).digest()[:8], "big", signed=True)
-
-
-# --- a lock object next to the output -------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _object_lock(target: UPath, record: dict[str, Any], lease_seconds: float) -> Iterator[None]:
-    lock = target.parent / f".{target.name}.lock"
-    mine = {**record, "token": uuid.uuid4().hex, "process_started": process_start(os.getpid()), "acquired_at": _now().isoformat()}
-    _create(target, lock, mine, lease_seconds)
-    stop = threading.Event()
-    renewer = threading.Thread(target=_renew, args=(lock, mine, lease_seconds, stop), daemon=True, name="output lock")
-    renewer.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        renewer.join()
-        with contextlib.suppress(OSError):
-            if (_read(lock) or {}).get("token") == mine["token"]:
-                lock.fs.rm_file(lock.path)
-
-
-def _create(target: UPath, lock: UPath, mine: dict[str, Any], lease_seconds: float) -> None:
-    """Create ``lock`` holding ``mine``; take it over once if the one there is stale; else refuse."""
-    lock.fs.makedirs(lock.fs._parent(lock.path), exist_ok=True)
-    for _ in range(2):
-        if _create_exclusive(lock, _leased(mine, lease_seconds)):
-            return
-        found = _read(lock)
-        if found is None:
-            continue  # it was released in between
-        if not stale(found):
-            until = f" until {found['expires_at']}" if found.get("expires_at") else ""
-            raise UsageError(busy_message(target, found, (
-                f" (its lock is {lock}, held{until}; if that batch is gone for good, delete the lock)"
-            )))  # fmt: skip
-        log.warning("taking over the stale output lock %s (held by pid %s on %s)", lock, found.get("pid"), found.get("host"))
-        with contextlib.suppress(FileNotFoundError):
-            lock.fs.rm_file(lock.path)
-    raise UsageError(f"{lock}: another batch took this output's lock at the same moment; wait for it to end")
-
-
-def _create_exclusive(lock: UPath, record: dict[str, Any]) -> bool:
-    """Write ``record`` to ``lock`` if nothing is there; whether it was written by this call."""
-    data = json.dumps(record).encode()
-    try:
-        with lock.fs.open(lock.path, "xb") as handle:
-            handle.write(data)
-        return True
-    except FileExistsError:
-        return False
-    except (ValueError, NotImplementedError, TypeError):  # a filesystem without create-exclusive: check, write, read back
-        if lock.fs.exists(lock.path):
-            return False
-        lock.fs.pipe_file(lock.path, data)
-        return (_read(lock) or {}).get("token") == record["token"]
-
-
-def stale(found: Mapping[str, Any], now: dt.datetime | None = None) -> bool:
-    """Whether a lock object's holder is gone: its process (same host), or its lease (any host)."""
-    if found.get("host") == socket.gethostname() and found.get("pid") is not None:
-        started = found.get("process_started")
-        if started and process_start(int(found["pid"])) != started:
-            return True
-    expires = found.get("expires_at")
-    try:
-        return expires is not None and dt.datetime.fromisoformat(str(expires)) < (now or _now())
-    except ValueError:
-        return True  # a lock nobody could renew
-
-
-def _renew(lock: UPath, mine: dict[str, Any], lease_seconds: float, stop: threading.Event) -> None:
-    while not stop.wait(lease_seconds / 3):
-        with contextlib.suppress(OSError):
-            if (_read(lock) or {}).get("token") != mine["token"]:
-                log.warning("the output lock %s is no longer this batch's (taken over as stale?)", lock)
-                return
-            lock.fs.pipe_file(lock.path, json.dumps(_leased(mine, lease_seconds)).encode())
-
-
-def _read(lock: UPath) -> dict[str, Any] | None:
-    try:
-        found = json.loads(lock.fs.cat_file(lock.path) or b"{}")
-    except FileNotFoundError:
-        return None
-    except ValueError:
-        return {}  # unreadable (half written?): not taken over, the refusal says to delete it
-    return found if isinstance(found, dict) else {}
-
-
-def _leased(mine: dict[str, Any], lease_seconds: float) -> dict[str, Any]:
-    return {**mine, "expires_at": (_now() + dt.timedelta(seconds=lease_seconds)).isoformat()}
 
 
 def _now() -> dt.datetime:

@@ -10,7 +10,7 @@ call's (:mod:`runner.model.openai_faults`), its message redacted, no SDK object 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,15 +66,47 @@ class ProviderClient:
 
     async def find(self, metadata: dict[str, str], since: float) -> str | None:
         """The batch created with ``metadata`` (newest first, none older than ``since``)."""
+        async for batch in self._batches_since(since):
+            if (batch.metadata or {}) == metadata:
+                return str(batch.id)
+        return None
+
+    async def files_in_use(self, since: float) -> set[str]:
+        """The input files of batches not ended yet (none created before ``since``): never to be deleted."""
+        return {str(batch.input_file_id) async for batch in self._batches_since(since) if batch.status not in FINISHED}
+
+    async def uploaded(self, names: set[str], since: float) -> dict[str, list[str]]:
+        """The ids of the batch input files named ``names`` (newest first, none older than ``since``), by name."""
+        found: dict[str, list[str]] = {}
+        page = await self._call(self._client.files.list(purpose="batch", order="desc", limit=1000))
+        while True:
+            for uploaded in page.data:
+                if uploaded.created_at < since:
+                    return found
+                if uploaded.filename in names:
+                    found.setdefault(str(uploaded.filename), []).append(str(uploaded.id))
+            if not page.has_next_page():
+                return found
+            page = await self._call(page.get_next_page())
+
+    async def delete_file(self, file_id: str) -> None:
+        """Delete an uploaded file; one already gone is fine."""
+        try:
+            await self._call(self._client.files.delete(file_id))
+        except ModelError as exc:
+            if exc.kind != "not_found":
+                raise
+
+    async def _batches_since(self, since: float) -> AsyncIterator[Any]:
+        """The endpoint's batches, newest first, down to the first created before ``since``."""
         page = await self._call(self._client.batches.list(limit=100))
         while True:
             for batch in page.data:
-                if (batch.metadata or {}) == metadata:
-                    return str(batch.id)
                 if batch.created_at < since:
-                    return None
+                    return
+                yield batch
             if not page.has_next_page():
-                return None
+                return
             page = await self._call(page.get_next_page())
 
     async def lines(self, file_id: str | None) -> list[dict[str, Any]]:

@@ -9,12 +9,17 @@ any point leaves enough behind for the next one to carry on without submitting a
   ``runner_round``, ``runner_part``); when none exists it was never created and the intent
   is dropped (its calls are sent again with their rows);
 - ``out``: batches created and not yet collected; a resume re-attaches to each.
+- ``files``: input files runner uploaded and no longer needs (their batch was collected, or
+  was never created), to be deleted from the provider once no batch that has not ended uses
+  them (:meth:`~runner.batch.rounds.RoundCollector.delete_unneeded_files`). A file is known by
+  its id once its upload returned, and always by its name (a resume finds one whose upload
+  outlived its process, or one the SDK's retried upload made twice).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from runner.batch.journal import BatchJournal
@@ -29,10 +34,15 @@ class BatchPart:
     model: str
     endpoint: str  # the endpoint's base URL without credentials (runner.endpoints.safe_url)
     at: float = 0.0  # when it was intended (seconds since the epoch): a resume looks no further back
+    file_id: str | None = None  # its input file, once uploaded
 
     @property
     def key(self) -> str:
         return f"{self.round}.{self.part}"
+
+    def filename(self, batch_id: str) -> str:
+        """The name its input file is uploaded under (unique: round numbers are never reused)."""
+        return f"{batch_id}-round{self.round}-{self.part}.jsonl"
 
     def metadata(self, batch_id: str) -> dict[str, str]:
         """The provider batch's metadata: how a resume finds it when its id was never recorded."""
@@ -47,6 +57,20 @@ class OutBatch:
     part: BatchPart
 
 
+@dataclass(frozen=True)
+class UnneededFile:
+    """An input file runner uploaded and no longer needs: ``name`` always, ``id`` when known."""
+
+    endpoint: str
+    name: str
+    id: str | None
+    at: float  # when its batch was intended: a look for it by name goes no further back
+
+    @property
+    def key(self) -> tuple[str, str, str | None]:
+        return self.endpoint, self.name, self.id
+
+
 class ProviderState:
     """Read and change the provider state of ``journal`` (each change is one journal write)."""
 
@@ -54,8 +78,7 @@ class ProviderState:
         self.journal = journal
         state = journal.provider_state()
         self.rounds = int(state.get("rounds", 0))
-        self.intents = [_part(found) for found in state.get("intents", ())]
-        self.out = [OutBatch(str(found["id"]), _part(found["part"])) for found in state.get("out", ())]
+        self.out, self.intents, self.files = recorded(state)
 
     @property
     def out_ids(self) -> tuple[str, ...]:
@@ -73,29 +96,77 @@ class ProviderState:
         self._save()
         return stamped
 
+    def uploaded(self, part: BatchPart, file_id: str) -> BatchPart:
+        """``part``'s input file is uploaded as ``file_id``; returns the intent with it."""
+        with_file = replace(self._intent(part), file_id=file_id)
+        self.intents = [with_file if i.key == part.key else i for i in self.intents]
+        self._save()
+        return with_file
+
     def created(self, part: BatchPart, provider_id: str) -> None:
         """The batch of ``part`` exists as ``provider_id``: out, no longer an intent (one write)."""
+        found = self._intent(part)
         self.intents = [i for i in self.intents if i.key != part.key]
-        self.out.append(OutBatch(provider_id, part))
+        self.out.append(OutBatch(provider_id, found))
         self._save()
 
     def dropped(self, part: BatchPart) -> None:
-        """``part`` was never created."""
+        """``part`` was never created: its input file, if its upload got through, is not needed."""
+        found = self._intent(part)
         self.intents = [i for i in self.intents if i.key != part.key]
+        self.files.append(UnneededFile(found.endpoint, found.filename(self.journal.batch_id), found.file_id, found.at))
         self._save()
 
-    def collected(self, provider_id: str) -> None:
-        """Every line of ``provider_id`` is stored: it is no longer out."""
+    def collected(self, provider_id: str, input_file_id: str | None = None) -> None:
+        """Every line of ``provider_id`` is stored: it is no longer out, nor its input file needed."""
+        for batch in self.out:
+            if batch.id == provider_id:
+                part = batch.part
+                name = part.filename(self.journal.batch_id)
+                self.files.append(UnneededFile(part.endpoint, name, input_file_id or part.file_id, part.at))
         self.out = [batch for batch in self.out if batch.id != provider_id]
         self._save()
+
+    def abandoned(self, files: list[UnneededFile]) -> None:
+        """Input files of an earlier journal's batches (``--restart``) to delete once they end."""
+        self.files.extend(files)
+        self._save()
+
+    def deleted(self, file: UnneededFile) -> None:
+        """``file`` (every copy of it) is gone from the provider."""
+        self.files = [f for f in self.files if f.key != file.key]
+        self._save()
+
+    def _intent(self, part: BatchPart) -> BatchPart:
+        """The recorded intent of ``part`` (with its file id when uploaded), or ``part`` itself."""
+        return next((i for i in self.intents if i.key == part.key), part)
 
     def _save(self) -> None:
         self.journal.save_provider_state({
             "rounds": self.rounds,
             "intents": [asdict(i) for i in self.intents],
             "out": [{"id": batch.id, "part": asdict(batch.part)} for batch in self.out],
+            "files": [asdict(f) for f in self.files],
         })  # fmt: skip
 
 
+def recorded(state: dict[str, Any]) -> tuple[list[OutBatch], list[BatchPart], list[UnneededFile]]:
+    """The batches out, the intents and the unneeded files of a journal's provider state."""
+    return (
+        [OutBatch(str(found["id"]), _part(found["part"])) for found in state.get("out", ())],
+        [_part(found) for found in state.get("intents", ())],
+        [_file(found) for found in state.get("files", ())],
+    )
+
+
 def _part(found: Any) -> BatchPart:
-    return BatchPart(int(found["round"]), int(found["part"]), str(found["model"]), str(found["endpoint"]), float(found.get("at", 0)))
+    file_id = found.get("file_id")
+    return BatchPart(
+        int(found["round"]), int(found["part"]), str(found["model"]), str(found["endpoint"]), float(found.get("at", 0)),
+        None if file_id is None else str(file_id),
+    )
+
+
+def _file(found: Any) -> UnneededFile:
+    file_id = found.get("id")
+    return UnneededFile(str(found["endpoint"]), str(found["name"]), None if file_id is None else str(file_id), float(found["at"]))

@@ -15,7 +15,8 @@ resumed run is answered from there and nothing is paid twice.
 - A call whose caller is gone when its answer arrives (cut off at a wall-clock cap, or its
   process killed) still settles its reservation in the run store with what it used.
 - When no caller is left waiting on a provider batch (every row reached its deadline), the
-  batch is cancelled; what it answered before it ended is collected (it was billed).
+  batch is cancelled; what it answered before it ended is collected (it was billed). Not when
+  the command is interrupted (Ctrl-C, SIGTERM): the batch is kept for a rerun to collect.
 - ``wait=False``: once a round is out and not finished, the rows in flight stop where they
   are (recorded ``not_run``; :class:`~runner.batch.executor.RowDeferred`) and the command
   returns with the batches' ids; the next run of the command collects them (:meth:`resume`).
@@ -37,7 +38,7 @@ from typing import IO, Any
 from runner.agent.ledger import BILLABLE_FAULTS
 from runner.batch.journal import BatchJournal
 from runner.batch.provider_api import FINISHED, PollPolicy, ProviderClient, line_outcome
-from runner.batch.provider_state import BatchPart, ProviderState
+from runner.batch.provider_state import BatchPart, ProviderState, UnneededFile
 from runner.caps.budget import Budget
 from runner.caps.pricing import Pricer
 from runner.config.specs import BatchApiLimits
@@ -133,6 +134,13 @@ class RoundCollector:
         self._clients: dict[str, ProviderClient] = {}
         self._driver: asyncio.Task[None] | None = None
         self._closing = False
+        self._command = asyncio.current_task()  # cancelled: the command is interrupted (Ctrl-C, SIGTERM)
+
+    @property
+    def interrupted(self) -> bool:
+        """The command is being interrupted (Ctrl-C, SIGTERM): its rows stop, but the provider
+        batches out are kept (a rerun re-attaches to them and pays nothing twice), never cancelled."""
+        return self._command is not None and self._command.cancelling() > 0
 
     # --- the rows ----------------------------------------------------------------------
 
@@ -231,12 +239,44 @@ class RoundCollector:
             else:
                 self._never_sent(intent)
                 self.state.dropped(intent)
+        await self.delete_unneeded_files()  # the files of batches never created, and what an earlier run left
         out = {batch.id: batch.part for batch in self.state.out}
         if out:
             self._say(f"re-attaching to provider batch(es) {', '.join(out)}")
         finished = await self._await({pid: (part, None) for pid, part in out.items()}, self._before_deadline)
         self._correct_rows()
+        await self.delete_unneeded_files()
         return finished
+
+    async def delete_unneeded_files(self) -> None:
+        """Delete from the provider the input files no batch needs any more (collected, or never
+        created: :attr:`ProviderState.files`), every copy found by name included, except one that a
+        batch not ended yet uses. What cannot be deleted now stays listed for the next run."""
+        by_endpoint: dict[str, list[UnneededFile]] = defaultdict(list)
+        for file in self.state.files:
+            by_endpoint[file.endpoint].append(file)
+        for endpoint, files in by_endpoint.items():
+            try:
+                await self._delete_files(self._client(endpoint), files)
+            except ModelError as exc:
+                names = ", ".join(f.id or f.name for f in files)
+                self._say(f"could not delete uploaded input file(s) {names} yet ({exc}); the next run tries again")
+
+    async def _delete_files(self, client: ProviderClient, files: list[UnneededFile]) -> None:
+        since = min(f.at for f in files) - 600
+        in_use = await client.files_in_use(since)
+        copies = await client.uploaded({f.name for f in files}, since)
+        deleted: list[str] = []
+        for file in files:
+            ids = dict.fromkeys([*([file.id] if file.id else []), *copies.get(file.name, [])])
+            if in_use.intersection(ids):  # a batch that has not ended reads it: later
+                continue
+            for file_id in ids:
+                await client.delete_file(file_id)
+                deleted.append(file_id)
+            self.state.deleted(file)
+        if deleted:
+            self._say(f"deleted uploaded input file(s) {', '.join(deleted)}: no provider batch needs them any more")
 
     # --- the rounds --------------------------------------------------------------------
 
@@ -291,6 +331,7 @@ class RoundCollector:
         finally:
             self._flight = []
         self._correct_rows()
+        await self.delete_unneeded_files()
 
     def _parts(self, number: int, calls: list[_Call]) -> list[tuple[BatchPart, list[_Call]]]:
         """The round's calls by model and endpoint, each group split within the limits."""
@@ -322,7 +363,8 @@ class RoundCollector:
         intent = self.state.intend(part)
         metadata = part.metadata(self.journal.batch_id)
         try:
-            file_id = await client.upload(f"{self.journal.batch_id}-round{part.round}-{part.part}.jsonl", b"".join(c.line for c in members))
+            file_id = await client.upload(intent.filename(self.journal.batch_id), b"".join(c.line for c in members))
+            intent = self.state.uploaded(intent, file_id)  # so a file whose batch is never made can be deleted
             provider_id = await client.create(file_id, metadata)
         except ModelError as exc:
             found = await self._created_anyway(client, metadata, intent)
@@ -381,7 +423,7 @@ class RoundCollector:
                     return False
                 look = time.monotonic() + (self._cancel_poll() if cancelled else next(waits))
             for provider_id, (part, members) in out.items():
-                if provider_id not in cancelled and not wanted(members):
+                if provider_id not in cancelled and not wanted(members) and not self.interrupted:
                     self._say(f"provider batch {provider_id}: nobody waits for it any more (a wall-clock cap); cancelling it")
                     cancelled[provider_id] = time.monotonic() + self.poll.cancel_grace_seconds
                     with contextlib.suppress(ModelError):  # it may have ended meanwhile; the next look tells
@@ -458,7 +500,7 @@ class RoundCollector:
             outcome = line_outcome(lines.get(call.custom_id), batch)
             answer = self._keep(call.run_id, call.fingerprint, part.model, outcome, call.waited(), keep_failure=keep_failures)
             self._answer(call, answer)
-        self.state.collected(batch.id)
+        self.state.collected(batch.id, getattr(batch, "input_file_id", None))
         self._say(f"provider batch {batch.id}: {batch.status}{_answered(batch)}, collected")
 
     def _keep(

@@ -15,7 +15,7 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -65,11 +65,13 @@ class Budget:
         """The run whose calls this scope reserves for: its own owner or the nearest enclosing one."""
         return next((b.owner for b in self.chain() if b.owner is not None), None)
 
-    def take_over(self, run_id: str) -> Usage:
+    def take_over(self, run_id: str, recorded: Mapping[str, Usage | None] | None = None) -> Usage:
         """Run ``run_id`` resumes after its worker died: what that worker still holds for it in
         scopes kept outside the process is carried forward (counted as spent at its worst case,
-        once) rather than left held beside the new attempt's reservations. Returns it."""
-        return sum((budget._take_over(run_id) for budget in self.chain()), Usage())
+        once) rather than left held beside the new attempt's reservations. A reservation whose
+        call the run store ``recorded`` (by reservation id: what it used, ``None`` for not
+        billed) is settled to that instead. Returns what was counted."""
+        return sum((budget._take_over(run_id, recorded or {}) for budget in self.chain()), Usage())
 
     def chain(self) -> list[Budget]:
         out: list[Budget] = []
@@ -146,7 +148,7 @@ class Budget:
         if actual is not None:
             self.spent += actual
 
-    def _take_over(self, run_id: str) -> Usage:
+    def _take_over(self, run_id: str, recorded: Mapping[str, Usage | None]) -> Usage:
         """What this scope carried forward for ``run_id`` (see :meth:`take_over`): nothing in memory."""
         return Usage()
 

@@ -23,6 +23,7 @@ What dead workers still hold is reported (the ledger's ``held_by_dead``).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar, Protocol
 
@@ -51,8 +52,9 @@ class ScopeLedger(Protocol):
     def count_tool_call(self, key: str, count: int, *, entry: str | None = None) -> bool:
         """Add ``count`` tool calls unless that exceeds ``max_tool_calls``; ``False`` if it would."""
 
-    def take_over(self, key: str, run_id: str) -> Usage:
-        """Carry forward what dead holders hold for run ``run_id`` (held -> spent at its worst case)."""
+    def take_over(self, key: str, run_id: str, recorded: Mapping[str, Usage | None] | None = None) -> Usage:
+        """Carry forward what dead holders hold for run ``run_id`` (held -> spent at its worst case,
+        or at what the run store ``recorded`` for that reservation)."""
 
     def figures(self, key: str) -> tuple[Usage, Usage]:
         """``(spent, reserved)`` as the database holds them now."""
@@ -102,8 +104,8 @@ class SharedBudget(Budget):
             self.ledger.settle(self.key, held.usage, actual, entry=held.id)
         super()._give_back(held, actual)
 
-    def _take_over(self, run_id: str) -> Usage:
-        return self.ledger.take_over(self.key, run_id)
+    def _take_over(self, run_id: str, recorded: Mapping[str, Usage | None]) -> Usage:
+        return self.ledger.take_over(self.key, run_id, recorded)
 
     def _check_tool_call(self) -> None:
         """Nothing here: the ledger checks and counts in one statement (:meth:`_count_tool_call`)."""

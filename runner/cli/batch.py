@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +29,9 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.option("--output-format", type=FORMATS, help="Output format (default: from the suffix).")
 @click.option("--map", "mapping", multiple=True, metavar="INPUT=COLUMN", help="Take a task input from a differently named column (repeatable).")
 @click.option("--id-column", help="Column holding each row's id (default: a hash of the row's inputs).")
-@click.option("--concurrency", type=click.IntRange(1, 1024), default=8, show_default=True, help="Rows in flight at once (with --via batch-api: every row).")
-@click.option("--rpm", type=FiniteFloatRange(min=0, min_open=True), help="Model requests per minute, shared by all rows (live calls only).")
-@click.option("--tpm", type=FiniteFloatRange(min=0, min_open=True), help="Model tokens per minute, shared by all rows (live calls only).")
+@click.option("--concurrency", type=click.IntRange(1, 1024), help="Rows in flight at once (default: 8; with --via batch-api: every row, and N keeps each provider batch round to at most N rows' calls).")
+@click.option("--rpm", type=FiniteFloatRange(min=0, min_open=True), help="Model requests per minute, shared by all rows (live only: refused with --via batch-api).")
+@click.option("--tpm", type=FiniteFloatRange(min=0, min_open=True), help="Model tokens per minute, shared by all rows (live only: refused with --via batch-api).")
 @click.option("--max-attempts", type=click.IntRange(1, 100), default=2, show_default=True, help="Attempts per row, counting resumed ones.")
 @click.option("--stop-after-failures", type=click.IntRange(min=1), help="Stop starting rows after this many failed rows (default: carry on).")
 @click.option("--max-cost-usd", type=CapValue("max_cost_usd"), help="Batch cap: total US dollars (0: free models only).")
@@ -38,7 +40,7 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.option("--row-max-cost-usd", type=CapValue("max_cost_usd"), help="Per-row cap: US dollars (tightens the YAML).")
 @click.option("--row-max-steps", type=CapValue("max_steps"), help="Per-row cap: model calls (tightens the YAML).")
 @click.option("--journal", "journal_path", type=click.Path(dir_okay=False, path_type=Path), help="Resume journal, an SQLite file (default: .runner/batches/<task>-<input>.sqlite3 ($RUNNER_STATE_DIR/batches/... when set), or in $RUNNER_STORE_URL when set).")
-@click.option("--restart", is_flag=True, help="Discard the journal and start over (default: resume).")
+@click.option("--restart", is_flag=True, help="Discard the journal and start over (default: resume); provider batches it had out are cancelled.")
 @click.option("--no-cache", is_flag=True, help="Bypass the result cache (cache: {ttl} in the YAML): every call goes to the endpoint or tool.")
 @click.option("--dedupe", is_flag=True, help="Run rows with identical inputs once; each row still gets its own output record.")
 @click.option("--durable", is_flag=True, help="fsync every recorded row (survives power loss, slower).")
@@ -54,7 +56,7 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Project root.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def batch(task: str, input_path: Path, output_path: Location, input_format: str | None, output_format: str | None,
-          mapping: tuple[str, ...], id_column: str | None, concurrency: int, rpm: float | None, tpm: float | None,
+          mapping: tuple[str, ...], id_column: str | None, concurrency: int | None, rpm: float | None, tpm: float | None,
           max_attempts: int, stop_after_failures: int | None, max_cost_usd: float | None, max_tokens: int | None,
           max_wall_seconds: float | None, row_max_cost_usd: float | None, row_max_steps: int | None,
           journal_path: Path | None, restart: bool, no_cache: bool, dedupe: bool, durable: bool, report_dir: Location | None, progress: str,
@@ -90,19 +92,46 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
         progress=progress, use_cache=not no_cache, dedupe=dedupe, via=via, batch_fallback=batch_fallback,
         batch_poll_seconds=batch_poll_seconds, batch_limits=limits,
     )
-    if request.mode(spec) != "batch-api":
+    if request.mode(spec) == "batch-api":
+        _refuse_rate_limits(request)
+    else:
         given = [flag for flag, value in (("--batch-fallback", batch_fallback), ("--batch-max-requests", batch_max_requests),
                                           ("--batch-max-file-bytes", batch_max_file_bytes)) if value is not None]
         if given:
             raise click.UsageError(f"{', '.join(given)} only applies with --via batch-api (or mode: batch_api on the task)")
     check_batch_dirs(project, request)  # a read-only project fails here, before any row is paid for
     try:
-        summary = asyncio.run(run_batch_file(project, spec, request))
-    except KeyboardInterrupt:
+        summary = asyncio.run(_stopped_by_sigterm(run_batch_file(project, spec, request)))
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM (see _stopped_by_sigterm)
         click.echo("interrupted: rerun the same command to resume", err=True)
         raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
     _show(summary, as_json)
     raise click.exceptions.Exit(summary["exit_code"])
+
+
+async def _stopped_by_sigterm(batch: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+    """Await ``batch``; SIGTERM (a scheduler stopping the command) interrupts it as Ctrl-C does:
+    the rows in flight are recorded interrupted, provider batches out are kept for a rerun."""
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await batch
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _refuse_rate_limits(request: Any) -> None:
+    """``--rpm``/``--tpm`` with a provider batch: a usage error naming the flag, never ignored."""
+    from runner.batch.batch_api import refused_flags
+
+    refused = refused_flags(request)
+    if refused:
+        raise click.UsageError(
+            f"{', '.join(refused)} does not apply with --via batch-api (or mode: batch_api on the task): a provider "
+            "batch has no per-minute rate to keep (each round goes out as one upload, and calls --batch-fallback live "
+            "sends are not rate limited). Drop it, or run live with --via live; --concurrency N limits the rows per round"
+        )
 
 
 def _show(summary: dict[str, Any], as_json: bool) -> None:

@@ -46,6 +46,7 @@ class ModelCallEntry:
     error_kind: str | None = None  # the ModelError kind of a failed attempt (``timeout``, ``rate_limited``, ...)
     cached: bool = False  # answered from the result cache (runner.agent.call_cache): no endpoint call, $0
     exchange: Exchange | None = field(default=None, compare=False, repr=False)  # the full request and response
+    reservation: str | None = None  # the budget reservation the attempt held (a shared cap ledger's entry id)
 
 
 @dataclass(frozen=True)

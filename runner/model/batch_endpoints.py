@@ -2,8 +2,9 @@
 
 Implements, as OpenAI documents them:
 
-- ``POST /v1/files`` (multipart: ``file``, ``purpose``), ``GET /v1/files/{id}`` and
-  ``GET /v1/files/{id}/content``;
+- ``POST /v1/files`` (multipart: ``file``, ``purpose``), ``GET /v1/files`` (newest first,
+  ``purpose``, ``limit``, ``after``, ``order``), ``GET /v1/files/{id}``, ``GET /v1/files/{id}/content``
+  and ``DELETE /v1/files/{id}``;
 - ``POST /v1/batches`` (``input_file_id``, ``endpoint``, ``completion_window``, ``metadata``),
   ``GET /v1/batches`` (newest first, ``limit`` and ``after``, each with its ``metadata``),
   ``GET /v1/batches/{id}`` and ``POST /v1/batches/{id}/cancel``.
@@ -20,7 +21,9 @@ error file with its status code (a partial failure). ``outcome: expired`` ends t
 cancelled has answered its first ``partial`` lines (billed, in the output file) and none of
 the others. An input file that is not valid JSONL of ``{custom_id, method, url, body}``
 lines with unique ids for the batch's endpoint, or with more than ``max_requests`` lines,
-fails the batch at validation (``status: failed`` with ``errors``).
+fails the batch at validation (``status: failed`` with ``errors``). Deleting the input file
+of a batch that has not ended fails that batch when it would have ended (``input_file_deleted``):
+:attr:`BatchEndpoints.deleted_in_use` lists such deletions, which a client must never make.
 
 ``hold`` stops requests at named points until :meth:`BatchEndpoints.release` (tests kill a
 client there): ``upload`` (before a file is stored), ``create`` (before a batch is
@@ -49,6 +52,7 @@ WINDOWS = ("24h",)
 
 
 HOLD_POINTS = frozenset({"upload", "create", "created", "output"})
+_ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ class BatchBehaviour:
     max_requests: int | None = None  # a larger input file fails validation
     hold: frozenset[str] = frozenset()  # points where requests wait for release()
     hold_after: int = 0  # hold only once this many batches exist (e.g. 1: from the second batch's upload)
+    refuse_creates: int = 0  # the first N batch creates are refused (400), as a provider refuses one over a limit
+    fail_deletes: int = 0  # the first N file deletes fail (500)
 
     def __post_init__(self) -> None:
         if self.polls < 1:
@@ -76,6 +82,7 @@ class _File:
     purpose: str
     content: bytes
     created_at: int
+    deleted: bool = False  # DELETE /v1/files/{id}: gone for clients, kept for tests to read
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -123,12 +130,15 @@ class BatchEndpoints:
         self.script, self.behaviour, self._bill = script, behaviour, bill
         self.files: dict[str, _File] = {}
         self.batches: dict[str, _Batch] = {}
+        self.deleted: list[str] = []  # file ids deleted, in order (each stays in files, marked deleted)
+        self.deleted_in_use: list[str] = []  # of those, the input files of batches not ended then
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._closing = closing or threading.Event()
         self._released = threading.Event()
         self._dropped = False
         self._holding: dict[str, int] = dict.fromkeys(HOLD_POINTS, 0)
+        self._creates = self._deletes = 0
 
     # --- holding requests (tests) --------------------------------------------------------
 
@@ -176,11 +186,43 @@ class BatchEndpoints:
         """``GET /v1/files/{id}`` (``content``: ``.../content``, the raw bytes)."""
         with self._lock:
             found = self.files.get(file_id)
-        if found is None:
+        if found is None or found.deleted:
             return _error(404, f"no file {file_id}")
         if content and found.purpose == "batch_output":
             self._hold("output")
         return 200, (found.content if content else found.as_dict())
+
+    def list_files(self, query: dict[str, str]) -> tuple[int, Any]:
+        """``GET /v1/files``: ``purpose``; ``order`` (``desc``, the default, or ``asc``) by creation;
+        ``limit`` (1-10,000, default 10,000) after the id ``after``."""
+        try:
+            limit = min(max(int(query.get("limit", "10000")), 1), 10_000)
+        except ValueError:
+            return _error(400, "limit must be an integer")
+        with self._lock:
+            found = [f for f in self.files.values() if not f.deleted and query.get("purpose") in (None, f.purpose)]
+            ordered = sorted(found, key=lambda f: (f.created_at, f.id), reverse=query.get("order", "desc") != "asc")
+            ids = [f.id for f in ordered]
+            start = ids.index(query["after"]) + 1 if query.get("after") in ids else 0
+            page = [f.as_dict() for f in ordered[start : start + limit]]
+            more = start + limit < len(ordered)
+        first, last = (page[0]["id"], page[-1]["id"]) if page else (None, None)
+        return 200, {"object": "list", "data": page, "first_id": first, "last_id": last, "has_more": more}
+
+    def delete_file(self, file_id: str) -> tuple[int, Any]:
+        """``DELETE /v1/files/{id}`` (noting a deletion under a batch that has not ended)."""
+        with self._lock:
+            self._deletes += 1
+            if self._deletes <= self.behaviour.fail_deletes:
+                return _error(500, "the file could not be deleted")
+            found = self.files.get(file_id)
+            if found is None or found.deleted:
+                return _error(404, f"no file {file_id}")
+            found.deleted = True
+            self.deleted.append(file_id)
+            if any(b.input_file_id == file_id and b.status not in _ENDED for b in self.batches.values()):
+                self.deleted_in_use.append(file_id)
+        return 200, {"id": file_id, "object": "file", "deleted": True}
 
     # --- batches -----------------------------------------------------------------------
 
@@ -196,7 +238,10 @@ class BatchEndpoints:
         if not self._hold("create"):
             return _error(503, "dropped")
         with self._lock:
-            if body["input_file_id"] not in self.files:
+            self._creates += 1
+            if self._creates <= self.behaviour.refuse_creates:
+                return _error(400, "enqueued token limit reached for this model")
+            if body["input_file_id"] not in self.files or self.files[body["input_file_id"]].deleted:
                 return _error(404, f"no file {body['input_file_id']}")
             batch = _Batch(
                 id=f"batch_{next(self._ids):06d}", input_file_id=str(body["input_file_id"]), endpoint=str(body["endpoint"]),
@@ -273,6 +318,11 @@ class BatchEndpoints:
         self._finish(batch, outcome, f"{outcome}_at")
 
     def _finish(self, batch: _Batch, status: str, stamp: str) -> None:
+        if self.files[batch.input_file_id].deleted:  # deleted while the batch ran: nothing to answer from
+            problem = _problem("input_file_deleted", f"the input file {batch.input_file_id} was deleted", None)
+            batch.status, batch.errors = "failed", {"object": "list", "data": [problem]}
+            batch.times["failed_at"] = int(time.time())
+            return
         lines, _ = _requests(self.files[batch.input_file_id].content, batch.endpoint)
         out: list[dict[str, Any]] = []
         err: list[dict[str, Any]] = []

@@ -189,13 +189,21 @@ class _Handler(BaseHTTPRequestHandler):
         if self._unauthorized():
             return
         route = self._route()
-        if route.startswith(("/v1/files/", "/v1/batches")):
+        if route == "/v1/files" or route.startswith(("/v1/files/", "/v1/batches")):
             return self._batch_api("GET", route)
         if route != "/v1/models":
             return self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
         owner.record(self, None, "models")
         models = [{"id": m, "object": "model", "created": 0, "owned_by": "runner"} for m in owner.script.models]
         self._send_json(200, {"object": "list", "data": models})
+
+    def do_DELETE(self) -> None:
+        if self._unauthorized():
+            return
+        if self._route().startswith("/v1/files/"):
+            return self._batch_api("DELETE", self._route())
+        self.server.owner.record(self, None, "no-route")
+        self._send_json(404, {"error": {"message": f"no route DELETE {self.path}", "type": "not_found"}})
 
     def do_POST(self) -> None:
         owner = self.server.owner
@@ -243,6 +251,11 @@ class _Handler(BaseHTTPRequestHandler):
         if parts == ["files"] and method == "POST":
             status, answer = endpoints.upload(self.headers.get("Content-Type") or "", raw)
             body: Any = {"multipart": len(raw)}
+        elif parts == ["files"] and method == "GET":
+            query = dict(urllib.parse.parse_qsl(self.path.partition("?")[2]))
+            status, answer, body = *endpoints.list_files(query), None
+        elif parts[0] == "files" and method == "DELETE" and len(parts) == 2:
+            status, answer, body = *endpoints.delete_file(parts[1]), None
         elif parts[0] == "files" and method == "GET" and len(parts) in (2, 3) and parts[2:] in ([], ["content"]):
             status, answer = endpoints.file(parts[1], content=parts[2:] == ["content"])
             body = None

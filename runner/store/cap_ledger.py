@@ -20,7 +20,10 @@ again after a dropped connection:
   their worst case moved from ``reserved`` to ``spent`` (the endpoint may have billed them,
   as the run store counts them ``unsettled``). Counted once: a carried entry is never taken
   over or held again, and should its call be settled after all (the worker was cut off, not
-  dead), the actual replaces the worst case.
+  dead), the actual replaces the worst case. A reservation whose call the run store recorded
+  before the worker died (each call's row names its reservation, and is written before the
+  reservation is settled) is settled to what was recorded instead: that is what the endpoint
+  billed, and what the dead worker would have settled.
 
 The rule is :meth:`runner.caps.budget.Budget._check`'s: a call fits when ``spent + reserved
 + its worst case <= cap``; a check with nothing to add (before a row or step starts) fails
@@ -29,7 +32,7 @@ once ``spent + reserved`` has reached the cap.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -230,11 +233,13 @@ class CapLedger:
 
         return self.db.atomic(count_once)
 
-    def take_over(self, key: str, run_id: str) -> Usage:
+    def take_over(self, key: str, run_id: str, recorded: Mapping[str, Usage | None] | None = None) -> Usage:
         """Carry forward what dead holders still hold in scope ``key`` for run ``run_id`` (its
-        next attempt is starting): their worst case moves from held to spent. Returns it."""
+        next attempt is starting): their worst case moves from held to spent, except for a
+        reservation the run store ``recorded`` (by its id: what the call used, ``None`` for a
+        call not billed), which is settled to that. Returns what moved to spent."""
         self._register()
-        return self.db.atomic(lambda db: self._take_over(db, key, run_id))
+        return self.db.atomic(lambda db: self._take_over(db, key, run_id, recorded or {}))
 
     def figures(self, key: str) -> tuple[Usage, Usage]:
         """``(spent, reserved)`` as the database holds them now."""
@@ -283,16 +288,23 @@ class CapLedger:
         else:  # carried: its worst case is in the spend already; the actual replaces it
             db.execute(_MOVE, (*_held(Usage()), *_spent(spend - worst), key))
 
-    def _take_over(self, db: Database, key: str, run_id: str) -> Usage:
+    def _take_over(self, db: Database, key: str, run_id: str, recorded: Mapping[str, Usage | None]) -> Usage:
         held = db.rows(
             f"SELECT id, holder, {_HELD} FROM cap_entries WHERE scope = ? AND run_id = ? AND status = 'held'"
             f" AND holder <> ?{db.lock_rows}",
             (key, run_id, self.holder.id),
         )
         gone = cap_holders.dead(db, {r["holder"] for r in held})
-        carried = [r for r in held if r["holder"] in gone]
+        dead = [r for r in held if r["holder"] in gone]
+        settled = Usage()
+        for found in (r for r in dead if r["id"] in recorded):  # billed and recorded before the worker died
+            actual = recorded[found["id"]]
+            spend = None if actual is None else actual + Usage(model_calls=int(found["model_calls"]))
+            self._settle(db, key, found["id"], _usage(found), spend)
+            settled += spend or Usage()
+        carried = [r for r in dead if r["id"] not in recorded]
         if not carried:
-            return Usage()
+            return settled
         now = _now()
         for found in carried:
             db.execute(
@@ -301,7 +313,7 @@ class CapLedger:
             )
         total = sum((_usage(r) for r in carried), Usage())
         db.execute(_MOVE, (*_held(total), *_spent(total), key))
-        return total
+        return settled + total
 
 
 def read_scope(db: Database, key: str) -> ScopeFigures:

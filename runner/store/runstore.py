@@ -89,7 +89,8 @@ CREATE TABLE IF NOT EXISTS model_calls (
   error TEXT,
   created_at TEXT NOT NULL,
   cached {int} NOT NULL DEFAULT 0,
-  token TEXT
+  token TEXT,
+  reservation TEXT
 );
 CREATE INDEX IF NOT EXISTS model_calls_by_run ON model_calls (run_id);
 CREATE TABLE IF NOT EXISTS tool_calls (
@@ -130,6 +131,7 @@ CREATE TABLE IF NOT EXISTS plans (
         AddedColumn("model_calls", "token", "TEXT"),
         AddedColumn("tool_calls", "token", "TEXT"),
         AddedColumn("plans", "token", "TEXT"),
+        AddedColumn("model_calls", "reservation", "TEXT"),  # the cap ledger entry the call held
     ),
 )
 """The run store's tables, for both backends (:mod:`runner.store.schema`). ``steps.record_json``
@@ -244,6 +246,21 @@ class RunStore:
         assert row is not None
         return Usage(int(row["i"]), int(row["o"]), 0, float(row["c"]), int(row["n"]))
 
+    def recorded_calls(self, run_id: str) -> dict[str, Usage | None]:
+        """How the calls of ``run_id`` that ended are recorded, by the reservation each held: what
+        it used (``ok``, or a failure the endpoint may have billed, at its worst case), or ``None``
+        (a failure it did not bill). Calls still ``reserved`` or ``unsettled`` are not here."""
+        rows = self._db.rows(
+            "SELECT reservation, status, input_tokens, output_tokens, cached_input_tokens, cost_usd FROM model_calls"
+            " WHERE run_id = ? AND reservation IS NOT NULL AND status IN ('ok', 'error')",
+            (run_id,),
+        )
+        recorded: dict[str, Usage | None] = {}
+        for row in rows:
+            usage = Usage(int(row["input_tokens"]), int(row["output_tokens"]), int(row["cached_input_tokens"]), float(row["cost_usd"]))
+            recorded[str(row["reservation"])] = None if row["status"] == "error" and usage == Usage() else usage
+        return recorded
+
     def run(self, run_id: str) -> dict[str, Any] | None:
         return self._db.row("SELECT * FROM runs WHERE run_id = ?", (run_id,))
 
@@ -345,14 +362,14 @@ class RunStore:
         values = (
             run_id, attempt, call.step_id, call.agent, call.model, call.seq, usage.input_tokens, usage.output_tokens,
             usage.cached_input_tokens, usage.cost_usd, call.latency_seconds, call.status, call.error, now_iso(),
-            int(call.cached), token,
+            int(call.cached), token, call.reservation,
         )  # fmt: skip
 
         def insert(db: Database) -> int:
             inserted = db.row(
                 "INSERT INTO model_calls (run_id, attempt, step_id, agent, model, seq, input_tokens, output_tokens,"
-                " cached_input_tokens, cost_usd, latency_seconds, status, error, created_at, cached, token)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                " cached_input_tokens, cost_usd, latency_seconds, status, error, created_at, cached, token, reservation)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 values,
             )
             assert inserted is not None

@@ -149,7 +149,8 @@ def test_an_expired_batch_fails_the_try_and_the_retry_resubmits_only_its_rows(
         created = server.batches.batches_created
     ti = _ti(dag_run, "classify_batch")
     assert (str(ti.state), ti.try_number) == ("failed", 2)
-    assert created == 2, "each try submitted the rows not done once"
+    # each try gives the rows max_attempts (2) real attempts, each in a batch of its own; waiting used none
+    assert created == 4, "each try submitted the rows not done once per attempt"
     records = _output(dag_run, "classify_batch")
     assert [(r["status"], r["error_kind"]) for r in records] == [("failed", "batch_expired")] * ROWS
     logged = "".join(capfd.readouterr())
@@ -229,14 +230,22 @@ def test_bad_arguments_fail_without_retries_before_any_call(
 # --- no dag.test(): arguments and events ---------------------------------------------------
 
 
-def test_live_engine_options_are_refused_for_a_provider_batch_without_the_live_fallback() -> None:
+@pytest.mark.parametrize("name", ["rpm", "tpm"])
+def test_rate_limits_are_refused_for_a_provider_batch_with_or_without_the_live_fallback(name: str) -> None:
     from runner.airflow.options import check_provider_batch_options
     from runner.errors import UsageError
 
-    with pytest.raises(UsageError, match=r"options\.concurrency: only the live engine uses it"):
-        check_provider_batch_options({"concurrency": 4}, None)
-    check_provider_batch_options({"concurrency": 4, "dedupe": True}, "live")  # they apply to the fallback rows
-    check_provider_batch_options({"concurrency": None, "dedupe": False, "max_cost_usd": 1}, None)  # not given
+    with pytest.raises(UsageError, match=rf"options\.{name}: a provider batch .* has no per-minute rate"):
+        check_provider_batch_options({name: 60})
+    with pytest.raises(UsageError, match=rf"options\.{name}"):
+        check_provider_batch_options({name: 60, "batch_fallback": "live"})
+
+
+def test_engine_options_that_apply_to_a_provider_batch_are_accepted() -> None:
+    from runner.airflow.options import check_provider_batch_options
+
+    check_provider_batch_options({"concurrency": 4, "dedupe": True, "no_cache": True, "stop_after_failures": 2})
+    check_provider_batch_options({"rpm": None, "tpm": None, "max_cost_usd": 1})  # not given
 
 
 @pytest.mark.parametrize("name", ["via", "batch_fallback", "batch_poll_seconds"])

@@ -23,7 +23,9 @@ RENDERED_DEFAULTS = {
 
 
 def test_rendered_defaults_are_the_cli_defaults() -> None:
-    assert FanoutOptions.from_mapping(RENDERED_DEFAULTS) == FanoutOptions()
+    # concurrency: the CLI names no number (8 rows live, every row in a provider batch); a fan-out is live
+    assert FanoutOptions.from_mapping(RENDERED_DEFAULTS) == FanoutOptions(concurrency=8)
+    assert FanoutOptions.from_mapping({**RENDERED_DEFAULTS, "concurrency": None}) == FanoutOptions()
 
 
 def test_every_cli_batch_option_is_taken() -> None:

@@ -34,12 +34,12 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def _run(root: Path, server: ScriptedServer, *, wait: bool) -> dict[str, Any]:
+def _run(root: Path, server: ScriptedServer, *, wait: bool, max_attempts: int = 2) -> dict[str, Any]:
     project = load_project_or_raise(root)
     request = BatchRequest(
         input_path=root / "tickets.jsonl", output_path=root / "out.jsonl", id_column="id", via="batch-api",
         batch_poll_seconds=0.01, progress="none", provider_wait=wait, base_url_override=server.base_url,
-        api_key="sk-test-no-wait", store_path=root / "runs.sqlite",
+        api_key="sk-test-no-wait", store_path=root / "runs.sqlite", max_attempts=max_attempts,
     )
     return asyncio.run(run_batch_file(project, project.tasks["triage_ticket"], request))
 
@@ -110,10 +110,68 @@ def test_shards_sharing_a_cap_scope_each_send_their_rows_in_provider_batches(pro
 
 def test_a_round_that_expired_while_nobody_waited_fails_its_rows_once_instead_of_resending(project: Path) -> None:
     with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=2, outcome="expired")) as server:
-        first = _run(project, server, wait=False)
-        second = _run(project, server, wait=False)  # collects the expired round: each row fails as its caller would have
+        # one attempt each (waiting for the round used none): collecting the expired round fails each row once
+        first = _run(project, server, wait=False, max_attempts=1)
+        second = _run(project, server, wait=False, max_attempts=1)
         assert server.batches.batches_created == 1
     assert len(first["provider_pending"]) == 1 and second["provider_pending"] == []
     assert second["counts"]["failed"] == 3 and second["exit_code"] == 1
     rows = [json.loads(line) for line in (project / "out.jsonl").read_text().splitlines()]
     assert {(r["status"], r["error_kind"]) for r in rows} == {("failed", "batch_expired")} and all(r["cost_usd"] == 0 for r in rows)
+
+
+def _run_until_collected(root: Path, server: ScriptedServer, *, max_attempts: int, limit: int = 20) -> list[dict[str, Any]]:
+    """Run the request without waiting until nothing is out (the deferrable operator's loop)."""
+    project = load_project_or_raise(root)
+    request = BatchRequest(
+        input_path=root / "tickets.jsonl", output_path=root / "out.jsonl", id_column="id", via="batch-api",
+        batch_poll_seconds=0.01, progress="none", provider_wait=False, base_url_override=server.base_url,
+        api_key="sk-test-no-wait", store_path=root / "runs.sqlite", max_attempts=max_attempts,
+    )
+    results: list[dict[str, Any]] = []
+    while not results or results[-1]["provider_pending"]:
+        assert len(results) < limit, "the batch never finished"
+        results.append(asyncio.run(run_batch_file(project, project.tasks["triage_ticket"], request)))
+    return results
+
+
+def test_waiting_for_a_provider_batch_uses_up_no_attempt(project: Path) -> None:
+    with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=4)) as server:  # each round out over several calls
+        results = _run_until_collected(project, server, max_attempts=1)
+    assert len(results) >= 3  # more calls than attempts allowed, each one a deferral
+    assert results[-1]["counts"]["done"] == 3 and results[-1]["exit_code"] == 0
+    rows = [json.loads(line) for line in (project / "out.jsonl").read_text().splitlines()]
+    assert [r["attempts"] for r in rows] == [1, 1, 1]
+
+
+def test_a_real_failure_after_many_deferrals_still_has_its_retry(project: Path) -> None:
+    script = {"rules": [{"when": {"last_message": "Ticket 2"}, "times": 1, "reply": {"fault": {"status": 500}}}], **SCRIPT}
+    with ScriptedServer(script, batch=BatchBehaviour(polls=3)) as server:
+        results = _run_until_collected(project, server, max_attempts=2)
+        assert server.batches.batches_created == 2  # the failed line's retry went in a second batch
+    assert len(results) > 2 and results[-1]["exit_code"] == 0
+    rows = {r["id"]: r for r in map(json.loads, (project / "out.jsonl").read_text().splitlines())}
+    assert {r["status"] for r in rows.values()} == {"done"}
+    assert (rows["t1"]["attempts"], rows["t2"]["attempts"], rows["t3"]["attempts"]) == (1, 2, 1)  # only the failure counted
+
+
+def test_a_row_that_keeps_failing_still_stops_at_max_attempts_without_waiting(project: Path) -> None:
+    script = {"rules": [{"when": {"last_message": "Ticket 2"}, "reply": {"fault": {"status": 500}}}], **SCRIPT}
+    with ScriptedServer(script, batch=BatchBehaviour(polls=2)) as server:
+        results = _run_until_collected(project, server, max_attempts=2)
+    assert results[-1]["exit_code"] == 1
+    rows = {r["id"]: r for r in map(json.loads, (project / "out.jsonl").read_text().splitlines())}
+    assert (rows["t2"]["status"], rows["t2"]["error_kind"], rows["t2"]["attempts"]) == ("failed", "server_error", 2)
+
+
+def test_the_input_file_of_a_batch_still_out_is_kept_until_it_is_collected(project: Path) -> None:
+    with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=3)) as server:
+        first = _run(project, server, wait=False)
+        (pending,) = first["provider_pending"]
+        input_file = server.batches.batches[pending].input_file_id
+        assert server.batches.deleted == []  # the batch reads it: kept
+        again = _run(project, server, wait=False)
+        assert again["provider_pending"] == [pending] and server.batches.deleted == []
+        last = _run(project, server, wait=False)
+        assert last["provider_pending"] == [] and server.batches.deleted == [input_file]
+        assert server.batches.deleted_in_use == [] and server.batches.batches[pending].status == "completed"

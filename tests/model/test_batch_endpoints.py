@@ -119,3 +119,42 @@ def test_unknown_files_and_batches_are_404s_and_bad_parameters_400s() -> None:
         file_id = _upload(client, [_line("a", "x")])
         with pytest.raises(openai.BadRequestError):
             client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="48h")  # type: ignore[arg-type]
+
+
+def test_files_are_listed_newest_first_by_purpose_and_deleted_once() -> None:
+    with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=1)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="sk-test")
+        first, second = _upload(client, [_line("a", "hello")]), _upload(client, [_line("b", "hello")])
+        listed = [f.id for f in client.files.list(purpose="batch", limit=1)]  # the SDK pages through both
+        assert listed == [second, first]
+        assert client.files.delete(first).deleted is True
+        assert [f.id for f in client.files.list(purpose="batch")] == [second]
+        with pytest.raises(openai.NotFoundError):
+            client.files.delete(first)
+        with pytest.raises(openai.NotFoundError):
+            client.files.content(first)
+        with pytest.raises(openai.NotFoundError):
+            client.batches.create(input_file_id=first, endpoint="/v1/chat/completions", completion_window="24h")
+        assert srv.batches.deleted == [first] and srv.batches.deleted_in_use == []
+
+
+def test_deleting_the_input_file_of_a_running_batch_is_noted_and_fails_the_batch() -> None:
+    with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=2)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="sk-test")
+        file_id = _upload(client, [_line("a", "hello")])
+        batch = client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h")
+        client.files.delete(file_id)
+        assert _poll(client, batch.id, 2) == ["in_progress", "failed"]
+        assert srv.batches.deleted_in_use == [file_id] and srv.billed == []
+
+
+def test_refused_creates_and_failing_deletes_can_be_scripted() -> None:
+    with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=1, refuse_creates=1, fail_deletes=1)) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="sk-test", max_retries=0)
+        file_id = _upload(client, [_line("a", "hello")])
+        with pytest.raises(openai.BadRequestError):
+            client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h")
+        client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h")
+        with pytest.raises(openai.InternalServerError):
+            client.files.delete(file_id)
+        assert client.files.delete(file_id).deleted is True
