@@ -79,6 +79,11 @@ class ToolContext:
             raise ValueError(f"workspace {str(root)!r} is not a directory")
         object.__setattr__(self, "workspace", root)
 
+    @property
+    def disk_quota_bytes(self) -> int:
+        """The most the workspace may hold (``sandbox.disk_mb``), also for what tools write on the host."""
+        return self.sandbox.disk_mb * 1024 * 1024
+
     def settings_for(self, tool_name: str) -> Mapping[str, Any]:
         """The YAML settings of one tool (empty when none were given)."""
         return self.settings.get(tool_name, {})

@@ -123,9 +123,17 @@ def workspace_file_size(root: Path, path: str) -> int:
         return _require_plain_file(fd, path).st_size
 
 
-def write_workspace_file(root: Path, path: str, data: bytes, *, make_parents: bool = True) -> None:
-    """Atomically replace ``path`` under ``root`` with ``data`` (temp file + rename)."""
+def write_workspace_file(
+    root: Path, path: str, data: bytes, *, make_parents: bool = True, quota_bytes: int | None = None
+) -> None:
+    """Atomically replace ``path`` under ``root`` with ``data`` (temp file + rename).
+
+    With ``quota_bytes`` (the run's ``sandbox.disk_mb``), a write that would take the workspace
+    past it is refused: the file tools write on the host, where the sandbox's quota watch does
+    not look, and a table saved again and again under new names would fill the disk."""
     parts = split_relative(path)
+    if quota_bytes is not None:
+        _require_room(root, len(data), quota_bytes)
     with _root_fd(root) as root_fd, _directory(root_fd, parts[:-1], make_parents) as dir_fd:
         temp = f".{parts[-1][:64]}.{secrets.token_hex(8)}.tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -141,6 +149,17 @@ def write_workspace_file(root: Path, path: str, data: bytes, *, make_parents: bo
             raise _failure(error, path) from None
         finally:
             os.close(fd)
+
+
+def _require_room(root: Path, size: int, quota_bytes: int) -> None:
+    from runner.tools.disk_quota import ENTRY_BYTES, scan
+
+    used = scan(root, stop_above=quota_bytes).total
+    if used + max(size, ENTRY_BYTES) > quota_bytes:
+        raise WorkspacePathError(
+            f"refused: writing {size:,} bytes would take the workspace past its disk quota of "
+            f"{quota_bytes / (1024 * 1024):g} MB (sandbox.disk_mb); {used:,} bytes are in use"
+        )
 
 
 def list_workspace_files(

@@ -46,7 +46,7 @@ def table_names(workspace: Path) -> list[str]:
     ]
 
 
-def save_table(workspace: Path, name: str, frame: pd.DataFrame) -> pd.DataFrame:
+def save_table(workspace: Path, name: str, frame: pd.DataFrame, *, quota_bytes: int | None = None) -> pd.DataFrame:
     """Store ``frame`` as table ``name``; return the frame as stored (mixed columns as text)."""
     path = table_path(name)
     frame = frame.copy()
@@ -59,7 +59,7 @@ def save_table(workspace: Path, name: str, frame: pd.DataFrame) -> pd.DataFrame:
         mixed = frame.select_dtypes(include="object").columns
         frame[mixed] = frame[mixed].astype(str)
         data = _parquet_bytes(frame)
-    write_workspace_file(workspace, path, data)
+    write_workspace_file(workspace, path, data, quota_bytes=quota_bytes)
     return frame
 
 

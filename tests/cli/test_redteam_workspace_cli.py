@@ -4,6 +4,7 @@ measure and remove."""
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -110,3 +111,32 @@ def test_a_retry_wipes_a_workspace_thousands_of_levels_deep(project: Path) -> No
     assert [p.name for p in workspace.parent.iterdir()] == ["deep-2"]  # no leftover of the removal
     with sqlite3.connect(project / ".runner" / "runs.sqlite3") as db:
         assert db.execute("SELECT status FROM runs WHERE run_id = 'deep-2'").fetchone() == ("completed",)
+
+
+QUOTA_AGENT = """\
+apiVersion: runner/v1
+kind: Agent
+name: coder
+model: {id: gpt-4o-mini, max_tokens: 100}
+tools: [shell, load_table, write_file]
+sandbox: {mode: bwrap, wall_seconds: 60, disk_mb: 6}
+stuck: {max_repeats: 20}
+"""
+
+
+def test_tools_writing_on_the_host_respect_the_disk_quota(project: Path) -> None:
+    """write_file and load_table write on the host, where the sandbox's quota watch does not
+    look: saving one 2 MB file as table after table used to fill the disk unchecked."""
+    (project / "agents.d" / "coder.yaml").write_text(QUOTA_AGENT)
+    make = "python3 -c \"import random; random.seed(1); print('a,b'); [print(random.random(), random.random(), sep=',') for _ in range(80000)]\" > d.csv"
+    replies = [tool_call("shell", command=make)]
+    replies += [tool_call("load_table", path="d.csv", name=f"t{i}") for i in range(6)]
+    replies += [tool_call("write_file", path=f"w{i}.txt", content="x" * 900_000) for i in range(4)]
+    rules = [{"times": 1, "reply": reply} for reply in replies] + [{"reply": {"content": "done"}}]
+    with ScriptedServer({"rules": rules}) as server:
+        done = run_cli(project, server, "run", "deep", "--run-id", "quota-1", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = [e for e in map(json.loads, done.stdout.splitlines()) if e.get("event") == "tool_call"]
+    refused = [e for e in results if "past its disk quota of 6 MB (sandbox.disk_mb)" in (e.get("output_excerpt") or "")]
+    assert {e["name"] for e in refused} == {"load_table", "write_file"}, [e.get("output_excerpt") for e in results]
+    assert tree_bytes(project / ".runner" / "workspaces" / "quota-1") <= 6 * MIB

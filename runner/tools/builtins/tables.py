@@ -81,7 +81,7 @@ def _load_query(ctx: ToolContext, query: str, params: dict[str, Param], source_n
 
 
 def _loaded(ctx: ToolContext, table: str, frame: pd.DataFrame, origin: str, note: str = "") -> ToolResult:
-    frame = table_store.save_table(ctx.workspace, table, frame)
+    frame = table_store.save_table(ctx.workspace, table, frame, quota_bytes=ctx.disk_quota_bytes)
     summary = _summary(table, frame)
     content = (
         f"Loaded table '{table}' {origin}: {len(frame)} rows x {len(frame.columns)} columns{note}\n\n"
