@@ -57,3 +57,27 @@ def test_a_key_echoed_into_tool_calls_reaches_no_file_memory_or_host(project: Pa
     assert {p.name for p in workspace.iterdir()} >= {"notes.txt", "shell.txt", "python.txt"}
     holding = subprocess.run(["grep", "-rlaF", MODEL_KEY, str(project)], capture_output=True, text=True).stdout
     assert holding == "", f"files holding the key: {holding}"
+
+
+def test_a_file_named_after_the_key_is_not_reported_by_its_name(project: Path) -> None:
+    """Sandboxed code spells the key in pieces and names files after it: the written-file
+    snapshot reported their paths as artifacts, unredacted, into the run store (steps,
+    tool calls, transcript) and the --json event stream."""
+    halves = f"{MODEL_KEY[:5]!r} + {MODEL_KEY[5:]!r}"
+    code = f"import os\nk = {halves}\nopen(k + '.txt', 'w').write('x')\nos.makedirs('d/' + k)\nopen('d/' + k + '/f.md', 'w').write('y')"
+    rules = [
+        {"times": 1, "reply": tool_call("python", code=code)},
+        {"times": 1, "reply": tool_call("write_file", path="plain.md", content="fine")},
+        {"reply": {"content": "done"}},
+    ]
+    with ScriptedServer({"rules": rules}) as server:
+        done = run_cli(project, server, "run", "echo", "--run-id", "echo-2", "--json")
+        seen = [m["content"] for m in server.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert MODEL_KEY not in done.stdout + done.stderr
+    assert "2 written file(s) not reported: their names hold a secret" in seen[0], seen[0]
+    holding = subprocess.run(["grep", "-rlaF", MODEL_KEY, str(project)], capture_output=True, text=True).stdout
+    workspace = str(project / ".runner" / "workspaces")
+    assert [line for line in holding.splitlines() if not line.startswith(workspace)] == []  # only the files themselves
+    report = next((project / "reports" / "echo").glob("echo-2/report.json")).read_text()
+    assert "plain.md" in report
