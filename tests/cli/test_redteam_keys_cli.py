@@ -75,9 +75,9 @@ def test_a_file_named_after_the_key_is_not_reported_by_its_name(project: Path) -
         seen = [m["content"] for m in server.requests[-1].body["messages"] if m["role"] == "tool"]
     assert done.returncode == 0, done.stderr[-2000:]
     assert MODEL_KEY not in done.stdout + done.stderr
-    assert "2 written file(s) not reported: their names hold a secret" in seen[0], seen[0]
     holding = subprocess.run(["grep", "-rlaF", MODEL_KEY, str(project)], capture_output=True, text=True).stdout
     workspace = str(project / ".runner" / "workspaces")
     assert [line for line in holding.splitlines() if not line.startswith(workspace)] == []  # only the files themselves
+    assert "2 written file(s) not reported: their names hold a secret" in seen[0], seen[0]
     report = next((project / "reports" / "echo").glob("echo-2/report.json")).read_text()
     assert "plain.md" in report
