@@ -6,7 +6,7 @@
 # trigger`, retries on a wiped local disk, a fan-out cost cap across shards, a provider batch
 # waited for in the triggerer (the task deferred, the triggerer restarted), a deferred task marked
 # failed, a backfill, a cleared task, `airflow tasks test`; the runner installed from its built wheel,
-# the project read-only. About 4 minutes. Prints how long it took.
+# the project read-only, every Airflow process as a non-root user. About 4 minutes. Prints how long it took.
 # Usage: .ci/airflow_e2e.sh [PYTHON]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +32,13 @@ CREATE DATABASE ${name}_store OWNER ${name};
 SQL
 export RUNNER_AIRFLOW_DEPLOY_DB="postgresql+psycopg://${name}:$password@127.0.0.1:$port/${name}"
 export RUNNER_AIRFLOW_DEPLOY_STORE="postgresql://${name}:$password@127.0.0.1:$port/${name}_store"
+
+# Every Airflow process (and so every task) runs as this unprivileged system user, as a
+# deployment runs them: no home directory, no access to /root (where CI's Python lives: the
+# test binds the interpreter into the processes' mount namespace), the project read-only.
+user=${RUNNER_E2E_USER:-runner-airflow}
+id -u "$user" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
+export RUNNER_AIRFLOW_DEPLOY_USER=$user
 
 "$python" -m pytest tests/airflow/deploy -m airflow_deploy -p no:cacheprovider -q -ra -s
 echo "ci: airflow e2e (PostgreSQL + scheduler + dag-processor + api-server + triggerer) in $(( $(date +%s) - start ))s"

@@ -62,6 +62,13 @@ class OutputLockLost(UsageError):
     Exit 2, as for the refusal of a second batch at the start."""
 
 
+class JournalLockLost(UsageError):
+    """A batch lost its journal's lock while it ran (its PostgreSQL session was ended or its
+    connection dropped) and another batch process took the journal meanwhile. The batch stops
+    instead of writing a journal another batch writes; the rows it recorded stay in it. Exit 2,
+    as for the refusal of a second batch at the start."""
+
+
 class InputError(RunnerError):
     """A task input (CLI ``--input`` or a batch row) is missing or of the wrong type."""
 
@@ -72,6 +79,14 @@ class StoreUnavailable(RunnerError):
     """The shared database (``RUNNER_STORE_URL``) cannot be reached; a later try may succeed."""
 
     exit_code = EXIT_FAILED
+
+
+class StoreDamaged(RunnerError):
+    """A local store file (run store, batch journal) cannot be used as it is: damaged, not a
+    database, a directory, read-only, or written by a newer runner. Retrying cannot help; the
+    message names the file and what to do, and nothing deletes it."""
+
+    exit_code = EXIT_CONFIG
 
 
 class CapReached(RunnerError):

@@ -52,6 +52,7 @@ def replacing(path: Path) -> Iterator[Path]:
         yield temp
         with temp.open("rb") as handle:
             os.fsync(handle.fileno())
+        os.chmod(temp, FILE_MODE)  # mkstemp made it 0600: readable like any file the runner writes
         os.replace(temp, path)
     finally:
         temp.unlink(missing_ok=True)

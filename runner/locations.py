@@ -10,16 +10,24 @@ a ``pathlib``-like face on fsspec) for any other URL. Both support ``/``, ``name
 in one request (an object store never shows half an object). The filesystem's credentials
 are its own (fsspec reads ``AWS_*``, ``~/.aws``, instance roles, ...); the runner never
 handles them.
+
+A storage that accepts a connection and never answers would hold a run or a batch for ever
+(fsspec has no deadline of its own for most filesystems): each remote operation runs through
+:func:`bounded`, which gives up after ``$RUNNER_REMOTE_TIMEOUT_SECONDS`` (default
+:data:`DEFAULT_REMOTE_SECONDS`) with :class:`RemoteTimedOut` naming the operation and the fix.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, TypeVar, Union
 from urllib.parse import unquote, urlsplit
 
-from runner.errors import UsageError
+from runner.errors import RunnerError, UsageError
 from runner.files import write_atomic
 
 if TYPE_CHECKING:
@@ -27,6 +35,63 @@ if TYPE_CHECKING:
 
 Location = Union[Path, "UPath"]
 """A local :class:`~pathlib.Path` or a remote ``UPath``."""
+
+
+T = TypeVar("T")
+REMOTE_SECONDS_ENV = "RUNNER_REMOTE_TIMEOUT_SECONDS"
+"""The environment variable that sets how long one remote write (or read of a lock) may take."""
+DEFAULT_REMOTE_SECONDS = 120.0
+MAX_REMOTE_SECONDS = 86_400.0
+
+
+class RemoteTimedOut(RunnerError, TimeoutError):
+    """A remote storage operation did not finish within its deadline (the storage does not
+    answer). A ``TimeoutError`` too, so code that treats storage failures as ``OSError``
+    (report delivery, a lock's renewal) treats this one the same way."""
+
+
+def remote_seconds() -> float:
+    """``$RUNNER_REMOTE_TIMEOUT_SECONDS`` as a number of seconds (default :data:`DEFAULT_REMOTE_SECONDS`);
+    :class:`UsageError` naming the variable for a value that is not a positive number."""
+    text = os.environ.get(REMOTE_SECONDS_ENV, "").strip()
+    if not text:
+        return DEFAULT_REMOTE_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (0 < seconds <= MAX_REMOTE_SECONDS):  # NaN fails too
+        raise UsageError(
+            f"{REMOTE_SECONDS_ENV}={text[:40]!r} is not a number of seconds between 0 and {MAX_REMOTE_SECONDS:g}; "
+            f"write e.g. {REMOTE_SECONDS_ENV}=120, or unset it for the default ({DEFAULT_REMOTE_SECONDS:g})"
+        )
+    return seconds
+
+
+def bounded(what: str, call: Callable[[], T], seconds: float | None = None) -> T:
+    """``call()`` (one remote operation, described by ``what``), or :class:`RemoteTimedOut`
+    after ``seconds`` (default :func:`remote_seconds`). A call that hangs is left in a daemon
+    thread: Python cannot stop it, but nothing waits for it and the process can exit."""
+    limit = remote_seconds() if seconds is None else seconds
+    outcome: dict[str, Any] = {}
+
+    def attempt() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the caller's thread, raised there
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=attempt, daemon=True, name=f"remote: {what}"[:60])
+    worker.start()
+    worker.join(limit)
+    if worker.is_alive():
+        raise RemoteTimedOut(
+            f"{what}: the storage did not answer within {limit:g} s; check that it is reachable and accepts writes, "
+            f"or allow more time with {REMOTE_SECONDS_ENV}"
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]  # type: ignore[no-any-return]
 
 
 def is_url(value: str | os.PathLike[str] | Location) -> bool:
@@ -62,7 +127,7 @@ def location(value: str | os.PathLike[str] | Location) -> Location:
         raise UsageError(f"{value}: writing to a URL needs fsspec and universal_pathlib: pip install 'runner[remote]'") from None
     try:
         remote = UPath(value)
-        remote.fs  # noqa: B018  # resolves the filesystem now, so a missing driver fails here, by name
+        bounded(f"opening {shown(remote)}", lambda: remote.fs)  # resolves the filesystem now: a missing driver fails here, by name
     except (ImportError, ValueError) as exc:
         raise UsageError(f"{value}: cannot use this location: {exc}") from None
     return remote
@@ -77,8 +142,13 @@ def write_bytes(target: Location, data: bytes) -> Location:
     """Write ``data`` to ``target`` whole or not at all; parent directories are created."""
     if isinstance(target, Path):
         return write_atomic(target, data)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(data)
+    remote = target
+
+    def write() -> None:
+        remote.parent.mkdir(parents=True, exist_ok=True)
+        remote.write_bytes(data)
+
+    bounded(f"writing {shown(remote)}", write)
     return target
 
 
@@ -90,8 +160,13 @@ def write_text(target: Location, text: str) -> Location:
 def upload_file(source: Path, target: Location) -> Location:
     """Copy the local file ``source`` to the remote ``target`` in one request."""
     assert not isinstance(target, Path), "a local target is written in place"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.fs.put_file(str(source), target.path)
+    remote = target
+
+    def put() -> None:
+        remote.parent.mkdir(parents=True, exist_ok=True)
+        remote.fs.put_file(str(source), remote.path)
+
+    bounded(f"uploading {shown(remote)}", put)
     return target
 
 
@@ -101,3 +176,9 @@ def upload_tree(source: Path, target: Location) -> Location:
         if path.is_file() and not path.is_symlink():
             upload_file(path, target.joinpath(*path.relative_to(source).parts))
     return target
+
+
+def shown(target: Location | str) -> str:
+    """A remote location without credentials (a URL's user info is never shown)."""
+    parts = urlsplit(str(target))
+    return f"{parts.scheme}://{parts.hostname or ''}{parts.path}" if parts.scheme else str(target)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runner.core.sources import Source
+from runner.errors import ToolFailure
 from runner.model.base import ModelRequest, ModelResponse, ToolCall
 from runner.redact import redact_secrets
 from runner.store.result_cache import ResultStore
@@ -48,6 +49,8 @@ class CallAnswers(Protocol):
     def tool_result(self, name: str, settings: dict[str, Any], arguments: str) -> ToolResult | None: ...
 
     def keep_tool_result(self, name: str, settings: dict[str, Any], arguments: str, result: ToolResult) -> None: ...
+
+    def keep_tool_failure(self, name: str, settings: dict[str, Any], arguments: str, failure: ToolFailure) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,9 @@ class CallCache:
             return
         value = {"content": result.content, "data": result.data, "sources": [s.as_dict() for s in result.sources]}
         self.store.put(key, "tool", redact_secrets(value, self.secrets), self.ttl_seconds)
+
+    def keep_tool_failure(self, name: str, settings: dict[str, Any], arguments: str, failure: ToolFailure) -> None:
+        """Failures are not cached (a later call may succeed)."""
 
 
 def model_key(request: ModelRequest) -> str | None:

@@ -335,9 +335,14 @@ class _AgentRun:
         if cache is not None and (hit := cache.tool_result(call.name, settings, call.arguments)) is not None:
             self.outcome.cached_calls += 1
             return hit, True
-        async with within_deadline(env.budget):
-            deadline = env.budget.deadline()
-            result = await env.tools.call(call.name, call.arguments, deadline.at if deadline else None)
+        try:
+            async with within_deadline(env.budget):
+                deadline = env.budget.deadline()
+                result = await env.tools.call(call.name, call.arguments, deadline.at if deadline else None)
+        except ToolFailure as failure:  # the model sees it: a replay must show it the same (runner.agent.replay)
+            if cache is not None:
+                cache.keep_tool_failure(call.name, settings, call.arguments, failure)
+            raise
         if cache is not None:
             cache.keep_tool_result(call.name, settings, call.arguments, result)
         return result, False

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from runner.airflow.deadline import timeouts_cancel_the_run
 from runner.airflow.failures import RowsLeft, rows_left, short
 from runner.tracing import flushed, joined
 
@@ -88,7 +89,8 @@ def call_blocking(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return fn(*args, **kwargs)
+        with timeouts_cancel_the_run():  # an execution_timeout cancels the run cleanly (see runner.airflow.deadline)
+            return fn(*args, **kwargs)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-airflow") as pool:
         context = contextvars.copy_context()  # the caller's trace context goes along
         return pool.submit(context.run, fn, *args, **kwargs).result()

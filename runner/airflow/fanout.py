@@ -192,6 +192,14 @@ class RunnerShardOperator(_FanoutStep):
             self._rows_not_done(context, shard, plan, manifest)
         return manifest
 
+    def on_kill(self) -> None:
+        """Killed while running: stop the shard's batch as Ctrl-C does (rows in flight are
+        journalled interrupted, their reservations settled); the next try resumes the journal."""
+        from runner.airflow.deadline import cancel_the_running_run
+
+        if cancel_the_running_run():
+            self.log.warning("runner batch %r shard killed: its batch is cancelled; the next try resumes it", self.task)
+
     def _rows_not_done(self, context: Context, shard: ShardSpec, plan: FanoutPlan, manifest: dict[str, Any]) -> None:
         """Fail this try while another may finish rows; on the last try leave them to the merge."""
         from runner.airflow.failures import RowsLeft, rows_failure

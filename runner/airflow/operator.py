@@ -196,6 +196,14 @@ class RunnerTaskOperator(BaseOperator):
         check_status(manifest, self.no_retry_statuses)
         return manifest
 
+    def on_kill(self) -> None:
+        """Killed while running (marked failed or cleared, the worker stopping): stop the run as
+        Ctrl-C does; the next try resumes it (:func:`runner.airflow.deadline.cancel_the_running_run`)."""
+        from runner.airflow.deadline import cancel_the_running_run
+
+        if cancel_the_running_run():
+            self.log.warning("runner task %r killed: its run is cancelled; the next try resumes it", self.task)
+
 
 def _inputs(value: Any) -> dict[str, Any]:
     """The rendered ``inputs``: a mapping or its JSON text (the runner types each value by the task's inputs)."""

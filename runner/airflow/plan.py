@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.airflow.options import FanoutOptions
 from runner.errors import UsageError
+from runner.local_state import DEFAULT_FANOUT_WORK_DIR, FANOUT_WORK_DIR_ENV
 from runner.locations import Location, is_remote, is_url, location
 
 if TYPE_CHECKING:
@@ -41,8 +42,8 @@ if TYPE_CHECKING:
     from runner.config.project import Project
     from runner.config.specs import TaskSpec
 
-WORK_DIR_ENV = "RUNNER_AIRFLOW_WORK_DIR"
-DEFAULT_WORK_DIR = "/tmp/runner-airflow"
+WORK_DIR_ENV = FANOUT_WORK_DIR_ENV
+DEFAULT_WORK_DIR = DEFAULT_FANOUT_WORK_DIR
 DEFAULT_SHARDS = 4
 PROGRESS_LOG_SECONDS = 60.0
 

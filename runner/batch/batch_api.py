@@ -107,7 +107,7 @@ async def run_batch_api(
         journal, executor.store, endpoints=endpoints, prices=lambda model: Pricer(model, find_price(project.prices, model)),
         deadline=budget, limits=request.batch_limits or task.batch_api, poll=PollPolicy(first_seconds=request.batch_poll_seconds),
         wait=request.provider_wait, fallback_live=request.batch_fallback == "live", secrets=known_secrets(project, base),
-        log=None if request.progress == "none" else sys.stderr,
+        log=None if request.progress == "none" else sys.stderr, notices=sys.stderr,  # the stream of now, not of import time
     )
     executor.send_through(RoundTransport(collector))
     if request.watch is not None:

@@ -211,7 +211,7 @@ async def _run_locked(
     """The batch proper, while this process holds the output file: rows, output, report. The rows
     stop, and the output is not written, once the output's lock is lost (:class:`OutputLockLost`)."""
     journal = _open_journal(task, request, source, journal_path)
-    if journal.discarded:  # --restart: the last run's provider batches would run on, and be billed twice
+    if journal.discarded:  # (a --restart, maybe killed): the last run's provider batches would run on, billed twice
         from runner.batch.provider_cancel import cancel_discarded
 
         await cancel_discarded(project, task, request, journal, sys.stderr)
@@ -225,7 +225,7 @@ async def _run_locked(
             return summary, 0, None
         hold.check()  # still this batch's output, right before it is written
         records = write_output(journal, request.output_path, format=request.output_format)
-        report_dir = request.report_dir or project.root / "reports" / task.name / f"batch-{summary.batch_id}"
+        report_dir = request.report_dir or _default_report_dir(project, task, summary.batch_id)
         report = batch_report(journal, summary)
         if ledger is not None and request.shared_scope is not None:
             report["ledger"] = ledger.scope(request.shared_scope.key).as_dict()
@@ -292,3 +292,13 @@ def _budget(request: BatchRequest, ledger: CapLedger | None) -> Budget:
         shared = request.shared_scope
         budget.parent = SharedBudget(shared_caps(shared.caps), scope=SHARED_SCOPE, ledger=ledger, key=shared.key)
     return budget
+
+
+def _default_report_dir(project: Project, task: TaskSpec, batch_id: str) -> Path:
+    """``reports/<task>/batch-<id>``, with no link in it leading out of the project (a resumed
+    batch's directory exists, and its name is known in advance)."""
+    from runner.batch.local_dirs import REPORT_FIX
+    from runner.local_state import confined_tree
+
+    folder = project.root / "reports" / task.name / f"batch-{batch_id}"
+    return confined_tree(folder, project.root, "batch reports", REPORT_FIX)

@@ -42,7 +42,7 @@ from typing import Any, Literal, get_args
 
 from runner.batch.inputs import Row
 from runner.core.usage import Usage
-from runner.errors import UsageError
+from runner.errors import StoreDamaged, UsageError
 
 RowStatus = Literal["pending", "running", "done", "failed", "invalid", "not_run"]
 """A journal row's status: ``pending -> running -> done | failed | not_run``; ``invalid`` from the start."""
@@ -134,7 +134,6 @@ class BatchJournal(ABC):
 
     path: Path
     meta: dict[str, str]
-    discarded: dict[str, str]  # the metadata --restart deleted (empty without one)
 
     @classmethod
     def open(
@@ -153,8 +152,8 @@ class BatchJournal(ABC):
         ``database_url`` is given, else in the SQLite file ``path``.
 
         An existing journal for another task, input content or input options is refused
-        (:class:`UsageError`) unless ``restart`` deletes it and starts over; the metadata it had
-        (its provider batches: :meth:`provider_state`) is then kept in :attr:`discarded`.
+        (:class:`UsageError`) unless ``restart`` deletes it and starts over; its batch id and
+        provider state are then kept in :attr:`discarded`, in the same transaction.
         """
         wanted = {
             "task": task,
@@ -201,6 +200,19 @@ class BatchJournal(ABC):
         text = json.dumps(dict(state), sort_keys=True)
         self._set_meta({"provider_state": text})
         self.meta["provider_state"] = text
+
+    @property
+    def discarded(self) -> list[dict[str, str]]:
+        """The ``batch_id`` and ``provider_state`` of each journal ``--restart`` discarded here whose
+        provider batches are not dealt with yet (:mod:`runner.batch.provider_cancel`). Written with
+        the restart itself, so a process killed before it cancelled them leaves them to the next."""
+        found = json.loads(self.meta.get(DISCARDED) or "[]")
+        return [entry for entry in found if isinstance(entry, dict)] if isinstance(found, list) else []
+
+    def discarded_settled(self) -> None:
+        """The discarded journals' provider batches are dealt with (cancelled, or named to the user)."""
+        self._set_meta({DISCARDED: "[]"})
+        self.meta[DISCARDED] = "[]"
 
     def age_seconds(self) -> float:
         """Seconds since this batch was created (its first attempt started)."""
@@ -310,12 +322,29 @@ def default_journal_path(root: Path, task: str, input_path: Path) -> Path:
     import hashlib
 
     key = hashlib.sha256(str(input_path.resolve()).encode()).hexdigest()[:12]
-    from runner.local_state import state_dir
+    from runner.local_state import state_path
 
-    return state_dir(root) / "batches" / f"{task}-{key}.sqlite3"
+    return state_path(root, "batches", f"{task}-{key}.sqlite3", holds="batch journals", sqlite=True)
 
 
 # --- what both implementations share ---------------------------------------------------
+
+
+DISCARDED = "discarded"
+"""The metadata key of :attr:`BatchJournal.discarded`."""
+
+
+def carried_over(discarded: Mapping[str, str]) -> dict[str, str]:
+    """What a journal restarted over the metadata ``discarded`` keeps of it: the provider
+    batches of it (and of the journals it had discarded itself) still to be dealt with."""
+    try:
+        earlier = json.loads(discarded.get(DISCARDED) or "[]")
+    except ValueError:
+        earlier = []
+    entries = [entry for entry in earlier if isinstance(entry, dict)] if isinstance(earlier, list) else []
+    if discarded.get("provider_state"):
+        entries.append({"batch_id": discarded.get("batch_id", ""), "provider_state": discarded["provider_state"]})
+    return {DISCARDED: json.dumps(entries, sort_keys=True)} if entries else {}
 
 
 def new_meta(wanted: Mapping[str, str]) -> dict[str, str]:
@@ -327,6 +356,12 @@ def new_meta(wanted: Mapping[str, str]) -> dict[str, str]:
 
 def check_meta(meta: Mapping[str, str], wanted: Mapping[str, str], where: str) -> None:
     """Refuse a journal made for another task, input content, options or schema (``where`` names it)."""
+    found = str(meta.get("schema_version", ""))
+    if found.isdigit() and int(found) > int(SCHEMA_VERSION):  # not another batch: a newer runner's journal
+        raise StoreDamaged(
+            f"{where}: this journal was written by a newer runner (journal schema {found}; this runner writes "
+            f"{SCHEMA_VERSION}); finish the batch with that runner, or pass --restart to discard it, or --journal PATH to keep both"
+        )
     different = [key for key in ("task", "input_sha256", "options") if meta.get(key) != wanted[key]]
     if meta.get("schema_version") != SCHEMA_VERSION:
         different.append("schema_version")

@@ -7,13 +7,19 @@ same database and journal resumes it. The tables and transitions are
 name and the lock.
 
 One process at a time: a session-level advisory lock keyed by the journal's name, taken
-with ``pg_try_advisory_lock`` when the journal opens and held by its connection.
-PostgreSQL releases it when that session ends: on :meth:`close`, when the process dies
-(its socket closes), or when its host goes silent (TCP keepalives end the session in about
-a minute). A second process is refused, naming the session that holds the journal. When
-the connection drops and comes back (:mod:`runner.store.postgres`), the lock is taken again
-before anything else is written; if another process took the journal meanwhile, this one
-stops with an error saying so.
+with ``pg_try_advisory_lock`` when the journal opens and held by its connection, and a row
+in ``journal_holders`` naming the holder (with a token of its own). PostgreSQL releases the
+lock when that session ends: on :meth:`close`, when the process dies (its socket closes),
+when an administrator ends it, or when its host goes silent (TCP keepalives end the session
+in about a minute). A second process is refused, naming the session that holds the journal.
+
+When the connection drops and comes back (:mod:`runner.store.postgres`), the lock is taken
+again before anything else is written, but only if the row still names this process: every
+process that takes the journal writes its own row and one that ends deletes it, so a row
+still naming this one proves nobody held the journal in between. Otherwise (another process
+holds it now, or held it meanwhile and has ended) this one stops with
+:class:`~runner.errors.JournalLockLost` (exit 2), and every later write refuses the same way,
+so two batches never write one journal.
 
 Durability is the server's (``synchronous_commit``); ``durable=True`` makes sure it is on.
 """
@@ -21,16 +27,29 @@ Durability is the server's (``synchronous_commit``); ``durable=True`` makes sure
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
+import json
 import os
 import socket
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
 from runner.batch.journal_sql import JournalLayout, SqlJournal, open_tables
-from runner.errors import UsageError
+from runner.errors import JournalLockLost, RunnerError, UsageError
 from runner.store.database import Database
 from runner.store.postgres import PostgresDatabase
+from runner.store.schema import Schema
+
+HOLDERS = Schema("""
+CREATE TABLE IF NOT EXISTS journal_holders (
+  journal TEXT PRIMARY KEY,
+  holder TEXT NOT NULL,
+  acquired_at TEXT NOT NULL
+)
+""")
+"""Who holds each journal in a PostgreSQL store (the lock itself is the advisory lock)."""
 
 
 def layout(name: str) -> JournalLayout:
@@ -41,9 +60,10 @@ def layout(name: str) -> JournalLayout:
 class PostgresJournal(SqlJournal):
     """The journal named ``path`` in a PostgreSQL database, locked by its connection's session."""
 
-    def __init__(self, path: Path, database: PostgresDatabase) -> None:
+    def __init__(self, path: Path, database: PostgresDatabase, holder: str = "") -> None:
         super().__init__(path, database, layout(str(path)))
         self.name = str(path)
+        self.holder = holder  # this process's row in journal_holders (JSON)
         self._postgres = database
         self._open = True
 
@@ -53,31 +73,32 @@ class PostgresJournal(SqlJournal):
         delete it,) then create or check it."""
         name = str(path)
         database = PostgresDatabase(url, application_name=f"runner batch {socket.gethostname()} pid {os.getpid()}"[:63])
+        holder = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "token": uuid.uuid4().hex})
         try:
-            _lock(database, name)
-            database.on_reconnect(lambda db: _lock(db, name, again=True))
+            database.create(HOLDERS)
+            database.atomic(lambda db: _lock(db, name, holder))  # a drop half way takes it again, whole
+            database.on_reconnect(lambda db: _lock_again(db, name, holder))
             if durable:
                 database.execute("SET synchronous_commit = on", idempotent=True)
                 database.on_reconnect(lambda db: db.execute("SET synchronous_commit = on"))
-            discarded = open_tables(database, layout(name), f"journal {name} in {database.where}", wanted, restart=restart)
+            open_tables(database, layout(name), f"journal {name} in {database.where}", wanted, restart=restart)
         except BaseException:
             database.close()
             raise
-        journal = cls(path, database)
-        journal.discarded = discarded
-        return journal
+        return cls(path, database, holder)
 
     def close(self) -> None:
         if self._open:
             self._open = False
             import psycopg
 
-            from runner.errors import StoreUnavailable
-
             # Released here, not left to the session's end: the server ends a closed session in its
             # own time, and the next process to open this journal may be faster. On a broken
-            # connection the session's end releases it.
-            with contextlib.suppress(psycopg.Error, StoreUnavailable):
+            # connection the session's end releases it; a journal whose lock was lost keeps the
+            # other holder's row (only this process's own row is deleted).
+            with contextlib.suppress(psycopg.Error, RunnerError):
+                self._postgres.execute("DELETE FROM journal_holders WHERE journal = ? AND holder = ?", (self.name, self.holder),
+                                       idempotent=True)  # fmt: skip
                 self._postgres.execute("SELECT pg_advisory_unlock(?)", (lock_key(self.name),))
             self._postgres.close()
 
@@ -99,20 +120,56 @@ def lock_key(name: str) -> int:
     return int.from_bytes(hashlib.sha256(f"runner journal:{name}".encode()).digest()[:8], "big", signed=True)
 
 
-def _lock(database: Database, name: str, *, again: bool = False) -> None:
+def _lock(database: Database, name: str, holder: str) -> None:
+    """Take journal ``name``'s lock and write this process's row (:class:`UsageError` naming the holder)."""
     key = lock_key(name)
-    taken = database.row("SELECT pg_try_advisory_lock(?) AS taken", (key,))
-    if taken is None or not taken["taken"]:
-        if again:
-            raise UsageError(
-                f"journal {name} in {database.where}: while the connection to the store was down, another batch "
-                f"process took this journal{_holder(database, key)}; this one stops so that no row runs twice "
-                "(the other process carries on with it)"
-            )
+    if not _try_lock(database, key):
         raise UsageError(
             f"journal {name} in {database.where}: another batch process is using this journal{_holder(database, key)}; "
             "wait for it to end"
         )
+    database.execute(
+        "INSERT INTO journal_holders (journal, holder, acquired_at) VALUES (?, ?, ?)"
+        " ON CONFLICT (journal) DO UPDATE SET holder = excluded.holder, acquired_at = excluded.acquired_at",
+        (name, holder, dt.datetime.now(dt.UTC).isoformat()),
+    )
+
+
+def _lock_again(database: Database, name: str, holder: str) -> None:
+    """After a dropped connection: the lock again, if nobody held the journal in between;
+    else :class:`JournalLockLost` (the new session keeps nothing: the caller drops it)."""
+    key = lock_key(name)
+    if not _try_lock(database, key):
+        raise JournalLockLost(_lost(name, database.where, f"another batch process took this journal{_holder(database, key)} "
+                                    "and holds it now"))  # fmt: skip
+    found = database.row("SELECT holder FROM journal_holders WHERE journal = ?", (name,))
+    if found is None or found["holder"] != holder:
+        database.row("SELECT pg_advisory_unlock(?) AS released", (key,))
+        who = _who(found["holder"]) if found else ""
+        raise JournalLockLost(_lost(name, database.where, f"another batch process{who} took this journal meanwhile and has ended"))
+
+
+def _try_lock(database: Database, key: int) -> bool:
+    taken = database.row("SELECT pg_try_advisory_lock(?) AS taken", (key,))
+    return taken is not None and bool(taken["taken"])
+
+
+def _lost(name: str, where: str, what: str) -> str:
+    return (
+        f"journal {name} in {where}: this batch's session in the store was ended (terminated, or the connection "
+        f"dropped), which released the journal's lock, and {what}. This batch stops so that no row runs twice or is "
+        "recorded by two batches; the rows it completed are kept in the journal. Run the same command again once "
+        "the other batch has ended: it resumes what is left"
+    )
+
+
+def _who(holder: str | None) -> str:
+    """`` (pid 12, host h)`` from a holder row, or nothing."""
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        found = json.loads(holder or "")
+        known = [f"{key} {found[key]}" for key in ("pid", "host") if found.get(key) is not None]
+        return f" ({', '.join(known)})" if known else ""
+    return ""
 
 
 def _holder(database: Database, key: int) -> str:

@@ -30,6 +30,7 @@ from runner.batch.journal import (
     ResumeState,
     RowOutcome,
     all_statuses,
+    carried_over,
     check_meta,
     clean,
     journal_row,
@@ -123,7 +124,6 @@ class SqlJournal(BatchJournal):
         self._db = database
         self._layout = layout
         self.meta = read_meta(database, layout)
-        self.discarded: dict[str, str] = {}
 
     # --- writes ----------------------------------------------------------------------
 
@@ -283,20 +283,24 @@ def set_meta(database: Database, layout: JournalLayout, values: Mapping[str, str
     database.atomic(lambda db: db.executemany(sql, rows))
 
 
-def open_tables(
-    database: Database, layout: JournalLayout, where: str, wanted: Mapping[str, str], *, restart: bool
-) -> dict[str, str]:
-    """Create the journal's tables, (with ``restart``: empty it,) then create its metadata or check
-    that it belongs to this batch (``where`` names it in the refusal). Returns the metadata a
-    restart deleted (empty without one)."""
+def open_tables(database: Database, layout: JournalLayout, where: str, wanted: Mapping[str, str], *, restart: bool) -> None:
+    """Create the journal's tables, (with ``restart``: empty it, keeping what :func:`carried_over`
+    says in the new metadata, in the same transaction,) then create its metadata or check that it
+    belongs to this batch (``where`` names it in the refusal)."""
     database.create(layout.schema())
-    discarded = read_meta(database, layout) if restart else {}
+    conflict = "(journal, key)" if layout.name is not None else "(key)"
+    sql = layout.insert(layout.meta, "key, value") + f" ON CONFLICT {conflict} DO NOTHING"  # two openers at once: one wins
     if restart:
-        database.atomic(lambda db: [db.execute(f"DELETE FROM {t} WHERE {layout.mine}", layout.key) for t in (layout.rows, layout.meta)])
-    if not read_meta(database, layout):
-        conflict = "(journal, key)" if layout.name is not None else "(key)"
-        sql = layout.insert(layout.meta, "key, value") + f" ON CONFLICT {conflict} DO NOTHING"  # two openers at once: one wins
+        fresh = {**new_meta(wanted), **carried_over(read_meta(database, layout))}
+        rows = [(*layout.key, key, value) for key, value in fresh.items()]
+
+        def wipe(db: Database) -> None:  # safe to repeat: the same rows again
+            for table in (layout.rows, layout.meta):
+                db.execute(f"DELETE FROM {table} WHERE {layout.mine}", layout.key)
+            db.executemany(sql, rows)
+
+        database.atomic(wipe)
+    elif not read_meta(database, layout):
         rows = [(*layout.key, key, value) for key, value in new_meta(wanted).items()]
         database.atomic(lambda db: db.executemany(sql, rows))
     check_meta(read_meta(database, layout), wanted, where)
-    return discarded

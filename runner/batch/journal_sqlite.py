@@ -16,11 +16,13 @@ The connection is used only from the event loop thread; each write is a small tr
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from runner.batch.journal import SCHEMA_VERSION
 from runner.batch.journal_sql import JournalLayout, SqlJournal, open_tables
 from runner.errors import UsageError
 from runner.store.database import SqliteDatabase
@@ -38,27 +40,26 @@ class SqliteJournal(SqlJournal):
 
     @classmethod
     def connect(cls, path: Path, wanted: Mapping[str, str], *, restart: bool, durable: bool) -> SqliteJournal:
-        """Lock, (with ``restart``: delete,) open and check the journal file ``path``."""
+        """Lock, open and check the journal file ``path``. With ``restart`` a journal is emptied in
+        place, in one transaction that keeps its provider batches for cancelling
+        (:func:`~runner.batch.journal.carried_over`); a file that is not a readable journal of this
+        schema is deleted (nothing to carry over)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         lock_fd = _lock(path)
         database: SqliteDatabase | None = None
-        discarded: dict[str, str] = {}
         try:
-            if restart:
-                discarded = _meta_of(path)
+            if restart and _meta_of(path).get("schema_version") != SCHEMA_VERSION:  # damaged, another file or layout
                 for suffix in ("", "-wal", "-shm"):
                     Path(f"{path}{suffix}").unlink(missing_ok=True)
             # busy: readers in other processes (progress, tests) hold the file for moments only
-            database = SqliteDatabase(path, busy_seconds=5, synchronous="FULL" if durable else "NORMAL")
-            open_tables(database, LAYOUT, str(path), wanted, restart=False)
+            database = SqliteDatabase(path, busy_seconds=5, synchronous="FULL" if durable else "NORMAL", role="batch journal")
+            open_tables(database, LAYOUT, str(path), wanted, restart=restart)
         except BaseException:
             if database is not None:
                 database.close()
             os.close(lock_fd)
             raise
-        journal = cls(path, database, lock_fd)
-        journal.discarded = discarded
-        return journal
+        return cls(path, database, lock_fd)
 
     def close(self) -> None:
         if self._lock_fd >= 0:
@@ -81,7 +82,13 @@ def _meta_of(path: Path) -> dict[str, str]:
 
 
 def _lock(path: Path) -> int:
-    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:  # O_NOFOLLOW: a planted link must not make us create (or lock) a file elsewhere
+        fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise UsageError(f"{path}.lock (the batch journal's lock) is a symbolic link, which the runner does not follow; "
+                         "remove it (the runner makes its own)") from None  # fmt: skip
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import fcntl
 import json
 import os
@@ -88,7 +89,17 @@ def exclusive_output(path: Location, holder: Mapping[str, Any], *, store_url: st
     lock_path = output_lock_path(path)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     # O_NOFOLLOW: a planted symlink must not make us truncate a file elsewhere.
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise UsageError(f"{lock_path} (the output's lock) is a symbolic link, which the runner does not follow; "
+                         "remove it (the runner makes its own)") from None  # fmt: skip
+    if os.fstat(fd).st_nlink > 1:  # a planted hard link: the truncate and write below would reach its other name
+        os.close(fd)
+        raise UsageError(f"{lock_path} (the output's lock) is a hard link to another file, which the runner would "
+                         "overwrite; remove it (the runner makes its own)")  # fmt: skip
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from runner.batch.output_lock_object import stale
 from runner.batch.output_lock_store import SCHEMA
 from runner.errors import OutputLockLost
+from runner.locations import bounded, shown
 
 __all__ = ["HEARTBEAT_SECONDS", "LEASE_SECONDS", "SCHEMA", "OutputHold", "busy_message", "exclusive_url_output", "stale",
            "while_held"]  # fmt: skip
@@ -186,7 +187,8 @@ def exclusive_url_output(
 
     with object_lock(target, record, lease_seconds) as lock:
         every = min(heartbeat_seconds, lease_seconds / 3)  # each beat renews the lease when a third of it is gone
-        hold = OutputHold(target, holder, lambda renew: lock.verify(renew=renew), every)
+        checking = f"checking the output lock {shown(lock.lock)}"  # bounded: a hung check would hold the batch for ever
+        hold = OutputHold(target, holder, lambda renew: bounded(checking, lambda: lock.verify(renew=renew)), every)
         with hold.watch():
             yield hold
 

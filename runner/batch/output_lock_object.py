@@ -37,6 +37,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import OutputLockLost, UsageError
+from runner.locations import bounded, shown
 from runner.store.cap_holders import process_start
 
 if TYPE_CHECKING:
@@ -201,15 +202,18 @@ def read(lock: UPath) -> dict[str, Any] | None:
 def object_lock(target: UPath, record: dict[str, Any], lease_seconds: float) -> Iterator[ObjectLock]:
     """Hold ``target``'s lock object for the block."""
     lock = ObjectLock(target, record, lease_seconds)
+    where = shown(lock.lock)  # each step bounded (runner.locations.bounded): a storage that never answers stops the batch
     try:
-        lock.acquire()
+        bounded(f"taking the output lock {where}", lock.acquire)
     except BaseException:
-        _remove(lock._sibling(lock.mine, "lease"))
+        with contextlib.suppress(OSError):  # RemoteTimedOut too
+            bounded(f"removing the lease of {where}", lambda: _remove(lock._sibling(lock.mine, "lease")))
         raise
     try:
         yield lock
     finally:
-        lock.release()
+        with contextlib.suppress(OSError):  # RemoteTimedOut too: the lease runs out by itself
+            bounded(f"releasing the output lock {where}", lock.release)
 
 
 def _exists(path: UPath) -> bool:

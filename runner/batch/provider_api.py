@@ -71,6 +71,20 @@ class ProviderClient:
                 return str(batch.id)
         return None
 
+    async def find_settled(self, metadata: dict[str, str], since: float, file_id: str | None) -> str | None:
+        """The batch created with ``metadata``, or ``None`` when none exists *and none can appear
+        later*. A create sent by a process that died may still be in flight at the provider and
+        land after any search; so when the first search finds nothing, the input file it would
+        read (``file_id``) is deleted first, and a create that lands afterwards fails for want of
+        it; then the search is made again (a create that landed in between is found). Without a
+        ``file_id`` no create was sent (runner records the id before it creates), so one search
+        is enough. A failed delete raises :class:`ModelError`: it cannot be told yet."""
+        found = await self.find(metadata, since)
+        if found is not None or file_id is None:
+            return found
+        await self.delete_file(file_id)
+        return await self.find(metadata, since)
+
     async def files_in_use(self, since: float) -> set[str]:
         """The input files of batches not ended yet (none created before ``since``): never to be deleted."""
         return {str(batch.input_file_id) async for batch in self._batches_since(since) if batch.status not in FINISHED}

@@ -5,7 +5,10 @@ Two callers:
 - ``runner batch --restart`` (:func:`cancel_discarded`): starting over discards the journal,
   and with it the only record of the provider batches the last run left out
   (:mod:`runner.batch.provider_state`). They would go on running, and be billed, while the new
-  run submits the same rows again; so each is cancelled first, and said so on stderr. A batch
+  run submits the same rows again; so each is cancelled first, and said so on stderr. The
+  restart keeps their record in the new journal in the transaction that empties it, and it is
+  dropped only once they are dealt with: a restart killed during its cancels leaves them to the
+  next run of the command. A batch
   about to be created when the last process ended (an intent) is looked for by its metadata
   and cancelled too. Their input files, and the ones the last run had not deleted yet, go
   into the new journal's list of files to delete once no batch reads them
@@ -42,22 +45,30 @@ Say = Callable[[str], None]
 async def cancel_discarded(
     project: Project, task: TaskSpec, request: BatchRequest, journal: BatchJournal, log: IO[str]
 ) -> list[str]:
-    """Cancel the provider batches of the journal ``--restart`` discarded; returns their ids."""
-    old_batch_id = journal.discarded.get("batch_id", "")
-    batches, intents, files = recorded(_state(journal.discarded))
-    if not (batches or intents or files):
+    """Cancel the provider batches of the journals ``--restart`` discarded (:attr:`BatchJournal.discarded`,
+    kept in the new journal by the restart itself, so a restart killed before its cancels leaves
+    them to the next run of the command, with or without ``--restart``); returns their ids."""
+    discarded = journal.discarded
+    if not discarded:
         return []
     from runner.batch.batch_api import provider_endpoints
     from runner.batch.rounds import endpoint_key
 
     endpoints = {endpoint_key(e): e for e in provider_endpoints(project, task, request)}
-    out = [(batch.id, batch.part) for batch in batches]
 
     def say(text: str) -> None:
         print(f"--restart: {text}", file=log, flush=True)
 
-    cancelled, more = await cancel_out(out, intents, endpoints, old_batch_id, say, whose=" of the previous run")
-    ProviderState(journal).abandoned(files + more)  # deleted by a later --via batch-api run, once their batches ended
+    cancelled: list[str] = []
+    leftover: list[UnneededFile] = []
+    for entry in discarded:
+        batches, intents, files = recorded(_state(entry))
+        out = [(batch.id, batch.part) for batch in batches]
+        done, more = await cancel_out(out, intents, endpoints, entry.get("batch_id", ""), say, whose=" of the previous run")
+        cancelled += done
+        leftover += files + more
+    ProviderState(journal).abandoned(leftover)  # deleted by a later --via batch-api run, once their batches ended
+    journal.discarded_settled()  # (killed before this line: the next run cancels them again, which is harmless)
     return cancelled
 
 
@@ -148,8 +159,8 @@ def _client(clients: dict[str, ProviderClient], endpoints: dict[str, Endpoint], 
 async def _find(client: ProviderClient | None, part: BatchPart, batch_id: str) -> str | None:
     if client is None:
         return None
-    try:
-        return await client.find(part.metadata(batch_id), since=part.at - 600)
+    try:  # a create still in flight cannot land after this look (its input file goes first)
+        return await client.find_settled(part.metadata(batch_id), part.at - 600, part.file_id)
     except ModelError:
         return None
 

@@ -128,14 +128,20 @@ class ProviderState:
         self._save()
 
     def abandoned(self, files: list[UnneededFile]) -> None:
-        """Input files of an earlier journal's batches (``--restart``) to delete once they end."""
-        self.files.extend(files)
+        """Input files of an earlier journal's batches (``--restart``) to delete once they end
+        (each once: a restart killed after this write notes them again)."""
+        known = {f.key for f in self.files}
+        self.files.extend(f for f in dict.fromkeys(files) if f.key not in known)
         self._save()
 
     def deleted(self, file: UnneededFile) -> None:
         """``file`` (every copy of it) is gone from the provider."""
         self.files = [f for f in self.files if f.key != file.key]
         self._save()
+
+    def file_of(self, part: BatchPart) -> str | None:
+        """The id of ``part``'s uploaded input file, if its upload returned."""
+        return self._intent(part).file_id
 
     def _intent(self, part: BatchPart) -> BatchPart:
         """The recorded intent of ``part`` (with its file id when uploaded), or ``part`` itself."""

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -53,6 +52,7 @@ from runner.model.fingerprint import request_fingerprint
 from runner.model.wire import InvalidResponse, parse_completion
 from runner.redact import redact_secrets
 from runner.store.provider_answers import ProviderAnswers
+from runner.store.provider_tools import ProviderToolResults
 from runner.store.runstore import RunStore
 
 CURRENT_RUN: ContextVar[str | None] = ContextVar("runner_provider_batch_run", default=None)
@@ -114,14 +114,16 @@ class RoundCollector:
     def __init__(
         self, journal: BatchJournal, store: RunStore, *, endpoints: Iterable[Endpoint], prices: Callable[[str], Pricer],
         deadline: Budget, limits: BatchApiLimits | None = None, poll: PollPolicy | None = None, wait: bool = True,
-        fallback_live: bool = False, secrets: list[str] | None = None, log: IO[str] | None = sys.stderr,
+        fallback_live: bool = False, secrets: list[str] | None = None, log: IO[str] | None = None,
+        notices: IO[str] | None = None,
     ) -> None:
         self.journal, self.store, self.state = journal, store, ProviderState(journal)
         self.answers = ProviderAnswers(store.database)
+        ProviderToolResults(store.database)  # the rows' tool results are kept there (runner.agent.replay)
         self.endpoints = {endpoint_key(e): e for e in endpoints}
         self.prices, self.deadline, self.limits = prices, deadline, limits or BatchApiLimits()
         self.poll, self.wait, self.fallback_live = poll or PollPolicy(), wait, fallback_live
-        self.secrets, self.log = secrets or [], log
+        self.secrets, self.log, self.notices = secrets or [], log, notices
         self.deferral: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting: dict[str, int] = {}  # run id -> its calls not answered yet, for each row in flight
         self._blocked = 0  # rows in flight with a call not answered yet
@@ -232,7 +234,12 @@ class RoundCollector:
         waiting (``wait=False``) and one is still running: the caller returns with it pending."""
         for intent in list(self.state.intents):
             client = self._client(intent.endpoint)
-            found = await client.find(intent.metadata(self.journal.batch_id), since=intent.at - 600)
+            try:
+                found = await client.find_settled(intent.metadata(self.journal.batch_id), intent.at - 600, intent.file_id)
+            except ModelError as exc:  # its create may still land: the intent stays, the next run looks again
+                self._notice(f"could not tell yet whether provider batch round {intent.round} part {intent.part} was "
+                             f"created ({exc}); the next run looks for it again")  # fmt: skip
+                continue
             if found is not None:
                 self._say(f"found provider batch {found} (round {intent.round}) created before the last process ended")
                 self.state.created(intent, found)
@@ -260,7 +267,7 @@ class RoundCollector:
                 await self._delete_files(self._client(endpoint), files)
             except ModelError as exc:
                 names = ", ".join(f.id or f.name for f in files)
-                self._say(f"could not delete uploaded input file(s) {names} yet ({exc}); the next run tries again")
+                self._notice(f"could not delete uploaded input file(s) {names} yet ({exc}); the next run tries again")
 
     async def _delete_files(self, client: ProviderClient, files: list[UnneededFile]) -> None:
         since = min(f.at for f in files) - 600
@@ -276,7 +283,7 @@ class RoundCollector:
                 deleted.append(file_id)
             self.state.deleted(file)
         if deleted:
-            self._say(f"deleted uploaded input file(s) {', '.join(deleted)}: no provider batch needs them any more")
+            self._notice(f"deleted uploaded input file(s) {', '.join(deleted)}: no provider batch needs them any more")
 
     # --- the rounds --------------------------------------------------------------------
 
@@ -392,9 +399,11 @@ class RoundCollector:
 
     async def _created_anyway(self, client: ProviderClient, metadata: dict[str, str], intent: BatchPart) -> str | None:
         """The batch a failed upload or create may still have made, or ``None`` (the intent is
-        dropped when it surely made none; kept when that cannot be told: a resume looks again)."""
+        dropped when it surely made none and none can appear later: its input file is deleted
+        before the last look, :meth:`ProviderClient.find_settled`; kept when that cannot be told:
+        a resume looks again)."""
         try:
-            found = await client.find(metadata, since=intent.at - 600)
+            found = await client.find_settled(metadata, intent.at - 600, self.state.file_of(intent))
         except ModelError:
             return None
         if found is None:
@@ -417,14 +426,14 @@ class RoundCollector:
                     if await self._looked(provider_id, part, members, seen, cut_off=provider_id in cancelled):
                         del out[provider_id]
                     elif provider_id in cancelled and time.monotonic() > cancelled[provider_id]:
-                        self._say(f"provider batch {provider_id} did not end after its cancel; run the command again to collect it")
+                        self._notice(f"provider batch {provider_id} did not end after its cancel; run the command again to collect it")
                         del out[provider_id]
                 if out and not self.wait and not cancelled:
                     return False
                 look = time.monotonic() + (self._cancel_poll() if cancelled else next(waits))
             for provider_id, (part, members) in out.items():
                 if provider_id not in cancelled and not wanted(members) and not self.interrupted:
-                    self._say(f"provider batch {provider_id}: nobody waits for it any more (a wall-clock cap); cancelling it")
+                    self._notice(f"provider batch {provider_id}: nobody waits for it any more (a wall-clock cap); cancelling it")
                     cancelled[provider_id] = time.monotonic() + self.poll.cancel_grace_seconds
                     with contextlib.suppress(ModelError):  # it may have ended meanwhile; the next look tells
                         await self._client(part.endpoint).cancel(provider_id)
@@ -572,8 +581,16 @@ class RoundCollector:
         return self._clients[key]
 
     def _say(self, text: str) -> None:
+        """Progress (rounds out, batches found and collected): shown unless ``--progress none``."""
         if self.log is not None:
             print(text, file=self.log, flush=True)
+
+    def _notice(self, text: str) -> None:
+        """What changed at the provider, or needs the user (files deleted or not, a batch
+        cancelled or left running): shown whatever ``--progress`` says."""
+        if self.notices is not None:
+            with contextlib.suppress(ValueError, OSError):  # a closed or broken stderr must not fail the rows
+                print(text, file=self.notices, flush=True)
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,8 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.option("--via", type=click.Choice(["live", "batch-api"]), help="live: each model call is sent as it comes; batch-api: every row's k-th call goes out in one provider batch (OpenAI Batch API, about half price, each round answered within 24h). Default: the task's mode (live unless mode: batch_api).")
 @click.option("--batch-fallback", type=click.Choice(["live"]), help="With --via batch-api: a call its provider batch did not answer (expired, cancelled, a server error) is sent live at once, at the live price.")
 @click.option("--batch-poll-seconds", type=FiniteFloatRange(min=0, min_open=True), default=30.0, show_default=True, help="With --via batch-api: first wait between status checks (grows to 10 minutes).")
-@click.option("--batch-max-requests", type=click.IntRange(min=1), help="With --via batch-api: requests per provider batch; a larger round is split (default: the task's batch_api.max_requests, 50,000).")
-@click.option("--batch-max-file-bytes", type=click.IntRange(min=1), help="With --via batch-api: bytes per provider batch input file; a larger round is split (default: the task's batch_api.max_file_bytes, 200 MB).")
+@click.option("--batch-max-requests", type=click.IntRange(min=1, max=100_000), help="With --via batch-api: requests per provider batch; a larger round is split (default: the task's batch_api.max_requests, 50,000).")
+@click.option("--batch-max-file-bytes", type=click.IntRange(min=1, max=200_000_000), help="With --via batch-api: bytes per provider batch input file; a larger round is split (default: the task's batch_api.max_file_bytes, 200 MB).")
 @click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Project root.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def batch(task: str, input_path: Path, output_path: Location, input_format: str | None, output_format: str | None,
@@ -99,7 +99,7 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
                                           ("--batch-max-file-bytes", batch_max_file_bytes)) if value is not None]
         if given:
             raise click.UsageError(f"{', '.join(given)} only applies with --via batch-api (or mode: batch_api on the task)")
-    check_batch_dirs(project, request)  # a read-only project fails here, before any row is paid for
+    check_batch_dirs(project, request, spec.name)  # a read-only project fails here, before any row is paid for
     try:
         summary = asyncio.run(_stopped_by_sigterm(run_batch_file(project, spec, request)))
     except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM (see _stopped_by_sigterm)

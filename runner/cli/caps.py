@@ -1,16 +1,20 @@
-"""``runner caps show``: the shared cap ledger, read only.
+"""``runner caps show`` and ``runner caps settle-dead``: the shared cap ledger.
 
 A scope shared by many processes (a fan-out's batch caps) keeps its caps, spend and
 reservations in a ledger (:mod:`runner.store.cap_ledger`): in the PostgreSQL store, or in
-the fan-out's ``caps.sqlite3`` in its work directory. This lists each scope's caps, what was
-spent, what calls in flight reserve, what workers that died still hold, and what each cap
-leaves; ``--json`` for scripts. It writes nothing to the ledger.
+the fan-out's ``caps.sqlite3`` in its work directory (found by :mod:`runner.cli.caps_locate`).
+``show`` lists each scope's caps, what was spent, what calls in flight reserve, what workers
+that died still hold (and which of those calls the run store recorded), and what each cap
+leaves; ``--json`` for scripts. It writes nothing: an SQLite ledger is opened read-only.
+``settle-dead`` settles dead workers' reservations whose calls were recorded, for runs that
+are never resumed.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,12 +26,9 @@ from runner.core.usage import Usage
 from runner.errors import UsageError
 
 if TYPE_CHECKING:
+    from runner.store.cap_ledger import DeadSettlement, DeadState
     from runner.store.cap_view import ScopeView
 
-NO_LEDGER_HINT = (
-    "pass --store with a fan-out's caps.sqlite3 (in its work directory) or a postgresql:// URL, "
-    "or set RUNNER_STORE_URL"
-)
 
 
 @click.group()
@@ -35,53 +36,94 @@ def caps() -> None:
     """The shared cap ledger: caps, spend and reservations of scopes many processes share."""
 
 
+STORE_HELP = ("The ledger: a fan-out's caps.sqlite3, or a postgresql:// URL (default: $RUNNER_STORE_URL, else the one "
+              "caps.sqlite3 under $RUNNER_AIRFLOW_WORK_DIR).")  # fmt: skip
+RUNS_HELP = ("The run store that recorded the calls: an SQLite file or a postgresql:// URL (default: the ledger's own "
+             "database when it has one, else <root>/.runner/runs.sqlite3).")  # fmt: skip
+ROOT_HELP = "Project root (for its run store)."
+
+
+def ledger_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The options both subcommands take: which ledger, which scopes, which run store, and JSON."""
+    for option in reversed([
+        click.option("--store", metavar="PATH|URL", help=STORE_HELP),
+        click.option("--scope", "scopes", metavar="KEY", multiple=True, help="Only this scope (repeatable; default: every scope)."),
+        click.option("--runs", metavar="PATH|URL", help=RUNS_HELP),
+        click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=".", help=ROOT_HELP),
+        click.option("--json", "as_json", is_flag=True, help="JSON output: {store, runs, scopes: [...]}."),
+    ]):
+        command = option(command)
+    return command
+
+
 @caps.command()
-@click.option("--store", metavar="PATH|URL", help="The ledger: a fan-out's caps.sqlite3, or a postgresql:// URL (default: $RUNNER_STORE_URL).")
-@click.option("--scope", "scopes", metavar="KEY", multiple=True, help="Only this scope (repeatable; default: every scope).")
-@click.option("--json", "as_json", is_flag=True, help="JSON output: {store, scopes: [...]}.")
-def show(store: str | None, scopes: tuple[str, ...], as_json: bool) -> None:
-    """Per scope: caps, spent, reserved by calls in flight, held by dead workers, and what is left.
+@ledger_options
+def show(store: str | None, scopes: tuple[str, ...], runs: str | None, root: Path, as_json: bool) -> None:
+    """Per scope: caps, spent, reserved by calls in flight, held by dead workers (and which of
+    their calls the run store recorded), and what is left. Reads only.
 
     Exit 2 when no ledger is given or found, or a --scope is not in it.
     """
+    from runner.cli.caps_locate import ledger_target, run_store_lookup
     from runner.store.cap_view import scope_keys, view_scopes
     from runner.store.database import open_database
 
-    db = open_database(ledger_target(store))
+    db = open_database(ledger_target(store), read_only=True, role="cap ledger")
     try:
-        known = scope_keys(db)
-        views = view_scopes(db, chosen_scopes(scopes, known, db.where))
+        chosen = chosen_scopes(scopes, scope_keys(db), db.where)
+        recorded = run_store_lookup(db, runs, root)
+        try:
+            views = view_scopes(db, chosen, recorded)
+        finally:
+            recorded.close()
     finally:
         db.close()
     if as_json:
-        click.echo(json.dumps({"store": db.where, "scopes": [v.as_dict() for v in views]}, indent=2))
+        click.echo(json.dumps({"store": db.where, "runs": recorded.where, "scopes": [v.as_dict() for v in views]}, indent=2))
     elif not views:
         echo(f"no cap scopes in {db.where} (a fan-out with batch caps opens one)")
     else:
-        echo(f"cap ledger {db.where}")
+        echo(f"cap ledger {db.where}" + (f" (calls recorded in {recorded.where})" if recorded.where else " (no run store found)"))
         for view in views:
             for line in scope_lines(view):
                 echo(line)
 
 
-def ledger_target(given: str | None) -> str | Path:
-    """``--store`` (a PostgreSQL URL, or an existing SQLite file), else ``$RUNNER_STORE_URL``."""
-    from runner.store.database import is_postgres_url, redacted_url, resolve_store, store_url_from_env
+@caps.command("settle-dead")
+@ledger_options
+def settle_dead(store: str | None, scopes: tuple[str, ...], runs: str | None, root: Path, as_json: bool) -> None:
+    """Settle reservations held by dead workers whose calls the run store recorded: to the
+    recorded usage, or released when recorded as not billed. Unrecorded ones stay at their
+    worst case; live workers' reservations are never touched.
 
-    if given is None:
-        if store_url_from_env() is None:
-            raise UsageError(f"no cap ledger given: {NO_LEDGER_HINT}")
-        return resolve_store(default=Path())  # refuses a value that is not a PostgreSQL URL
-    if is_postgres_url(given):
-        return given
-    if "://" in given:
-        raise UsageError(
-            f"--store {redacted_url(given)!r} is not a PostgreSQL URL: use postgresql://USER@HOST[:PORT]/DATABASE, "
-            "or the path of an SQLite file"
-        )
-    if not Path(given).is_file():
-        raise UsageError(f"--store {given}: no such file; {NO_LEDGER_HINT}")
-    return Path(given)
+    Exit 2 when no ledger is given or found, or a --scope is not in it.
+    """
+    from runner.cli.caps_locate import ledger_target, run_store_lookup
+    from runner.store.cap_ledger import CapLedger
+    from runner.store.cap_view import has_ledger, scope_keys
+    from runner.store.database import open_database
+
+    db = open_database(ledger_target(store), role="cap ledger")
+    try:
+        if not has_ledger(db):  # refused before CapLedger would create its tables
+            raise UsageError(f"{db.where} holds no cap ledger (a fan-out with batch caps opens one)")
+        chosen = chosen_scopes(scopes, scope_keys(db), db.where)
+        recorded = run_store_lookup(db, runs, root)
+        try:
+            ledger = CapLedger(db)
+            done = [ledger.settle_dead(key, recorded) for key in chosen]
+        finally:
+            recorded.close()
+    finally:
+        db.close()
+    if as_json:
+        click.echo(json.dumps({"store": db.where, "runs": recorded.where, "scopes": [settlement_dict(d) for d in done]}, indent=2))
+        return
+    echo(f"cap ledger {db.where}" + (f" (calls recorded in {recorded.where})" if recorded.where else
+                                     " (no run store found: nothing is known to be recorded; pass --runs)"))  # fmt: skip
+    for settlement in done:
+        for line in settlement_lines(settlement):
+            echo(line)
 
 
 def chosen_scopes(wanted: tuple[str, ...], known: list[str], where: str) -> list[str]:
@@ -114,6 +156,7 @@ def scope_lines(view: ScopeView) -> list[str]:
             f"  held by dead workers ({', '.join(figures.dead_holders)}): {dead.model_calls} model call(s), "
             f"${dead.cost_usd:.6f} at their worst case (counted until their rows' runs resume)"
         )
+    lines.extend(_dead_lines(view))
     lines.append("  entries:  " + ", ".join(f"{n} {status}" for status, n in view.entries.items()))
     return lines
 
@@ -127,3 +170,45 @@ def _usage_text(usage: Usage) -> str:
 
 def _amount(cap: str, value: float) -> str:
     return f"${value:.6f}" if cap == "max_cost_usd" else f"{int(value):,}"
+
+
+def _dead_lines(view: ScopeView) -> list[str]:
+    """Which dead reservations the run store recorded (their real amount is known)."""
+    known = [e for e in view.dead if e.state != "unrecorded"]
+    if not known:
+        return []
+    actual = sum((e.recorded or Usage() for e in known), Usage())
+    worst = sum((e.worst for e in known), Usage())
+    return [f"    recorded in the run store: {len(known)} of them, ${actual.cost_usd:.6f} actual (${worst.cost_usd:.6f} "
+            "held): `runner caps settle-dead` settles them to it"]  # fmt: skip
+
+
+def settlement_lines(done: DeadSettlement) -> list[str]:
+    """What ``settle-dead`` did in one scope, as text."""
+    settled, released, kept = done.of("recorded"), done.of("not_billed"), done.of("unrecorded")
+    lines = [f"scope {done.key}"]
+    if settled:
+        actual = sum((e.recorded or Usage() for e in settled), Usage())
+        worst = sum((e.worst for e in settled), Usage())
+        lines.append(f"  settled {len(settled)} dead reservation(s) to the recorded usage: ${actual.cost_usd:.6f} "
+                     f"(held ${worst.cost_usd:.6f})")  # fmt: skip
+    if released:
+        lines.append(f"  released {len(released)} dead reservation(s) recorded as not billed "
+                     f"(held ${sum((e.worst for e in released), Usage()).cost_usd:.6f})")  # fmt: skip
+    if kept:
+        lines.append(f"  kept {len(kept)} dead reservation(s) at their worst case "
+                     f"(${sum((e.worst for e in kept), Usage()).cost_usd:.6f}): the run store has no record of their calls")  # fmt: skip
+    if done.live_entries:
+        lines.append(f"  left {done.live_entries} reservation(s) of live workers alone")
+    if len(lines) == 1:
+        lines.append("  nothing held by dead workers")
+    return lines
+
+
+def settlement_dict(done: DeadSettlement) -> dict[str, object]:
+    """What ``settle-dead --json`` says of one scope."""
+    names: dict[DeadState, str] = {"recorded": "settled", "not_billed": "released", "unrecorded": "kept"}
+    found: dict[str, object] = {"scope": done.key}
+    for state, name in names.items():
+        found[name] = [e.as_dict() for e in done.of(state)]
+    return {**found, "live_entries": done.live_entries}

@@ -54,6 +54,7 @@ def eval_(name: str, variants: tuple[str, ...], out_dir: Path | None, baseline_p
     from runner.evals.dataset import baseline_target_problem
     from runner.evals.report import write_reports
     from runner.evals.run import EvalRequest, run_eval
+    from runner.local_state import confined_tree
 
     root = (root or find_root(Path(name) if name.endswith((".yaml", ".yml")) else Path.cwd())).resolve()
     project = load_project_or_raise(root)
@@ -63,7 +64,7 @@ def eval_(name: str, variants: tuple[str, ...], out_dir: Path | None, baseline_p
         raise UsageError(f"--save-baseline: eval '{spec.name}' declares no baseline: add baseline: PATH to it, or pass --baseline PATH")
     if save_baseline and (why := baseline_target_problem(spec, root, baseline_path)) is not None:
         raise UsageError(f"--save-baseline: {spec.source}: /baseline: {why}")
-    out = out_dir or root / "reports" / "evals" / spec.name
+    out = out_dir or confined_tree(root / "reports" / "evals" / spec.name, root, "eval results", "give the eval another place (--out DIR)")
     request = EvalRequest(
         out_dir=out, variants=variants, restart=restart, concurrency=concurrency, max_attempts=max_attempts,
         caps=caps_from_flags({"max_cost_usd": max_cost_usd, "max_tokens": max_tokens, "max_wall_seconds": max_wall_seconds}),

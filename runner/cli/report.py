@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -31,7 +32,7 @@ def report(run_id: str, store_path: Path | None, root: Path, out_dir: Path | Non
     if not run["record_json"]:
         raise UsageError(f"run {run_id} has no record yet (status {run['status']}); it may still be running")
     record = json.loads(run["record_json"])
-    target = out_dir or (Path(run["report_dir"]) if run["report_dir"] else root / "reports" / run["task"] / run_id)
+    target = out_dir or _default_target(root, run, run_id)
     workspace = default_workspace(root.resolve(), run_id)
     written = write_report(
         record, target, workspace if workspace.is_dir() else None,
@@ -39,6 +40,18 @@ def report(run_id: str, store_path: Path | None, root: Path, out_dir: Path | Non
     )  # fmt: skip
     for path in written.values():
         click.echo(safe_line(path))
+
+
+def _default_target(root: Path, run: Any, run_id: str) -> Path:
+    """The run's report directory (or ``reports/<task>/<run id>``); when it is in the project,
+    no link in it may lead out (its files are rewritten)."""
+    from runner.local_state import confined_tree
+
+    base = root.resolve()
+    target = base / run["report_dir"] if run["report_dir"] else base / "reports" / run["task"] / run_id
+    if target.is_relative_to(base):
+        confined_tree(target, base, "the run's report", "give the report another place (--out DIR)")
+    return target
 
 
 def _secrets(root: Path) -> list[str]:

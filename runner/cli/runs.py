@@ -10,6 +10,7 @@ import click
 from runner.cli.terminal import echo_line as echo
 from runner.cli.terminal import json_for_terminal, safe_text
 from runner.errors import UsageError
+from runner.local_state import not_a_directory
 from runner.store.runstore import RunStore
 
 
@@ -19,6 +20,9 @@ def open_store(store_path: Path | None, root: Path) -> RunStore:
     from runner.store.database import resolve_store
 
     target = resolve_store(path=store_path, default=default_store_path(root.resolve()))
+    if isinstance(target, Path) and (blocker := not_a_directory(target.parent)) is not None:
+        raise UsageError(f"{blocker} is a file, not a directory, so there is no run store at {target}; "
+                         "point RUNNER_STATE_DIR (or --store) at a directory, or move that file away")  # fmt: skip
     if isinstance(target, Path) and not target.exists():
         raise UsageError(f"no run store at {target}; run a task first, or pass --store PATH (or set RUNNER_STORE_URL)")
     return open_run_store(root.resolve(), path=store_path)

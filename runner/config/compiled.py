@@ -14,10 +14,12 @@ What the cache is never trusted with:
 
 * It is JSON (loading it runs no code), authenticated with HMAC-SHA256 under a per-user key
   kept outside the project (``$XDG_CACHE_HOME/runner/project-cache.key``, else
-  ``~/.cache/runner/``; a regular 0600 file owned by the user). A cache that cannot be read,
+  ``~/.cache/runner/``, or ``$RUNNER_STATE_DIR/user-cache`` for a user without a writable
+  home; a regular 0600 file owned by the user). A cache that cannot be read,
   parsed or verified, or whose key does not match (corrupted, edited, copied from another
   machine or user, written by another runner version) is ignored and rebuilt; never an error.
-  Without a usable key (no home directory, a read-only one) there is no cache.
+  Without a usable key (no writable home directory and no absolute `$RUNNER_STATE_DIR`)
+  there is no cache.
 * Checks that depend on the file system rather than on the bytes hashed run on every load:
   prompt files are read through the confinement checks every time (and must hash as they
   did when the entry was written), and ``workspace.files`` are checked again; a difference
@@ -44,6 +46,7 @@ from typing import Any
 
 import runner
 from runner.config.sources import Document, Position, SourceMap
+from runner.local_state import STATE_DIR_ENV
 
 CACHE_FILE = Path(".runner") / "project-cache.json"
 """Where the cache is under a project root by default (:func:`cache_file` honours ``$RUNNER_STATE_DIR``)."""
@@ -169,10 +172,42 @@ def user_key(*, create: bool) -> bytes | None:
 
 
 def user_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/runner`` (else ``~/.cache/runner``): the key and other per-user caches."""
+    """``$XDG_CACHE_HOME/runner`` (else ``~/.cache/runner``): the key and other per-user caches.
+
+    A service account often has no home directory, or one it cannot write (an Airflow worker
+    started as a system user, or with root's ``HOME`` kept by ``sudo``): then, when
+    ``$RUNNER_STATE_DIR`` is an absolute path (the writable local directory such a deployment
+    gives the runner), ``$RUNNER_STATE_DIR/user-cache``. ``RuntimeError`` when there is neither.
+    """
+    home = _home_cache_dir()
+    if home is not None and _can_hold(home):
+        return home
+    configured = os.environ.get(STATE_DIR_ENV, "").strip()
+    if os.path.isabs(configured):
+        return Path(configured) / "user-cache"
+    if home is None:
+        raise RuntimeError("no home directory and no absolute $RUNNER_STATE_DIR for the per-user cache")
+    return home
+
+
+def _home_cache_dir() -> Path | None:
     base = os.environ.get("XDG_CACHE_HOME") or ""
-    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
+    try:
+        root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
+    except RuntimeError:  # no $HOME and no passwd entry (a container's arbitrary uid)
+        return None
     return root / "runner"
+
+
+def _can_hold(directory: Path) -> bool:
+    """Whether ``directory`` is, or can be made, a directory this user writes."""
+    for candidate in (directory, *directory.parents):
+        try:
+            if candidate.exists():
+                return candidate.is_dir() and os.access(candidate, os.W_OK | os.X_OK)
+        except OSError:  # an ancestor this user cannot search
+            return False
+    return False
 
 
 def _key_path() -> Path:

@@ -88,14 +88,17 @@ def validate_value(value: Any, json_schema: dict[str, Any]) -> list[str]:
     patterns are matched with a time limit (:mod:`runner.untrusted_regex`); a ``$ref`` that
     does not resolve is a problem, not an exception."""
     from jsonschema import Draft202012Validator
+    from referencing import Registry
     from referencing.exceptions import Unresolvable
 
-    checker = bounded_validator(Draft202012Validator)(json_schema)
+    checker = bounded_validator(Draft202012Validator)(json_schema, registry=Registry())  # empty: a URL $ref is never fetched
     try:
         with shared_deadline():
             return [f"{_pointer(e)}: {e.message}" for e in checker.iter_errors(value)]
     except Unresolvable as exc:
         return [f"the schema's reference {getattr(exc, 'ref', '')!r} cannot be resolved: only references inside it (#/$defs/...) are"]
+    except RecursionError:  # a $ref cycle, or a value nested deeper than Python recurses
+        return ["the schema or the value nests too deeply to validate (a $ref that leads back to itself?)"]
 
 
 def check_schema(json_schema: Any) -> str | None:
@@ -107,7 +110,9 @@ def check_schema(json_schema: Any) -> str | None:
         Draft202012Validator.check_schema(json_schema)
     except Exception as exc:  # jsonschema raises SchemaError; keep the message only
         return str(getattr(exc, "message", exc))
-    return _reference_problem(json_schema, json_schema)
+    from runner.config.schema_hazards import pattern_problem, recursion_problem
+
+    return _reference_problem(json_schema, json_schema) or pattern_problem(json_schema) or recursion_problem(json_schema)
 
 
 def _reference_problem(root: Any, node: Any) -> str | None:
@@ -174,6 +179,9 @@ def _to_problems(doc: Document, error: ValidationError, prefix: str = "") -> lis
         return [doc.problem(pointer, f"{error.instance!r} is not one of {error.validator_value}{hint}")]
     if error.validator == "type" and isinstance(error.instance, bool) and error.validator_value in ("number", "integer"):
         return [doc.problem(pointer, f"{error.instance!r} is a boolean; write a number")]
+    if error.validator == "type" and isinstance(error.instance, str) and _yaml_exponent(error.instance) and error.validator_value in ("number", "integer"):
+        return [doc.problem(pointer, f"{error.instance!r} is text to YAML (an exponent without a decimal point); write the "
+                            f"{error.validator_value} as plain digits, or with a point: 1.0e6")]  # fmt: skip
     if error.validator == "type" and isinstance(error.instance, str) and error.validator_value in ("number", "integer"):
         return [doc.problem(pointer, f"{error.instance!r} is a string; write the {error.validator_value} without quotes")]
     if error.validator == "pattern" and pointer.endswith("api_key_env"):
@@ -186,6 +194,13 @@ def _to_problems(doc: Document, error: ValidationError, prefix: str = "") -> lis
     if error.validator == "pattern" and error.schema.get("description"):
         return [doc.problem(pointer, f"{error.instance!r} is not valid here: {error.schema['description']}")]
     return [doc.problem(pointer, error.message)]
+
+
+def _yaml_exponent(text: str) -> bool:
+    """Whether ``text`` is a number with an exponent that YAML 1.1 reads as a string (``1e23``, ``5E+3``)."""
+    import re
+
+    return re.fullmatch(r"[+-]?[0-9]+[eE][+-]?[0-9]+", text) is not None
 
 
 def _allowed_keys(subschema: dict[str, Any]) -> list[str]:

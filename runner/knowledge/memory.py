@@ -34,7 +34,7 @@ class MemoryStore:
     """The memory index; one per run, shared by its agents (each writes to its own scope)."""
 
     def __init__(self, path: Path):
-        self.store = ChunkStore(path)
+        self.store = ChunkStore(path, role="agent memory")  # not derived: a damaged file is moved away, never rebuilt
         self._lock = threading.Lock()  # one connection, used from worker threads
 
     def close(self) -> None:

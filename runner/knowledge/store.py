@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.core.sqlite_faults import file_faults
 from runner.errors import ConfigError
 
 SCHEMA = """
@@ -69,8 +70,9 @@ class StoredChunk(NewChunk):
     id: int = field(kw_only=True)
 
 
-def connect(path: Path, *, vectors: bool) -> Any:
-    """An SQLite connection to ``path`` with the schema; with sqlite-vec loaded if ``vectors``."""
+def connect(path: Path, *, vectors: bool, role: str = "knowledge index") -> Any:
+    """An SQLite connection to ``path`` with the schema; with sqlite-vec loaded if ``vectors``.
+    A damaged, locked or read-only file is one error naming it and the fix (:mod:`runner.core.sqlite_faults`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     module: Any = sqlite3
     if vectors and not hasattr(sqlite3.Connection, "enable_load_extension"):
@@ -78,12 +80,13 @@ def connect(path: Path, *, vectors: bool) -> Any:
             module = importlib.import_module("pysqlite3.dbapi2")
         except ImportError:
             raise ConfigError(VECTORS_HINT) from None
-    connection = module.connect(str(path), timeout=60, isolation_level=None, check_same_thread=False)
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.execute("PRAGMA busy_timeout=60000")
-    if vectors:
-        _load_vec(connection)
-    connection.executescript(SCHEMA)
+    with file_faults(path, role, 60):
+        connection = module.connect(str(path), timeout=60, isolation_level=None, check_same_thread=False)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA busy_timeout=60000")
+        if vectors:
+            _load_vec(connection)
+        connection.executescript(SCHEMA)
     return connection
 
 
@@ -107,10 +110,10 @@ def fts_query(text: str) -> str:
 class ChunkStore:
     """Chunks with full-text and (optionally) vector search, in one SQLite file."""
 
-    def __init__(self, path: Path, *, vectors: bool = False):
+    def __init__(self, path: Path, *, vectors: bool = False, role: str = "knowledge index"):
         self.path = path
         self.vectors = vectors
-        self.db = connect(path, vectors=vectors)
+        self.db = connect(path, vectors=vectors, role=role)
 
     def close(self) -> None:
         self.db.close()

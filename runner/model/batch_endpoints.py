@@ -28,7 +28,7 @@ of a batch that has not ended fails that batch when it would have ended (``input
 ``hold`` stops requests at named points until :meth:`BatchEndpoints.release` (tests kill a
 client there): ``upload`` (before a file is stored), ``create`` (before a batch is
 created), ``created`` (after it is created, before the reply), ``output`` (before an output
-or error file is served). Released with ``drop=True``, a request held before it did its work
+or error file is served), ``cancel`` (before a batch is cancelled). Released with ``drop=True``, a request held before it did its work
 fails instead (HTTP 503), as if it had never arrived.
 """
 
@@ -51,7 +51,7 @@ ENDPOINTS = ("/v1/chat/completions",)
 WINDOWS = ("24h",)
 
 
-HOLD_POINTS = frozenset({"upload", "create", "created", "output"})
+HOLD_POINTS = frozenset({"upload", "create", "created", "output", "cancel"})
 _ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 
 
@@ -279,6 +279,8 @@ class BatchEndpoints:
 
     def cancel(self, batch_id: str) -> tuple[int, Any]:
         """``POST /v1/batches/{id}/cancel``: ``cancelling`` now, ``cancelled`` at the next retrieve."""
+        if not self._hold("cancel"):
+            return _error(503, "dropped")
         with self._lock:
             batch = self.batches.get(batch_id)
             if batch is None:

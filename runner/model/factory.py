@@ -28,6 +28,7 @@ from runner.endpoints import (
 )
 from runner.errors import ConfigError, Problem
 from runner.model.base import ChatModel, Tariff
+from runner.redact import redact
 
 if TYPE_CHECKING:
     from runner.config.project import Project
@@ -92,18 +93,27 @@ def resolve_endpoint(
 
 
 def check_base_url(url: str, where: str) -> None:
-    """Refuse a base URL the HTTP client cannot parse (``http://[::1``, a port out of range),
-    which used to end the run with a traceback. ``where`` names the setting; the message never
-    shows the URL's user info or query, which may hold a key."""
-    from urllib.parse import urlsplit
+    """A :class:`ConfigError` naming ``where`` the URL came from unless it is an http(s) URL
+    with a host (and a numeric port): anything else fails every call, after retries, and one
+    Python cannot parse at all (``http://[::1``) used to end the run with a traceback. The
+    message never shows the URL's user info or query, which may hold a key."""
+    from urllib.parse import SplitResult, urlsplit
 
     try:
-        urlsplit(url.strip()).port  # noqa: B018 - parses the port, raising for a malformed one
-    except ValueError as error:
-        raise ConfigError(
-            f"{where}: the base URL {shown_url(url)!r} is not a valid URL ({error}); "
-            "give one like https://api.example.com/v1 or http://127.0.0.1:8000/v1"
-        ) from None
+        parts: SplitResult | None = urlsplit(url.strip())
+    except ValueError:
+        parts = None
+    try:
+        usable = parts is not None and parts.port != -1 and parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # a port that is not a number in range
+        usable = False
+    if not usable:
+        if parts is not None and parts.scheme in ("http", "https"):
+            shown = f"{parts.scheme}://{parts.hostname or ''}{parts.path}"
+        else:  # not parsed, or not http(s): "user:sk-...@host" parses as scheme "user"; a key pasted here
+            shown = redact(shown_url(url))
+        raise ConfigError(f"{where} {shown!r} is not an http(s) URL with a host (and a port from 1 to 65535); give the endpoint's base URL, "
+                          "e.g. http://localhost:11434/v1 or https://api.openai.com/v1")  # fmt: skip
 
 
 def _base_url_setting(spec: ModelSpec, base_url_override: str | None) -> str:
@@ -112,7 +122,7 @@ def _base_url_setting(spec: ModelSpec, base_url_override: str | None) -> str:
         return "--base-url"
     if spec.base_url:
         return f"{spec.source}: /model/base_url" if spec.source else "model.base_url"
-    return "OPENAI_BASE_URL"
+    return "$OPENAI_BASE_URL"
 
 
 class KeyRefused(ConfigError):

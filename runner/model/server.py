@@ -36,6 +36,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -102,6 +103,14 @@ class ScriptedServer:
         """A snapshot of the requests received so far, in arrival order."""
         with self._lock:
             return list(self._requests)
+
+    def wait_for_requests(self, count: int, timeout_seconds: float = 10.0) -> list[RecordedRequest]:
+        """The requests once ``count`` have arrived, or after ``timeout_seconds`` (a client that
+        gave up on a call has still sent it; the server's thread may read it a moment later)."""
+        deadline = time.monotonic() + timeout_seconds
+        while len(self.requests) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.requests
 
     @property
     def billed(self) -> list[tuple[str, dict[str, Any]]]:

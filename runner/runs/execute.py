@@ -28,16 +28,17 @@ from runner.config.project import Project
 from runner.config.specs import TaskSpec
 from runner.config.templates import TemplateError, render
 from runner.core.results import RunResult
-from runner.errors import CapReached, UsageError
-from runner.local_state import state_dir
+from runner.errors import CapReached, StoreDamaged, StoreUnavailable, UsageError
+from runner.local_state import confined_tree, state_path
 from runner.locations import Location, upload_tree
 from runner.model.factory import ModelPool
 from runner.pipelines.declared import PipelineOutcome, run_pipeline
 from runner.redact import redact_secrets
 from runner.runs.context import RunContext
-from runner.runs.local_dirs import check_local_dirs
+from runner.runs.local_dirs import REPORTS_FIX, check_local_dirs
 from runner.runs.options import RunOptions
 from runner.runs.record import build_record
+from runner.runs.replayed_workspace import replayed_workspace
 from runner.runs.secrets import known_secrets
 from runner.runs.services import RunServices, open_services
 from runner.runs.steps import StepRunner, preflight_prices, run_agent_step
@@ -52,7 +53,7 @@ from runner.tools.registry import ToolRegistry
 
 
 def default_store_path(root: Path) -> Path:
-    return state_dir(root) / "runs.sqlite3"
+    return state_path(root, "runs.sqlite3", holds="the run store", sqlite=True)
 
 
 def new_run_id(task: str) -> str:
@@ -91,7 +92,7 @@ async def execute_task(
     run_id = options.run_id or new_run_id(task.name)
     if not RUN_ID.fullmatch(run_id):
         raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' only (at most 128)")
-    check_local_dirs(project, task, options, store_given=store is not None)  # before anything is spent
+    check_local_dirs(project, task, options, store_given=store is not None, run_id=run_id)  # before anything is spent
     own_store = store is None
     store = store or open_run_store(project.root, path=options.store_path, url=options.store_url)
     own_pool = pool is None
@@ -125,15 +126,19 @@ async def _execute(
         completed = store.completed_steps(run_id) if options.resume and attempt > 1 else {}
         resumed, moved = reusable_steps(project, task, run_id, options, completed)
         warnings += [moved] if moved else []
+        replayed = attempt > 1 and not resumed and replayed_workspace(project, run_id, options, store, warnings)
         ctx = RunContext(
             project, task, inputs, run_id, attempt, options, store, recorder, budget, pool, registry,
-            workspace=run_workspace(project, task, run_id, options, fresh=attempt > 1 and not resumed),
+            workspace=run_workspace(project, task, run_id, options, fresh=attempt > 1 and not resumed and not replayed),
             today=today, previous=_previous(store, task, run_id, inputs), config_hash=chash, resumed=resumed,
             warnings=warnings + services.warnings, services=services,
         )
         return await _attempt(ctx)
     except BaseException as exc:  # record why the run stopped, then let the error reach the caller
-        store.abort_run(run_id, redact_secrets(f"{type(exc).__name__}: {exc}", recorder.secrets))
+        try:
+            store.abort_run(run_id, redact_secrets(f"{type(exc).__name__}: {exc}", recorder.secrets))
+        except (StoreUnavailable, StoreDamaged):  # the store is down or locked: its next open records the run as interrupted
+            raise exc from None
         raise
 
 
@@ -314,6 +319,8 @@ async def _write_report(ctx: RunContext, record: dict[str, Any]) -> tuple[Locati
 
     base = ctx.options.reports_dir or ctx.project.root / "reports"
     out_dir = base / ctx.task.name / ctx.run_id
+    if ctx.options.reports_dir is None and isinstance(out_dir, Path):  # a default place, perhaps a resumed run's: no link in it leads out
+        confined_tree(out_dir, ctx.project.root, "run reports", REPORTS_FIX)
     workspace = ctx.workspace if ctx.workspace.is_dir() else None
     transcript = ctx.recorder.store.transcripts.read(ctx.run_id) if "html" in ctx.task.report.formats else []
     write = functools.partial(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from runner.config.project import Project
 from runner.config.specs import TaskSpec
-from runner.local_state import STATE_DIR_ENV, require_writable, state_dir
+from runner.local_state import STATE_DIR_ENV, confined_tree, refuse_outside, require_writable, state_dir
 from runner.runs.options import RunOptions
 from runner.runs.workspace import uses_workspace
 from runner.store.database import store_url_from_env
@@ -27,10 +27,13 @@ STATE_FIX = (
 REPORTS_FIX = "give the run a reports directory (--reports-dir; under Airflow $RUNNER_REPORTS_DIR or reports_dir=)"
 
 
-def check_local_dirs(project: Project, task: TaskSpec, options: RunOptions, *, store_given: bool = False) -> None:
+def check_local_dirs(
+    project: Project, task: TaskSpec, options: RunOptions, *, store_given: bool = False, run_id: str | None = None
+) -> None:
     """Raise a :class:`~runner.errors.UsageError` naming the directory and the fix when this
     run could not write where it is going to (see the module doc). ``store_given``: the
-    caller opened the run store (a batch hands its rows one)."""
+    caller opened the run store (a batch hands its rows one); ``run_id``: the run's report
+    directory (a resumed run's may exist) holds no link out of the project."""
     own_store = store_given or any(v is not None for v in (options.store_path, options.store_url, store_url_from_env()))
     workspace = options.workspace_dir is None and uses_workspace(project, task)
     if not own_store or workspace:
@@ -39,4 +42,7 @@ def check_local_dirs(project: Project, task: TaskSpec, options: RunOptions, *, s
         )
         require_writable(state_dir(project.root), holds, STATE_FIX)
     if options.write_report and options.reports_dir is None:
-        require_writable(project.root / "reports", "run reports", REPORTS_FIX)
+        refuse_outside(project.root / "reports" / task.name, project.root, "run reports", REPORTS_FIX)  # a link out of the project
+        require_writable(project.root / "reports", "run reports", REPORTS_FIX, inside=project.root)
+        if run_id is not None:
+            confined_tree(project.root / "reports" / task.name / run_id, project.root, "run reports", REPORTS_FIX)

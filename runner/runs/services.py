@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from runner.config.project import Project
 from runner.config.specs import AgentSpec, TaskSpec
 from runner.errors import ConfigError, did_you_mean
-from runner.local_state import state_dir
+from runner.local_state import state_path
 from runner.runs.options import RunOptions
 
 if TYPE_CHECKING:  # loaded by the runs that open a knowledge base or memory, not by every run
@@ -28,7 +28,7 @@ BROWSER_TOOLS = frozenset({"browse"})
 
 def index_path(root: Path, name: str) -> Path:
     """Where the index of knowledge base ``name`` lives."""
-    return state_dir(root) / "knowledge" / f"{name}.sqlite3"
+    return state_path(root, "knowledge", f"{name}.sqlite3", holds=f"the index of knowledge base '{name}'", sqlite=True)
 
 
 @dataclass
@@ -71,7 +71,7 @@ async def open_services(project: Project, task: TaskSpec, options: RunOptions, s
     if used & MEMORY_TOOLS:
         from runner.knowledge.memory import MemoryStore
 
-        services.memory = MemoryStore(state_dir(project.root) / "memory.sqlite3")
+        services.memory = MemoryStore(state_path(project.root, "memory.sqlite3", holds="agent memory", sqlite=True))
         stack.callback(services.memory.close)
     if used & BROWSER_TOOLS:
         from runner.tools.browser import Browser

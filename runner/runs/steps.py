@@ -138,8 +138,11 @@ def call_cache(ctx: RunContext, agent: AgentSpec) -> CallAnswers | None:
     if ctx.options.replay_provider_answers:
         from runner.agent.replay import ReplayCache
         from runner.store.provider_answers import ProviderAnswers
+        from runner.store.provider_tools import ProviderToolResults
 
-        return ReplayCache(ProviderAnswers(ctx.store.database, create=False), ctx.run_id, cache)  # made by the rounds
+        db = ctx.store.database  # the tables were made by the rounds
+        return ReplayCache(ProviderAnswers(db, create=False), ctx.run_id, cache, tools=ProviderToolResults(db, create=False),
+                           workspace=ctx.workspace, secrets=ctx.recorder.secrets)  # fmt: skip
     return cache
 
 

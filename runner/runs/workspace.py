@@ -24,7 +24,7 @@ from runner.config.project import Project
 from runner.config.specs import TaskSpec
 from runner.core.steps import StepRecord
 from runner.errors import ConfigError, WorkspaceTampered
-from runner.local_state import state_dir
+from runner.local_state import state_path
 from runner.redact import redact
 from runner.runs.options import RunOptions
 from runner.tools.disk_quota import remove_tree
@@ -35,7 +35,7 @@ _CHUNK = 1 << 20
 
 def default_workspace(root: Path, run_id: str) -> Path:
     """Where run ``run_id`` keeps its files (tables, charts) unless told otherwise (in the state directory)."""
-    return state_dir(root) / "workspaces" / run_id
+    return state_path(root, "workspaces", run_id, holds="run workspaces", wiped=True)
 
 
 def run_workspace(project: Project, task: TaskSpec, run_id: str, options: RunOptions, *, fresh: bool) -> Path:

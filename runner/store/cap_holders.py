@@ -110,13 +110,18 @@ def _signed(key: int) -> int:
 
 
 def _process_alive(row: dict[str, Any]) -> bool:
-    if row["host"] != socket.gethostname():
+    return process_alive(str(row["host"]), int(row["pid"]), row.get("process_started"))
+
+
+def process_alive(host: str, pid: int, started: str | None) -> bool:
+    """Whether process ``pid`` on ``host`` (started at ``started``, :func:`process_start`) may
+    still live: one on another machine cannot be seen from here and counts as alive."""
+    if host != socket.gethostname():
         return True  # another machine's process cannot be seen from here: keep counting it
-    recorded = row.get("process_started")
-    if recorded:
-        return process_start(int(row["pid"])) == recorded
+    if started:
+        return process_start(pid) == started
     try:
-        os.kill(int(row["pid"]), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:

@@ -24,6 +24,10 @@ again after a dropped connection:
   before the worker died (each call's row names its reservation, and is written before the
   reservation is settled) is settled to what was recorded instead: that is what the endpoint
   billed, and what the dead worker would have settled.
+* settle dead (:meth:`CapLedger.settle_dead`, ``runner caps settle-dead``): for a run that is
+  never resumed, an operator settles dead holders' reservations the same way (recorded calls
+  to what was recorded, calls recorded as not billed released) across the whole scope; the
+  others stay held at their worst case, and live holders' entries are never touched.
 
 The rule is :meth:`runner.caps.budget.Budget._check`'s: a call fits when ``spent + reserved
 + its worst case <= cap``; a check with nothing to add (before a row or step starts) fails
@@ -35,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from runner.config.specs import SUMMED_CAPS, Caps
 from runner.core.usage import Usage
@@ -133,6 +137,42 @@ class ScopeFigures:
         return {"scope": self.key, "caps": self.caps.as_dict(), "spent": self.spent.as_dict(),
                 "reserved": self.reserved.as_dict(), "held_by_dead": self.held_by_dead.as_dict(),
                 "dead_holders": list(self.dead_holders)}  # fmt: skip
+
+
+DeadState = Literal["recorded", "not_billed", "unrecorded"]
+"""What the run store knows of a dead holder's reservation: the call's usage was recorded, it
+was recorded as not billed, or nothing was recorded (its real amount is unknown)."""
+Recorded = Callable[[str], Mapping[str, "Usage | None"]]
+"""A run id -> its calls the run store recorded, by reservation (``RunStore.recorded_calls``)."""
+
+
+@dataclass(frozen=True)
+class DeadEntry:
+    """A reservation still held by a holder known to be dead, and what the run store recorded of its call."""
+
+    id: str
+    run_id: str | None
+    holder: str  # the dead holder's label ("host pid 1234")
+    worst: Usage  # what it holds
+    recorded: Usage | None  # what settling it would spend (the call counted): None when unknown or not billed
+    state: DeadState
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "run_id": self.run_id, "holder": self.holder, "state": self.state,
+                "worst": self.worst.as_dict(), "recorded": self.recorded.as_dict() if self.recorded else None}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DeadSettlement:
+    """What :meth:`CapLedger.settle_dead` did in one scope: the dead entries (settled, released,
+    or kept at their worst case) and how many entries live holders hold (left alone)."""
+
+    key: str
+    dead: tuple[DeadEntry, ...]
+    live_entries: int
+
+    def of(self, state: DeadState) -> tuple[DeadEntry, ...]:
+        return tuple(e for e in self.dead if e.state == state)
 
 
 class CapLedger:
@@ -241,6 +281,13 @@ class CapLedger:
         self._register()
         return self.db.atomic(lambda db: self._take_over(db, key, run_id, recorded or {}))
 
+    def settle_dead(self, key: str, recorded: Recorded) -> DeadSettlement:
+        """Settle, in one transaction, every reservation of scope ``key`` whose holder is known
+        to be dead and whose call the run store ``recorded``: to the recorded usage, or released
+        when recorded as not billed. The others stay held at their worst case (never less), and
+        live holders' entries are left alone."""
+        return self.db.atomic(lambda db: self._settle_dead(db, key, recorded))
+
     def figures(self, key: str) -> tuple[Usage, Usage]:
         """``(spent, reserved)`` as the database holds them now."""
         found = self._figures(key)
@@ -314,6 +361,44 @@ class CapLedger:
         total = sum((_usage(r) for r in carried), Usage())
         db.execute(_MOVE, (*_held(total), *_spent(total), key))
         return settled + total
+
+
+    def _settle_dead(self, db: Database, key: str, recorded: Recorded) -> DeadSettlement:
+        _scope_row(db, key)  # KeyError for an unknown scope
+        dead, live = _dead_entries(db, key, recorded, lock=True)
+        for entry in dead:
+            if entry.state != "unrecorded":
+                self._settle(db, key, entry.id, entry.worst, entry.recorded)
+        return DeadSettlement(key, tuple(dead), live)
+
+
+def dead_entries(db: Database, key: str, recorded: Recorded) -> list[DeadEntry]:
+    """Scope ``key``'s reservations held by dead holders, each with what the run store
+    ``recorded`` of its call; it only reads."""
+    return _dead_entries(db, key, recorded, lock=False)[0]
+
+
+def _dead_entries(db: Database, key: str, recorded: Recorded, *, lock: bool) -> tuple[list[DeadEntry], int]:
+    """The dead holders' held entries of scope ``key`` and how many entries live holders hold."""
+    held = db.rows(
+        f"SELECT id, holder, run_id, {_HELD} FROM cap_entries WHERE scope = ? AND status = 'held' ORDER BY created_at, id"
+        f"{db.lock_rows if lock else ''}",
+        (key,),
+    )
+    gone = cap_holders.dead(db, {r["holder"] for r in held})
+    calls: dict[str, Mapping[str, Usage | None]] = {}
+    found = []
+    for row in (r for r in held if r["holder"] in gone):
+        run_id = row["run_id"]
+        known = calls.setdefault(run_id, recorded(run_id)) if run_id else {}
+        worst = _usage(row)
+        if row["id"] not in known:
+            found.append(DeadEntry(row["id"], run_id, gone[row["holder"]], worst, None, "unrecorded"))
+            continue
+        actual = known[row["id"]]  # as the take-over settles it: the call counted, its usage as recorded
+        spend = None if actual is None else actual + Usage(model_calls=int(row["model_calls"]))
+        found.append(DeadEntry(row["id"], run_id, gone[row["holder"]], worst, spend, "not_billed" if spend is None else "recorded"))
+    return found, len(held) - len(found)
 
 
 def read_scope(db: Database, key: str) -> ScopeFigures:

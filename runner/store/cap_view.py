@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.config.specs import SUMMED_CAPS, cap_figure
-from runner.store.cap_ledger import ScopeFigures, read_scope
+from runner.store.cap_ledger import DeadEntry, Recorded, ScopeFigures, dead_entries, read_scope
 from runner.store.database import Database
 
 ENTRY_STATUSES = ("held", "settled", "carried", "released")
@@ -29,6 +29,7 @@ class ScopeView:
     figures: ScopeFigures
     created_at: str
     entries: dict[str, int] = field(default_factory=dict)  # ledger entries by status
+    dead: tuple[DeadEntry, ...] = ()  # held by dead holders, with what the run store recorded of each call
 
     @property
     def key(self) -> str:
@@ -47,7 +48,8 @@ class ScopeView:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape: the batch report's ``ledger`` entry, with ``created_at``, ``left`` and ``entries``."""
-        return {**self.figures.as_dict(), "created_at": self.created_at, "left": self.left(), "entries": self.entries}
+        return {**self.figures.as_dict(), "created_at": self.created_at, "left": self.left(), "entries": self.entries,
+                "dead_entries": [entry.as_dict() for entry in self.dead]}  # fmt: skip
 
 
 def has_ledger(db: Database) -> bool:
@@ -62,12 +64,13 @@ def scope_keys(db: Database) -> list[str]:
     return [str(r["key"]) for r in db.rows("SELECT key FROM cap_scopes ORDER BY created_at, key")]
 
 
-def view_scopes(db: Database, keys: Iterable[str]) -> list[ScopeView]:
-    """The scopes ``keys`` (:class:`KeyError` naming the first missing one)."""
-    return [_view(db, key) for key in keys]
+def view_scopes(db: Database, keys: Iterable[str], recorded: Recorded = lambda run_id: {}) -> list[ScopeView]:
+    """The scopes ``keys`` (:class:`KeyError` naming the first missing one); ``recorded`` tells
+    what the run store recorded of a dead holder's calls (default: nothing known)."""
+    return [_view(db, key, recorded) for key in keys]
 
 
-def _view(db: Database, key: str) -> ScopeView:
+def _view(db: Database, key: str, recorded: Recorded) -> ScopeView:
     figures = read_scope(db, key)
     created = db.row("SELECT created_at FROM cap_scopes WHERE key = ?", (key,)) or {}
     counted = {
@@ -75,4 +78,4 @@ def _view(db: Database, key: str) -> ScopeView:
         for r in db.rows("SELECT status, COUNT(*) AS entries FROM cap_entries WHERE scope = ? GROUP BY status", (key,))
     }
     entries = {status: counted.pop(status, 0) for status in ENTRY_STATUSES} | counted
-    return ScopeView(figures, str(created.get("created_at", "")), entries)
+    return ScopeView(figures, str(created.get("created_at", "")), entries, tuple(dead_entries(db, key, recorded)))

@@ -26,12 +26,14 @@ import contextlib
 import os
 import sqlite3
 import threading
+import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from runner.core.sqlite_faults import file_faults
 from runner.errors import UsageError
 from runner.store.schema import Dialect as Dialect  # re-exported: what a Database is
 from runner.store.schema import Schema
@@ -277,37 +279,57 @@ class SqliteDatabase(Database):
 
     dialect: Dialect = "sqlite"
 
-    def __init__(self, path: Path, *, busy_seconds: float = 30, synchronous: str = "NORMAL") -> None:
+    def __init__(
+        self, path: Path, *, busy_seconds: float = 30, synchronous: str = "NORMAL", read_only: bool = False, role: str = "run store"
+    ) -> None:
         super().__init__()
         self.path = path
         self.where = str(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=busy_seconds)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'FULL' else 'NORMAL'}")
-        self._db.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
-        self._db.execute(f"PRAGMA busy_timeout={int(busy_seconds * 1000)}")
+        # a damaged, locked or read-only file: one line naming it and the fix (runner.store.sqlite_faults)
+        self._faults = lambda: file_faults(path, role, busy_seconds)
+        if not read_only:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        with self._faults():
+            if read_only:  # an existing file, opened so that nothing (not even its journal mode) changes
+                uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
+                self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None, timeout=busy_seconds)
+                self._db.execute("SELECT count(*) FROM sqlite_master")  # not a database: refused now, not at the first read
+            else:
+                self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=busy_seconds)
+                self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.row_factory = sqlite3.Row
+            self._db.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'FULL' else 'NORMAL'}")
+            self._db.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
+            self._db.execute(f"PRAGMA busy_timeout={int(busy_seconds * 1000)}")
 
     @contextlib.contextmanager
     def _outermost(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")  # takes the write lock now: no upgrade deadlock later
+        with self._faults():
+            self._db.execute("BEGIN IMMEDIATE")  # takes the write lock now: no upgrade deadlock later
         try:
             yield
         except BaseException:
-            self._db.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):  # a damaged file may refuse the rollback too: the first error says why
+                self._db.execute("ROLLBACK")
             raise
-        self._db.execute("COMMIT")
+        with self._faults():
+            self._db.execute("COMMIT")
+
+    def _statement(self, run: Callable[[], T], *, retry: bool) -> T:
+        with self._faults():  # rows are read (and a damaged page found) after _cursor returns
+            return super()._statement(run, retry=retry)
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
     def _cursor(self, sql: str, params: Sequence[Any]) -> Any:
-        return self._db.execute(sql, storable(params, nul=False))
+        with self._faults():
+            return self._db.execute(sql, storable(params, nul=False))
 
     def _executemany(self, sql: str, params: list[tuple[Any, ...]]) -> None:
-        self._db.executemany(sql, (storable(p, nul=False) for p in params))
+        with self._faults():
+            self._db.executemany(sql, (storable(p, nul=False) for p in params))
 
     def _in_transaction(self, unit: Callable[[Database], T]) -> T:
         with self.transaction() as db:
@@ -317,14 +339,21 @@ class SqliteDatabase(Database):
         return "SELECT name FROM pragma_table_info(?)"
 
 
-def open_database(target: str | Path) -> Database:
-    """An SQLite file for a path, PostgreSQL for a ``postgresql://`` URL."""
+def open_database(target: str | Path, *, read_only: bool = False, role: str = "run store") -> Database:
+    """An SQLite file for a path, PostgreSQL for a ``postgresql://`` URL. ``read_only``: an
+    existing SQLite file opened read-only (its mode and contents left as they are); PostgreSQL
+    sessions that only read (``default_transaction_read_only``). ``role`` names what the file
+    holds in error messages ("run store", "cap ledger")."""
     if is_postgres_url(target):
         from runner.store.postgres import PostgresDatabase
 
-        return PostgresDatabase(str(target))
+        database = PostgresDatabase(str(target))
+        if read_only:
+            database.execute("SET default_transaction_read_only = on", idempotent=True)
+            database.on_reconnect(lambda again: again.execute("SET default_transaction_read_only = on"))
+        return database
     try:
-        return SqliteDatabase(Path(target))
+        return SqliteDatabase(Path(target), read_only=read_only, role=role)
     except (OSError, sqlite3.Error) as exc:
         raise UsageError(f"cannot open the store {target}: {exc}") from None
 

@@ -8,7 +8,8 @@ after its ``check`` found the lost try had not committed), runs again on a new c
 tried at once, then with a doubling pause (:class:`Reconnect`), for a bounded time.
 Whatever the session held is set up again on each new connection by the hooks registered
 with :meth:`PostgresDatabase.on_reconnect` (session settings, a journal's advisory lock),
-which may refuse (another process took the lock meanwhile). When the server stays away,
+which may refuse (another process took the lock meanwhile); a refusal closes the new
+connection, so every later statement is refused the same way. When the server stays away,
 :class:`~runner.errors.StoreUnavailable` names the store (password redacted) and the fix.
 """
 
@@ -224,8 +225,15 @@ class PostgresDatabase(Database):
             self._db.close()
         self._db = self._connect()
         self.reconnects += 1
-        for hook in self._hooks:
-            hook(self)
+        try:
+            for hook in self._hooks:
+                hook(self)
+        except BaseException:
+            # A refused hook (a lock another process took meanwhile) leaves no usable session:
+            # the next statement reconnects and asks the hooks again, so the refusal sticks.
+            with contextlib.suppress(Exception):
+                self._db.close()
+            raise
         log.warning("reconnected to the store %s", self.where)
 
     def _lost(self, exc: BaseException) -> bool:

@@ -19,9 +19,11 @@ from runner.core.results import RunResult
 from runner.core.steps import StepRecord
 from runner.core.usage import Usage
 from runner.errors import UsageError
+from runner.store.abandoned import settle_abandoned, this_process
 from runner.store.database import Database, open_database
 from runner.store.result_cache import ResultStore
 from runner.store.schema import AddedColumn, Schema
+from runner.store.store_version import refuse_newer, stamp
 from runner.store.transcripts import TranscriptStore
 
 SCHEMA = Schema(
@@ -47,7 +49,10 @@ CREATE TABLE IF NOT EXISTS runs (
   output_json TEXT,
   record_json TEXT,
   report_dir TEXT,
-  attempt_token TEXT
+  attempt_token TEXT,
+  holder_host TEXT,
+  holder_pid {bigint},
+  holder_started TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_task ON runs (task, finished_at);
 CREATE TABLE IF NOT EXISTS steps (
@@ -132,6 +137,10 @@ CREATE TABLE IF NOT EXISTS plans (
         AddedColumn("tool_calls", "token", "TEXT"),
         AddedColumn("plans", "token", "TEXT"),
         AddedColumn("model_calls", "reservation", "TEXT"),  # the cap ledger entry the call held
+        # the process running the attempt: a run it left 'running' when it died is settled (runner.store.abandoned)
+        AddedColumn("runs", "holder_host", "TEXT"),
+        AddedColumn("runs", "holder_pid", "{bigint}"),
+        AddedColumn("runs", "holder_started", "TEXT"),
     ),
 )
 """The run store's tables, for both backends (:mod:`runner.store.schema`). ``steps.record_json``
@@ -169,7 +178,10 @@ class RunStore:
         self.where = self._db.where
         self.path = target if isinstance(target, Path) else self.where
         self._result_cache: ResultStore | None = None
+        refuse_newer(self._db)
         self._db.create(SCHEMA)
+        stamp(self._db)
+        settle_abandoned(self._db, now_iso())  # runs a dead process left 'running' say so, not 'running' for ever
         self.transcripts = TranscriptStore(self._db, now=now_iso)  # full requests, responses and tool outputs
 
     @property
@@ -198,12 +210,14 @@ class RunStore:
         attempt's token tells a retry after a lost connection whether the first try committed.
         """
         token = new_token()
+        holder = this_process()
 
         def start(db: Database) -> int:
             inserted = db.execute(
-                "INSERT INTO runs (run_id, task, status, started_at, inputs_json, config_hash, caps_json, attempt_token)"
-                " VALUES (?, ?, 'running', ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
-                (run_id, task, now_iso(), dumps(inputs), config_hash, dumps(caps), token),
+                "INSERT INTO runs (run_id, task, status, started_at, inputs_json, config_hash, caps_json, attempt_token,"
+                " holder_host, holder_pid, holder_started) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (run_id) DO NOTHING",
+                (run_id, task, now_iso(), dumps(inputs), config_hash, dumps(caps), token, *holder),
             )
             if inserted:
                 return 1
@@ -216,8 +230,9 @@ class RunStore:
                 )
             updated = db.row(
                 "UPDATE runs SET attempts = attempts + 1, status = 'running', finished_at = NULL, error = NULL,"
-                " attempt_token = ? WHERE run_id = ? RETURNING attempts",
-                (token, run_id),
+                " error_kind = NULL, attempt_token = ?, holder_host = ?, holder_pid = ?, holder_started = ?"
+                " WHERE run_id = ? RETURNING attempts",
+                (token, *holder, run_id),
             )
             assert updated is not None
             return int(updated["attempts"])
@@ -247,19 +262,8 @@ class RunStore:
         return Usage(int(row["i"]), int(row["o"]), 0, float(row["c"]), int(row["n"]))
 
     def recorded_calls(self, run_id: str) -> dict[str, Usage | None]:
-        """How the calls of ``run_id`` that ended are recorded, by the reservation each held: what
-        it used (``ok``, or a failure the endpoint may have billed, at its worst case), or ``None``
-        (a failure it did not bill). Calls still ``reserved`` or ``unsettled`` are not here."""
-        rows = self._db.rows(
-            "SELECT reservation, status, input_tokens, output_tokens, cached_input_tokens, cost_usd FROM model_calls"
-            " WHERE run_id = ? AND reservation IS NOT NULL AND status IN ('ok', 'error')",
-            (run_id,),
-        )
-        recorded: dict[str, Usage | None] = {}
-        for row in rows:
-            usage = Usage(int(row["input_tokens"]), int(row["output_tokens"]), int(row["cached_input_tokens"]), float(row["cost_usd"]))
-            recorded[str(row["reservation"])] = None if row["status"] == "error" and usage == Usage() else usage
-        return recorded
+        """How the calls of ``run_id`` that ended are recorded (:func:`recorded_calls`)."""
+        return recorded_calls(self._db, run_id)
 
     def run(self, run_id: str) -> dict[str, Any] | None:
         return self._db.row("SELECT * FROM runs WHERE run_id = ?", (run_id,))
@@ -462,3 +466,22 @@ class RunStore:
         query = f"{select} WHERE {self._WINDOW}" + (" AND r.task = ?" if task else "") + f" ORDER BY {order}"
         params: tuple[Any, ...] = (since, until, task) if task else (since, until)
         return self._db.rows(query, params)
+
+
+def recorded_calls(db: Database, run_id: str) -> dict[str, Usage | None]:
+    """How the calls of ``run_id`` that ended are recorded in the run store ``db``, by the
+    reservation each held: what it used (``ok``, or a failure the endpoint may have billed, at
+    its worst case), or ``None`` (a failure it did not bill). Calls still ``reserved`` or
+    ``unsettled`` are not here. It only reads (a store from before reservations were recorded has none)."""
+    if "reservation" not in db.columns("model_calls"):
+        return {}
+    rows = db.rows(
+        "SELECT reservation, status, input_tokens, output_tokens, cached_input_tokens, cost_usd FROM model_calls"
+        " WHERE run_id = ? AND reservation IS NOT NULL AND status IN ('ok', 'error')",
+        (run_id,),
+    )
+    recorded: dict[str, Usage | None] = {}
+    for row in rows:
+        usage = Usage(int(row["input_tokens"]), int(row["output_tokens"]), int(row["cached_input_tokens"]), float(row["cost_usd"]))
+        recorded[str(row["reservation"])] = None if row["status"] == "error" and usage == Usage() else usage
+    return recorded

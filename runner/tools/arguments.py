@@ -115,19 +115,43 @@ class JsonSchemaArguments:
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Check ``arguments`` against the schema; return them unchanged."""
-        import jsonschema  # only MCP tools need it
+        from referencing import Registry
+        from referencing.exceptions import Unresolvable
 
-        # the schema is the server's and the arguments the model's: patterns matched with a time limit
-        validator_class = bounded_validator(jsonschema.validators.validator_for(self.json_schema))
-        validator = validator_class(self.json_schema)
-        with shared_deadline():
-            problems = [
-                f"{_pointer(error.absolute_path)}: {error.message}"
-                for error in sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
-            ]
+        # the schema is the server's and the arguments the model's: patterns matched with a time limit,
+        # and an empty registry: a $ref to a URL is refused, never fetched (169.254.169.254 is a URL)
+        validator = self._validator_class()(self.json_schema, registry=Registry())
+        try:
+            with shared_deadline():
+                problems = [
+                    f"{_pointer(error.absolute_path)}: {error.message}"
+                    for error in sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+                ]
+        except Unresolvable as exc:
+            problems = [f"the tool's schema refers to {getattr(exc, 'ref', '')!r}, which runner does not fetch"]
+        except RecursionError:  # the server's $ref cycle, or arguments nested deeper than Python recurses
+            problems = ["the tool's schema or these arguments nest too deeply to validate"]
         if problems:
             raise ArgumentsInvalid(problems)
         return arguments
+
+    def schema_problem(self) -> str | None:
+        """Why the schema itself is not valid for its draft (an unknown type, a ``minLength``
+        that is not a number...), or ``None``: such a schema fails every call, so its tool is refused."""
+        from jsonschema.exceptions import SchemaError
+
+        try:
+            self._validator_class().check_schema(self.json_schema)
+        except SchemaError as exc:
+            return f"{exc.message} (at {_pointer(exc.absolute_path) or '/'})"
+        except RecursionError:
+            return "it nests too deeply"
+        return None
+
+    def _validator_class(self) -> Any:
+        import jsonschema  # only MCP tools need it
+
+        return bounded_validator(jsonschema.validators.validator_for(self.json_schema))
 
 
 def _safe_field_name(name: str) -> bool:

@@ -15,6 +15,11 @@ from runner.model.server import ScriptedServer
 from tests.support.project import runner_env
 
 PRICE_IN, PRICE_OUT = 0.15, 0.60  # gpt-4o-mini, the shipped prices (USD per million tokens)
+TRIAGE = {"category": "bug", "urgency": "high", "summary": "It crashes."}
+TRIAGE_SCRIPT: dict[str, Any] = {
+    "fallback": {"content": json.dumps(TRIAGE), "usage": {"prompt_tokens": 100, "completion_tokens": 20}}
+}
+"""Every call answered with the shipped triage_ticket task's output, at 100 + 20 tokens."""
 
 
 def live_cost(prompt_tokens: int, completion_tokens: int) -> float:
@@ -33,6 +38,17 @@ def run(root: Path, server: ScriptedServer, task: str, *args: str, timeout: floa
 def via_api(source: Path, out: Path, *extra: str) -> tuple[str, ...]:
     return ("--input", str(source), "--output", str(out), "--id-column", "id", "--via", "batch-api",
             "--batch-poll-seconds", "0.01", "--progress", "none", *extra)  # fmt: skip
+
+
+def tickets(root: Path, count: int) -> Path:
+    """``count`` tickets ``t1``.. for the shipped triage_ticket task, in ``root/tickets.jsonl``."""
+    rows = [{"id": f"t{i}", "subject": f"Ticket {i}", "body": f"It crashes {i}"} for i in range(1, count + 1)]
+    return write_rows(root / "tickets.jsonl", rows)
+
+
+def triage(root: Path, server: ScriptedServer, *args: str) -> subprocess.CompletedProcess[str]:
+    """``runner batch triage_ticket ARGS`` in ``root``."""
+    return run(root, server, "triage_ticket", *args)
 
 
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:

@@ -6,37 +6,33 @@ batch that has not ended is never deleted; a delete that fails is tried again by
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from runner.model.batch_endpoints import BatchBehaviour
 from runner.model.server import ScriptedServer
-from tests.cli.batch_api_project import command, provider_state, records, via_api, wait_until, write_rows
-from tests.cli.batch_api_project import run as run_task
+from tests.cli.batch_api_project import (
+    TRIAGE_SCRIPT,
+    command,
+    provider_state,
+    records,
+    tickets,
+    triage,
+    via_api,
+    wait_until,
+)
 from tests.support.project import copy_shipped
 
 pytestmark = pytest.mark.timeout(300)
-TRIAGE = {"category": "bug", "urgency": "high", "summary": "It crashes."}
-SCRIPT: dict[str, Any] = {"fallback": {"content": json.dumps(TRIAGE), "usage": {"prompt_tokens": 100, "completion_tokens": 20}}}
+SCRIPT = TRIAGE_SCRIPT
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     return copy_shipped(tmp_path / "project")
-
-
-def tickets(root: Path, count: int) -> Path:
-    rows = [{"id": f"t{i}", "subject": f"Ticket {i}", "body": f"It crashes {i}"} for i in range(1, count + 1)]
-    return write_rows(root / "tickets.jsonl", rows)
-
-
-def run(root: Path, server: ScriptedServer, *args: str) -> Any:
-    return run_task(root, server, "triage_ticket", *args)
 
 
 def uploads(server: ScriptedServer) -> set[str]:
@@ -51,7 +47,7 @@ def test_every_input_file_is_deleted_once_its_batch_is_collected(project: Path) 
     source, out, journal = tickets(project, 3), project / "out.jsonl", project / "journal.sqlite3"
     script = {"rules": [{"when": {"last_message": "Ticket 2"}, "times": 1, "reply": {"fault": {"status": 500}}}], **SCRIPT}
     with ScriptedServer(script, batch=BatchBehaviour(polls=1)) as server:
-        result = run(project, server, *via_api(source, out, "--journal", str(journal), "--progress", "log"))
+        result = triage(project, server, *via_api(source, out, "--journal", str(journal), "--progress", "log"))
         assert result.returncode == 0, result.stderr
         assert server.batches.batches_created == 2 and len(uploads(server)) == 2  # the retry went in a second batch
         assert left_at_the_provider(server) == set() and server.batches.deleted_in_use == []
@@ -65,7 +61,7 @@ def test_every_input_file_is_deleted_once_its_batch_is_collected(project: Path) 
 def test_a_refused_create_deletes_the_file_it_uploaded(project: Path) -> None:
     source, out, journal = tickets(project, 2), project / "out.jsonl", project / "journal.sqlite3"
     with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=1, refuse_creates=1)) as server:
-        result = run(project, server, *via_api(source, out, "--journal", str(journal)))
+        result = triage(project, server, *via_api(source, out, "--journal", str(journal)))
         (uploaded,) = uploads(server)
         assert server.batches.batches_created == 0 and server.batches.deleted == [uploaded]
     assert result.returncode == 1 and "Traceback" not in result.stderr  # the refusal fails the rows, as before
@@ -109,14 +105,14 @@ def test_kill_9_between_upload_and_create_then_resume_deletes_the_orphan_file(pr
 def test_a_delete_that_fails_leaves_the_run_whole_and_the_next_run_deletes_the_file(project: Path) -> None:
     source, out, journal = tickets(project, 2), project / "out.jsonl", project / "journal.sqlite3"
     with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=1, fail_deletes=1000)) as server:
-        first = run(project, server, *via_api(source, out, "--journal", str(journal), "--progress", "log"))
+        first = triage(project, server, *via_api(source, out, "--journal", str(journal), "--progress", "log"))
         assert first.returncode == 0, first.stderr
         assert "could not delete uploaded input file(s)" in first.stderr and "the next run tries again" in first.stderr
         (uploaded,) = uploads(server)
         assert left_at_the_provider(server) == {uploaded}
         assert [f["id"] for f in provider_state(journal)["files"]] == [uploaded]  # type: ignore[index]
         server.batches.behaviour = BatchBehaviour(polls=1)
-        again = run(project, server, *via_api(source, out, "--journal", str(journal)))
+        again = triage(project, server, *via_api(source, out, "--journal", str(journal)))
         assert again.returncode == 0, again.stderr
         assert left_at_the_provider(server) == set() and server.batches.batches_created == 1
     assert provider_state(journal)["files"] == []  # type: ignore[index]

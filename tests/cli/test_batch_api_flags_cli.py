@@ -5,7 +5,6 @@ silently ignored -- also when the task's ``mode: batch_api`` chose the provider 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,26 +12,24 @@ import pytest
 
 from runner.model.batch_endpoints import BatchBehaviour
 from runner.model.server import ScriptedServer
-from tests.cli.batch_api_project import batch_inputs, chat_calls, records, row_of, via_api, write_rows
-from tests.cli.batch_api_project import run as run_task
+from tests.cli.batch_api_project import (
+    TRIAGE_SCRIPT,
+    batch_inputs,
+    chat_calls,
+    records,
+    row_of,
+    tickets,
+    triage,
+    via_api,
+)
 from tests.support.project import copy_shipped
 
-TRIAGE = {"category": "bug", "urgency": "high", "summary": "It crashes."}
-SCRIPT: dict[str, Any] = {"fallback": {"content": json.dumps(TRIAGE), "usage": {"prompt_tokens": 100, "completion_tokens": 20}}}
+SCRIPT = TRIAGE_SCRIPT
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     return copy_shipped(tmp_path / "project")
-
-
-def tickets(root: Path, count: int) -> Path:
-    rows = [{"id": f"t{i}", "subject": f"Ticket {i}", "body": f"It crashes {i}"} for i in range(1, count + 1)]
-    return write_rows(root / "tickets.jsonl", rows)
-
-
-def run(root: Path, server: ScriptedServer, *args: str) -> Any:
-    return run_task(root, server, "triage_ticket", *args)
 
 
 def _refused(result: Any, flag: str, server: ScriptedServer, out: Path) -> None:
@@ -45,20 +42,20 @@ def _refused(result: Any, flag: str, server: ScriptedServer, out: Path) -> None:
 def test_a_rate_limit_with_batch_api_is_a_usage_error_naming_the_flag(project: Path, flag: str) -> None:
     source, out = tickets(project, 2), project / "out.jsonl"
     with ScriptedServer(SCRIPT) as server:
-        _refused(run(project, server, *via_api(source, out, flag, "60")), flag, server, out)
+        _refused(triage(project, server, *via_api(source, out, flag, "60")), flag, server, out)
 
 
 def test_both_rate_limits_are_named(project: Path) -> None:
     source, out = tickets(project, 2), project / "out.jsonl"
     with ScriptedServer(SCRIPT) as server:
-        result = run(project, server, *via_api(source, out, "--rpm", "60", "--tpm", "1000"))
+        result = triage(project, server, *via_api(source, out, "--rpm", "60", "--tpm", "1000"))
         _refused(result, "--rpm, --tpm", server, out)
 
 
 def test_a_rate_limit_is_refused_with_the_live_fallback_too(project: Path) -> None:
     source, out = tickets(project, 2), project / "out.jsonl"
     with ScriptedServer(SCRIPT) as server:
-        _refused(run(project, server, *via_api(source, out, "--batch-fallback", "live", "--rpm", "60")), "--rpm", server, out)
+        _refused(triage(project, server, *via_api(source, out, "--batch-fallback", "live", "--rpm", "60")), "--rpm", server, out)
 
 
 def test_a_rate_limit_is_refused_when_the_task_mode_chose_the_provider_batch(project: Path) -> None:
@@ -67,8 +64,8 @@ def test_a_rate_limit_is_refused_when_the_task_mode_chose_the_provider_batch(pro
     source, out = tickets(project, 2), project / "out.jsonl"
     common = ("--input", str(source), "--id-column", "id", "--progress", "none", "--batch-poll-seconds", "0.01")
     with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=1)) as server:
-        _refused(run(project, server, *common, "--output", str(out), "--tpm", "1000"), "--tpm", server, out)
-        live = run(project, server, *common, "--output", str(out), "--via", "live", "--rpm", "600")  # live: applies
+        _refused(triage(project, server, *common, "--output", str(out), "--tpm", "1000"), "--tpm", server, out)
+        live = triage(project, server, *common, "--output", str(out), "--via", "live", "--rpm", "600")  # live: applies
         assert live.returncode == 0, live.stderr
         assert len(chat_calls(server)) == 2 and server.batches.batches_created == 0
 
@@ -76,7 +73,7 @@ def test_a_rate_limit_is_refused_when_the_task_mode_chose_the_provider_batch(pro
 def test_concurrency_keeps_each_round_to_that_many_rows(project: Path) -> None:
     source, out = tickets(project, 5), project / "out.jsonl"
     with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=1)) as server:
-        result = run(project, server, *via_api(source, out, "--concurrency", "2"))
+        result = triage(project, server, *via_api(source, out, "--concurrency", "2"))
         assert result.returncode == 0, result.stderr
         batches = batch_inputs(server)
         assert chat_calls(server) == []
@@ -88,7 +85,7 @@ def test_concurrency_keeps_each_round_to_that_many_rows(project: Path) -> None:
 def test_without_concurrency_every_row_is_in_the_one_round(project: Path) -> None:
     source, out = tickets(project, 12), project / "out.jsonl"  # more rows than the live default of 8
     with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=1)) as server:
-        result = run(project, server, *via_api(source, out))
+        result = triage(project, server, *via_api(source, out))
         assert result.returncode == 0, result.stderr
         (lines,) = batch_inputs(server)
     assert len(lines) == 12
@@ -97,6 +94,6 @@ def test_without_concurrency_every_row_is_in_the_one_round(project: Path) -> Non
 def test_concurrency_zero_is_a_usage_error(project: Path) -> None:
     source, out = tickets(project, 1), project / "out.jsonl"
     with ScriptedServer(SCRIPT) as server:
-        result = run(project, server, *via_api(source, out, "--concurrency", "0"))
+        result = triage(project, server, *via_api(source, out, "--concurrency", "0"))
         assert server.requests == []
     assert result.returncode == 2 and "--concurrency" in result.stderr and "Traceback" not in result.stderr

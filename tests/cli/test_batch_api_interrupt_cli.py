@@ -11,33 +11,34 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from runner.model.batch_endpoints import BatchBehaviour
 from runner.model.server import ScriptedServer
-from tests.cli.batch_api_project import chat_calls, command, provider_state, records, via_api, wait_until, write_rows
+from tests.cli.batch_api_project import (
+    TRIAGE_SCRIPT,
+    chat_calls,
+    command,
+    provider_state,
+    records,
+    tickets,
+    via_api,
+    wait_until,
+)
 from tests.cli.batch_api_project import run as run_task
 from tests.support.project import copy_shipped
 
 pytestmark = pytest.mark.timeout(300)
-TRIAGE = {"category": "bug", "urgency": "high", "summary": "It crashes."}
-SCRIPT: dict[str, Any] = {"fallback": {"content": json.dumps(TRIAGE), "usage": {"prompt_tokens": 100, "completion_tokens": 20}}}
+SCRIPT = TRIAGE_SCRIPT
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     return copy_shipped(tmp_path / "project")
-
-
-def tickets(root: Path, count: int) -> Path:
-    rows = [{"id": f"t{i}", "subject": f"Ticket {i}", "body": f"It crashes {i}"} for i in range(1, count + 1)]
-    return write_rows(root / "tickets.jsonl", rows)
 
 
 def _args(root: Path, *extra: str) -> tuple[str, ...]:

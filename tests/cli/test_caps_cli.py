@@ -141,7 +141,7 @@ def test_the_postgres_ledger_comes_from_runner_store_url_and_its_password_is_hid
         ((), {}, "no cap ledger given: pass --store"),
         (("--store", "missing.sqlite3"), {}, "--store missing.sqlite3: no such file"),
         (("--store", "mysql://user:pw@host/db"), {}, "is not a PostgreSQL URL"),
-        (("--store", "notes.txt"), {}, "cannot open the store notes.txt"),
+        (("--store", "notes.txt"), {}, "notes.txt (the cap ledger) is not a readable SQLite database"),
         ((), {"RUNNER_STORE_URL": "sqlite:///x.db"}, "is not a PostgreSQL URL"),
         (("--store", "ledger.sqlite3", "--bogus"), {}, "No such option '--bogus'"),
         (("--store", "ledger.sqlite3", "--scope"), {}, "'--scope' requires an argument"),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from runner.locations import bounded
 from runner.reports.delivery.outcome import DeliveryFailed
 
 
@@ -22,27 +23,32 @@ def describe(url: str) -> str:
     return f"{parts.scheme}://{host}{parts.path}" if parts.scheme else url
 
 
-def copy_files(url: str, files: Sequence[Path], environ: Mapping[str, str], options_env: str | None) -> list[str]:
-    """Write each file under the directory ``url``; returns the URLs written."""
+def copy_files(
+    url: str, files: Sequence[Path], environ: Mapping[str, str], options_env: str | None, seconds: float | None = None
+) -> list[str]:
+    """Write each file under the directory ``url``; returns the URLs written. Each storage call
+    may take ``seconds`` (default ``$RUNNER_REMOTE_TIMEOUT_SECONDS``, see :func:`runner.locations.bounded`)."""
     try:
         import fsspec
     except ModuleNotFoundError:
         raise DeliveryFailed("copying reports needs fsspec: pip install 'runner[reports]'", "config") from None
     options = _options(environ, options_env)
     try:
-        filesystem, root = fsspec.core.url_to_fs(url, **options)
+        filesystem, root = bounded(f"opening {describe(url)}", lambda: fsspec.core.url_to_fs(url, **options), seconds)
     except ImportError as error:
         raise DeliveryFailed(f"{urlsplit(url).scheme}:// needs another package: {error}", "config") from None
     except (ValueError, TypeError) as error:
         raise DeliveryFailed(f"cannot open {describe(url)}: {error}", "config") from None
+    except TimeoutError as error:  # RemoteTimedOut: the storage does not answer
+        raise DeliveryFailed(str(error), "storage") from None
     written = []
-    try:
-        filesystem.makedirs(root, exist_ok=True)
+    try:  # each call bounded (runner.locations.bounded): a storage that never answers is a failed delivery
+        bounded(f"copy to {describe(url)}", lambda: filesystem.makedirs(root, exist_ok=True), seconds)
         for path in files:
-            target = f"{root.rstrip('/')}/{path.name}"
-            filesystem.pipe_file(target, path.read_bytes())
+            target, data = f"{root.rstrip('/')}/{path.name}", path.read_bytes()
+            bounded(f"copy of {path.name} to {describe(url)}", lambda: filesystem.pipe_file(target, data), seconds)  # noqa: B023  # called before the next iteration
             written.append(target)
-    except OSError as error:
+    except OSError as error:  # RemoteTimedOut is a TimeoutError
         raise DeliveryFailed(f"copy to {describe(url)} failed: {type(error).__name__}: {error}", "storage") from None
     return written
 

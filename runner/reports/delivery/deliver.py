@@ -83,7 +83,7 @@ def _send(kind: str, settings: Mapping[str, Any], package: Package, render: Rend
         body = webhook.payload(package, settings["link"])
         return webhook.post_webhook(settings["url"], body, retries=int(settings.get("retries", 3)), timeout=float(settings.get("timeout_seconds", 30))), []
     files = package.chosen(settings.get("formats"), DEFAULT_COPY)
-    return 1, copy.copy_files(settings["to"], files, package.environ, settings.get("options_env"))
+    return 1, copy.copy_files(settings["to"], files, package.environ, settings.get("options_env"), settings.get("timeout_seconds"))
 
 
 def _rendered(render: Render, template: str | None) -> str | None:

@@ -134,10 +134,16 @@ class McpToolset:
         async def run(ctx: ToolContext, arguments: dict[str, Any]) -> ToolResult:
             return await self._call(remote, arguments)
 
+        arguments = JsonSchemaArguments({"type": "object", **schema})
+        if (problem := arguments.schema_problem()) is not None:
+            raise ConfigError(
+                f"{self.source}: MCP server '{self.server}' describes tool '{remote}' with an input schema that is not "
+                f"valid JSON Schema: {problem}; fix the server, or list the tools you use under mcp.tools to leave it out"
+            )
         return Tool(
             name=name,
             description=description or f"{remote} (MCP server {self.server})",
-            arguments=JsonSchemaArguments({"type": "object", **schema}),
+            arguments=arguments,
             run=run,
             kind="mcp",
             source=f"{self.source} ({self.server}:{remote})",

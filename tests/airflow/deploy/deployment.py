@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from tests.airflow.deploy.worker_user import WorkerUser, exposing_mounts, hand_over, interpreter_paths
+
 REPO = Path(__file__).resolve().parents[3]
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 TERMINAL = {"success", "failed"}
@@ -55,7 +57,10 @@ def free_port() -> int:
 class Deployment:
     """One Airflow installation; ``start()`` its services, ``stop()`` them (by their process ids)."""
 
-    def __init__(self, base: Path, database_url: str, project: Path, package: Path) -> None:
+    def __init__(
+        self, base: Path, database_url: str, project: Path, package: Path, user: WorkerUser | None = None
+    ) -> None:
+        self.base = base
         self.home = base / "airflow"
         self.dags = self.home / "dags"
         self.shared = base / "shared"
@@ -65,9 +70,13 @@ class Deployment:
         self.package = package  # where the wheel is installed (PYTHONPATH)
         self.project = project
         self.read_only = read_only_mounts_work()
+        self.user = user if self.read_only else None  # the user's processes reach the interpreter through bwrap
         self.port = free_port()
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.env = self._environment(database_url, project)
+        if self.user is not None:
+            self.env.update(self.user.env())
+            hand_over(self.user, base, [self.home, self.shared, self.state])
         self.timings: dict[str, float] = {}
 
     def _environment(self, database_url: str, project: Path) -> dict[str, str]:
@@ -111,9 +120,13 @@ class Deployment:
 
     def mounted(self, *argv: str) -> list[str]:
         """``argv`` started in ``/`` with the project mounted read-only (when bubblewrap can: a
-        real read-only mount, which holds for root, unlike permission bits)."""
-        mount = ["bwrap", "--dev-bind", "/", "/", "--ro-bind", str(self.project), str(self.project), "--chdir", "/"]
-        return [*(mount if self.read_only else []), *argv]
+        real read-only mount, which holds for root, unlike permission bits), as the worker
+        user when there is one (:mod:`tests.airflow.deploy.worker_user`)."""
+        if not self.read_only:
+            return list(argv)
+        reach = exposing_mounts(interpreter_paths(), [self.base]) if self.user is not None else []
+        mount = ["bwrap", "--dev-bind", "/", "/", *reach, "--ro-bind", str(self.project), str(self.project), "--chdir", "/"]
+        return [*mount, *(self.user.drop() if self.user is not None else []), *argv]
 
     def argv(self, *args: str) -> list[str]:
         """``airflow ARGS`` with the deployment's interpreter (and so its Airflow), mounted as :meth:`mounted` says."""

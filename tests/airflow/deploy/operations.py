@@ -28,7 +28,8 @@ class Operations:
     killed_batches: dict[str, Any] = field(default_factory=dict)
     misspelt_run: str = ""  # runner_daily_report with {"task": "daily_reprot"}
     backfill: Any = None  # `airflow backfill create`
-    cleared: Any = None  # `airflow tasks clear` of the first backfilled run's task
+    cleared: Any = None  # the REST clear (as the UI's) of the first backfilled run's task
+    cli_cleared: Any = None  # `airflow tasks clear -s -e` of the second backfilled run's task
     tasks_test: Any = None  # `airflow tasks test`
     bad_row_run: str = ""  # a fan-out with a row the endpoint always refuses
 
@@ -112,3 +113,24 @@ def clear_first_backfilled(deployment: Deployment) -> tuple[Any, str, int]:
     deployment.wait(ran_again, 300, "the cleared task to run again")
     deployment.wait_for_run("runner_daily_report", run["dag_run_id"], 120)  # the run's state follows its task's
     return answer, str(run["dag_run_id"]), before
+
+
+def clear_second_backfilled_with_cli(deployment: Deployment) -> tuple[subprocess.CompletedProcess[str], str, int]:
+    """``airflow tasks clear`` of the second backfilled run's task, selected as the CLI selects
+    runs (by logical date: ``-s``/``-e`` are inclusive bounds on it), wait for it to run again;
+    ``(the CLI's process, the dag run id, the try number before the clear)``."""
+    day = BACKFILL_DATES[1]
+    run = next(r for r in backfilled_runs(deployment) if r["logical_date"].startswith(day))
+    _, before = task_state(deployment, "runner_daily_report", run["dag_run_id"], "daily_report")
+    # Airflow 3.3 matches --task-regex as a substring of the task id, not as a regex:
+    # '^daily_report$' would match no task and clear nothing, silently (README: Airflow)
+    done = deployment.airflow("tasks", "clear", "runner_daily_report", "--task-regex", "daily_report",
+                              "--start-date", day, "--end-date", day, "--yes")  # fmt: skip
+
+    def ran_again() -> bool:
+        state, attempt = task_state(deployment, "runner_daily_report", run["dag_run_id"], "daily_report")
+        return state in ("success", "failed") and attempt > before
+
+    deployment.wait(ran_again, 300, "the task cleared by `airflow tasks clear` to run again")
+    deployment.wait_for_run("runner_daily_report", run["dag_run_id"], 120)
+    return done, str(run["dag_run_id"]), before

@@ -49,6 +49,7 @@ from runner.model.batch_endpoints import BatchBehaviour
 from tests.airflow.deploy import operations as ops_
 from tests.airflow.deploy.deployment import REPO, Deployment, free_port
 from tests.airflow.deploy.operations import BACKFILL_DATES, MISSPELT_TASK, TASKS_TEST_DATE, Operations
+from tests.airflow.deploy.worker_user import worker_user
 from tests.support.project import copy_shipped
 from tests.wheel import build_and_install
 
@@ -99,6 +100,7 @@ pipeline:
       tool: chart
       depends_on: [totals]
       args: {table: totals, kind: bar, x: region, y: revenue_sum, title: Revenue, filename: regions.png}
+    - {id: sandboxed, tool: shell, depends_on: [load], args: {command: "echo written-in-the-sandbox > probe.txt && cat probe.txt"}}
     - {id: draft, agent: plain, depends_on: [totals], goal: "DRAFT {{ inputs.date }}: {{ steps.totals.data.records | length }} regions"}
     - {id: final, agent: plain, depends_on: [draft, chart], goal: "FINAL {{ steps.draft.output }}"}
 report:
@@ -220,8 +222,10 @@ def _wipe_local_disk(deployment: Deployment) -> list[str]:
     state directory, and what a writable project would hold)."""
     places = [deployment.state, deployment.project / ".runner", deployment.project / "reports"]
     gone = [str(p.relative_to(place)) for place in places for p in place.rglob("*") if p.is_file()]
-    for place in places:
+    for place in places[1:]:
         shutil.rmtree(place, ignore_errors=True)
+    for path in deployment.state.iterdir():  # the directory stays: the deployer provisioned it for the worker's user
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     return sorted(gone)
 
 
@@ -253,7 +257,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
     project, tickets, capped = _project(base)
     begun = time.monotonic()
     _, package = build_and_install(base / "wheel")  # the deployment runs the package as built, not the checkout
-    deployment = Deployment(base, DATABASE_URL, project, package)
+    deployment = Deployment(base, DATABASE_URL, project, package, worker_user())
     deployment.timed("wheel built and installed", begun)
     ops = Operations()
     triage = yaml.safe_load((REPO / "examples/batch/triage_script.yaml").read_text())
@@ -316,6 +320,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
             for run in deployment.runs("runner_daily_report"):
                 deployment.wait_for_run("runner_daily_report", run["dag_run_id"], 600)
             ops.cleared = ops_.clear_first_backfilled(deployment)
+            ops.cli_cleared = ops_.clear_second_backfilled_with_cli(deployment)
             for run_id in (batch.run_id, ops.killed_run):
                 deployment.wait_for_run("runner_batch_api", run_id, 600)
             deployment.timed("every DAG run, triggered to finished", started)
@@ -337,8 +342,8 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
 
 DAG_IDS = ("runner_daily_report", "runner_batch_fanout", "runner_batch_api")
 PACKAGE_CHECK = """
-import json, sys, runner, runner.airflow.operator
-print("RUNNER", json.dumps({"module": runner.__file__, "cwd": __import__("os").getcwd(), "path0": sys.path[0]}))
+import json, os, sys, runner, runner.airflow.operator
+print("RUNNER", json.dumps({"module": runner.__file__, "cwd": os.getcwd(), "path0": sys.path[0], "uid": os.geteuid()}))
 """
 
 
@@ -453,7 +458,7 @@ def test_a_retry_on_a_wiped_disk_resumes_the_run_and_pays_nothing_twice(outcome:
     report = outcome.deployment.reports / "resume_check" / run_id
     record = json.loads((report / "report.json").read_text())
     assert [s["id"] for s in record["steps"] if s.get("resumed")] == ["draft"]
-    assert any("not on this machine" in w and "chart, load, totals ran again" in w for w in record["warnings"])
+    assert any("not on this machine" in w and "chart, load, sandboxed, totals ran again" in w for w in record["warnings"])
     assert (report / "artifacts/charts/regions.png").is_file()  # rebuilt by the tool steps that ran again
     second_try = _task_log(outcome, "runner_daily_report", "daily_report", -1, 2)
     assert f"runner run {run_id}: completed" in second_try
@@ -703,3 +708,37 @@ def test_the_task_log_shows_the_runs_progress_and_summary(outcome: Outcome) -> N
     assert "started: task resume_check, resuming (attempt 2; reusing draft)" in log
     assert "[final] agent step started (plain)" in log and "| spent $" in log
     assert re.search(r"run resume_check-af-\w+ completed \(exit 0\): \d+ model call\(s\), \d+ tool call", log)
+
+
+def test_the_tasks_ran_as_the_non_root_worker_user(outcome: Outcome) -> None:
+    deployment = outcome.deployment
+    user = deployment.user
+    if user is None:
+        pytest.skip("no $RUNNER_AIRFLOW_DEPLOY_USER (set by .ci/airflow_e2e.sh), or not root, or no bubblewrap")
+    assert outcome.package_check["runner"]["uid"] == user.uid, outcome.package_check
+    written = [p for place in (deployment.state, deployment.shared) for p in place.rglob("*")]
+    assert any(p.name == "report.json" for p in written) and (deployment.state / "workspaces").is_dir()
+    foreign = [str(p) for p in written if p.lstat().st_uid != user.uid]
+    assert foreign == [], "everything the tasks wrote is the worker user's"
+    shared = [p for p in deployment.shared.rglob("*") if p.is_file()]
+    private = [f"{p.relative_to(deployment.shared)} {oct(p.stat().st_mode)}" for p in shared if not p.stat().st_mode & 0o004]
+    assert shared and private == [], "reports and outputs in the shared location are readable by the deployment's other users"
+    ((run_id,),) = _store("SELECT run_id FROM runs WHERE task = 'resume_check'")
+    record = json.loads((deployment.reports / "resume_check" / run_id / "report.json").read_text())
+    sandboxed = next(s for s in record["steps"] if s["id"] == "sandboxed")  # bubblewrap started by the non-root worker
+    assert sandboxed["status"] == "completed" and "written-in-the-sandbox" in json.dumps(sandboxed), sandboxed
+    keys = list(deployment.state.rglob("project-cache.key"))  # no home directory: the per-user cache is in the state dir
+    assert [k.relative_to(deployment.state).parts[0] for k in keys] == ["user-cache"], keys
+    assert keys[0].stat().st_mode & 0o077 == 0
+
+
+def test_airflow_tasks_clear_with_dates_reruns_a_backfilled_task_and_resumes_its_run(outcome: Outcome) -> None:
+    done, run_id, before = outcome.ops.cli_cleared
+    assert "Clearing" in done.stdout + done.stderr or done.returncode == 0, done.stderr[-2000:]
+    assert outcome.states[run_id] == {("daily_report", -1): ("success", before + 1)}
+    day = BACKFILL_DATES[1]
+    rows = [(a, s) for r, i, a, s in _store("SELECT run_id, inputs_json, attempts, status FROM runs WHERE task = 'daily_report'")
+            if json.loads(i)["date"] == day]  # fmt: skip
+    assert rows == [(before + 1, "completed")]  # the same runner run, resumed: nothing paid twice
+    log = _task_log(outcome, "runner_daily_report", "daily_report", -1, before + 1, run_id)
+    assert "[summary] reused from an earlier attempt (completed)" in log
