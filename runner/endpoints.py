@@ -89,3 +89,14 @@ def safe_url(url: str) -> str:
         port = None
     netloc = f"{host}:{port}" if port else host
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def shown_url(url: str) -> str:
+    """``url`` without user info, query string or fragment, which may carry credentials; works
+    on text :func:`safe_url` cannot parse (``http://user:key@[::1``)."""
+    scheme, separator, rest = url.strip().partition("://")
+    if not separator:
+        scheme, rest = "", url.strip()
+    authority, slash, path = rest.partition("?")[0].partition("#")[0].partition("/")
+    shown = f"***@{authority.rpartition('@')[2]}" if "@" in authority else authority
+    return f"{scheme}{separator}{shown}{slash}{path}"[:200]

@@ -33,8 +33,9 @@ def write_atomic(path: Path, data: bytes) -> Path:
 
 
 def write_text_atomic(path: Path, text: str) -> Path:
-    """:func:`write_atomic` for UTF-8 text."""
-    return write_atomic(path, text.encode("utf-8"))
+    """:func:`write_atomic` for UTF-8 text; a lone surrogate (model or tool text may hold one)
+    is written as its ``\\udXXX`` escape instead of failing the whole file."""
+    return write_atomic(path, text.encode("utf-8", "backslashreplace"))
 
 @contextlib.contextmanager
 def replacing(path: Path) -> Iterator[Path]:

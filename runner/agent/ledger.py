@@ -26,6 +26,9 @@ from runner.model.base import Tariff
 
 BILLABLE_FAULTS = frozenset({"timeout", "connection", "invalid_response"})
 """Failed attempts the endpoint may still have processed (and billed)."""
+LIVE_BILLABLE_FAULTS = BILLABLE_FAULTS | {"server_error"}
+"""The same for a live call, where a 5xx may come after the completion was billed (a gateway
+answers 500/502/504 while its upstream finishes); a provider batch line's error is not billed."""
 
 
 class CallRecorder(Protocol):
@@ -68,7 +71,7 @@ class CallLedger:
         """The endpoint failed this attempt with ``kind`` and the client will retry: settle it,
         then reserve the retry (a cap reached here stops the retries). With ``tariff`` the
         retry is billed at that price, and reserved at it."""
-        self.failed(kind, message)
+        self.failed(kind, message, billable=BILLABLE_FAULTS if tariff is not None else LIVE_BILLABLE_FAULTS)
         if tariff is not None and self.reprice is not None:
             self.estimate = self.reprice(self.estimate, tariff)
             self.worst = Usage(self.estimate.input_tokens, self.estimate.output_tokens, 0, self.estimate.cost_usd)
@@ -91,11 +94,12 @@ class CallLedger:
             self._held.settle(usage)
             self._held = None
 
-    def failed(self, kind: str, message: str) -> None:
-        """The attempt failed: counted at its worst case when it may have been billed."""
+    def failed(self, kind: str, message: str, *, billable: frozenset[str] = LIVE_BILLABLE_FAULTS) -> None:
+        """The attempt failed: counted at its worst case when it may have been billed (its
+        ``kind`` is in ``billable``)."""
         if self._held is None:
             return
-        billed = kind in BILLABLE_FAULTS
+        billed = kind in billable
         failed = replace(self._entry(self.worst if billed else Usage(), "error"), error=message, error_kind=kind)
         try:
             self.recorder.model_call(failed, self._ledger_id)

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from runner.config.specs import CAP_NAMES, Caps
+from runner.endpoints import shown_url
 from runner.errors import UsageError
 
 CAP_FLAGS = (
@@ -78,9 +79,9 @@ class EndpointURL(click.ParamType):
             parts = urlsplit(text)
             parts.port  # noqa: B018  (raises ValueError for a bad port)
         except ValueError as exc:
-            self.fail(f"{value!r} is not a URL ({exc}); give e.g. http://localhost:11434/v1", param, ctx)
+            self.fail(f"{shown_url(text)!r} is not a URL ({exc}); give e.g. http://localhost:11434/v1", param, ctx)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            self.fail(f"{value!r}: give an http:// or https:// URL with a host, e.g. http://localhost:11434/v1", param, ctx)
+            self.fail(f"{shown_url(text)!r}: give an http:// or https:// URL with a host, e.g. http://localhost:11434/v1", param, ctx)
         return text
 
 

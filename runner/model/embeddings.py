@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import random
 import threading
 import time
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from typing import Any, Protocol
 from runner.endpoints import DEFAULT_BASE_URL, same_endpoint
 from runner.errors import ConfigError, ModelError
 from runner.knowledge.spec import EmbeddingSpec
+from runner.model.faults import Fault, RetryPolicy
 from runner.model.openai_faults import ENDPOINT_EXCEPTIONS, classify
 
 
@@ -51,8 +53,10 @@ class OpenAIEmbedder:
         from runner.model.response_cap import capped_http_client
 
         self._model, self.batch_size, self._secrets, self._timeout = model, batch_size, [api_key], timeout_seconds
-        self._client = openai.AsyncOpenAI(api_key=api_key or "none", base_url=base_url, timeout=timeout_seconds, max_retries=2,
+        # The SDK's retries are off: a hidden retry would be billed without being reserved.
+        self._client = openai.AsyncOpenAI(api_key=api_key or "none", base_url=base_url, timeout=timeout_seconds, max_retries=0,
                                           http_client=capped_http_client())  # fmt: skip
+        self._retry, self._rng = RetryPolicy(max_retries=2), random.Random()
 
     @property
     def model(self) -> str:
@@ -65,10 +69,25 @@ class OpenAIEmbedder:
         return vectors
 
     async def _batch(self, texts: list[str]) -> list[list[float]]:
+        """One request, retried here rather than by the SDK: each attempt is reserved and
+        settled on its own, since an endpoint may bill an attempt and then answer 5xx."""
+        attempt = 0
+        while True:
+            attempt += 1
+            outcome = await self._attempt(texts)
+            if not isinstance(outcome, Fault):
+                return outcome
+            decision = self._retry.wait_before_retry(outcome, attempt, self._rng)
+            if isinstance(decision, ModelError):
+                tried = f" (after {attempt} attempts)" if attempt > 1 else ""
+                raise ModelError(decision.kind, f"embeddings: {outcome.message}{tried}") from None
+            await asyncio.sleep(decision)
+
+    async def _attempt(self, texts: list[str]) -> list[list[float]] | Fault:
         call = self.meter.open(self._model, texts) if self.meter is not None else None  # may raise CapReached
         started = time.monotonic()
         try:
-            async with asyncio.timeout(self._timeout * 3):  # the SDK's own retries included; a dripping answer ends
+            async with asyncio.timeout(self._timeout * 1.5):  # a backstop: a dripping answer ends
                 response = await self._client.embeddings.create(model=self._model, input=texts, encoding_format="float")
             data = sorted(response.data, key=lambda item: item.index)
             if len(data) != len(texts) or any(not item.embedding for item in data):
@@ -77,11 +96,11 @@ class OpenAIEmbedder:
             fault = classify(exc, self._secrets)
             if call is not None:
                 call.failed(fault.kind, f"embeddings: {fault.message}")
-            raise ModelError(fault.kind, f"embeddings: {fault.message}") from None
+            return fault
         except TimeoutError:
             if call is not None:
                 call.failed("timeout", "embeddings: no complete answer in time")
-            raise ModelError("timeout", f"embeddings: no complete answer within {self._timeout * 3:g} s") from None
+            raise ModelError("timeout", f"embeddings: no complete answer within {self._timeout * 1.5:g} s") from None
         except ModelError as exc:
             if call is not None:
                 call.failed(exc.kind, str(exc))

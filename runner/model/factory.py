@@ -23,10 +23,12 @@ from runner.endpoints import (
     choose_key,
     safe_url,
     same_endpoint,
+    shown_url,
     standard_endpoint,
 )
 from runner.errors import ConfigError, Problem
 from runner.model.base import ChatModel, Tariff
+from runner.redact import redact
 
 if TYPE_CHECKING:
     from runner.config.project import Project
@@ -75,7 +77,7 @@ def resolve_endpoint(
         return Endpoint("local", LOCAL_MODEL_ID)
     base_url = base_url_override or spec.base_url or env.get("OPENAI_BASE_URL") or None
     if base_url is not None:
-        _check_base_url(base_url, "--base-url" if base_url_override else "model.base_url" if spec.base_url else "$OPENAI_BASE_URL")
+        check_base_url(base_url, _base_url_setting(spec, base_url_override))
     target = base_url or DEFAULT_BASE_URL
     key, withheld = choose_key(target, _key_candidates(spec, base_url_override, api_key, env))
     if key is None and withheld:  # sending none could hide the mistake behind a 401; one would leak
@@ -90,21 +92,37 @@ def resolve_endpoint(
     return Endpoint("openai", model_id, base_url, key or "not-needed")
 
 
-def _check_base_url(url: str, where: str) -> None:
+def check_base_url(url: str, where: str) -> None:
     """A :class:`ConfigError` naming ``where`` the URL came from unless it is an http(s) URL
-    with a host (and a numeric port): anything else fails every call, after retries."""
-    from urllib.parse import urlsplit
+    with a host (and a numeric port): anything else fails every call, after retries, and one
+    Python cannot parse at all (``http://[::1``) used to end the run with a traceback. The
+    message never shows the URL's user info or query, which may hold a key."""
+    from urllib.parse import SplitResult, urlsplit
 
-    parts = urlsplit(url.strip())
     try:
-        parts.port  # noqa: B018  # raises on a port that is not a number in range
-        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts: SplitResult | None = urlsplit(url.strip())
     except ValueError:
+        parts = None
+    try:
+        usable = parts is not None and parts.port != -1 and parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # a port that is not a number in range
         usable = False
     if not usable:
-        shown = f"{parts.scheme}://{parts.hostname or ''}{parts.path}" if parts.scheme else url[:60]  # never user info
+        if parts is not None and parts.scheme in ("http", "https"):
+            shown = f"{parts.scheme}://{parts.hostname or ''}{parts.path}"
+        else:  # not parsed, or not http(s): "user:sk-...@host" parses as scheme "user"; a key pasted here
+            shown = redact(shown_url(url))
         raise ConfigError(f"{where} {shown!r} is not an http(s) URL with a host (and a port from 1 to 65535); give the endpoint's base URL, "
                           "e.g. http://localhost:11434/v1 or https://api.openai.com/v1")  # fmt: skip
+
+
+def _base_url_setting(spec: ModelSpec, base_url_override: str | None) -> str:
+    """Where the base URL in use was set, for an error message."""
+    if base_url_override:
+        return "--base-url"
+    if spec.base_url:
+        return f"{spec.source}: /model/base_url" if spec.source else "model.base_url"
+    return "$OPENAI_BASE_URL"
 
 
 class KeyRefused(ConfigError):

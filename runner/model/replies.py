@@ -43,12 +43,15 @@ class ScriptedToolCall:
 
 @dataclass(frozen=True)
 class HttpFault:
-    """An HTTP error answer: ``status``, optional ``Retry-After`` seconds, body, headers."""
+    """An HTTP error answer: ``status``, optional ``Retry-After`` seconds, body, headers.
+    ``billed``: the endpoint produced (and billed) the completion first, then failed, like a
+    gateway whose upstream finished after the gateway gave up."""
 
     status: int
     retry_after: float | None = None
     body: str | dict[str, Any] | None = None
     headers: tuple[tuple[str, str], ...] = ()
+    billed: bool = False
 
     def body_bytes(self) -> tuple[bytes, str]:
         """The body and its content type; by default an OpenAI-style error object."""
@@ -213,7 +216,7 @@ def _tool_call_from_obj(obj: object, where: str) -> ScriptedToolCall:
 
 
 def _fault_from_obj(obj: object, where: str) -> HttpFault:
-    data = check_keys(obj, ("status", "retry_after", "body", "headers"), where)
+    data = check_keys(obj, ("status", "retry_after", "body", "headers", "billed"), where)
     status = data.get("status")
     if not isinstance(status, int) or not 400 <= status <= 599:
         raise ConfigError(f"{where}.status: expected an HTTP error status 400-599, got {status!r}")
@@ -224,6 +227,7 @@ def _fault_from_obj(obj: object, where: str) -> HttpFault:
         retry_after=float(retry_after) if retry_after is not None else None,
         body=_optional(data, "body", (str, dict), where),
         headers=tuple((str(k), str(v)) for k, v in headers.items()),
+        billed=bool(_optional(data, "billed", bool, where)),
     )
 
 

@@ -31,6 +31,7 @@ Rule format (YAML or JSON; a bare list is taken as ``rules``)::
       - times: 2
         reply: {fault: {status: 429, retry_after: 1}}  # also: body (str|dict), headers
       - reply: {fault: {status: 503}}
+      - reply: {fault: {status: 500, billed: true}, usage: {completion_tokens: 100}}  # billed, then failed
       - reply: {invalid_json: true}                    # a 200 whose body is not JSON
       - reply: {hang_seconds: 30}                      # send nothing, then drop the connection
       - reply: {content: "slow", latency_seconds: 0.2, finish_reason: length}

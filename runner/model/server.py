@@ -311,6 +311,8 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.latency_seconds and closing.wait(reply.latency_seconds):
             return
         if reply.fault is not None:
+            if reply.fault.billed:
+                self.server.owner.bill(reply.completion(body, match.serial, match.tokenizer))
             return self._send_fault(reply.fault)
         stream_options = body.get("stream_options") or {}
         completion = reply.completion(body, match.serial, match.tokenizer)

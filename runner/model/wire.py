@@ -8,6 +8,7 @@ parses answers the same way.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,7 +65,7 @@ def parse_completion(data: object) -> ModelResponse:
         raise InvalidResponse("the first choice has no message")
     content = message.get("content")
     return ModelResponse(
-        content=content if isinstance(content, str) else None,
+        content=visible_surrogates(content) if isinstance(content, str) else None,
         tool_calls=tuple(_parse_tool_call(call) for call in message.get("tool_calls") or ()),
         usage=parse_usage(data.get("usage")),
         model=str(data.get("model") or ""),
@@ -136,7 +137,7 @@ class StreamAccumulator:
             for _, c in sorted(self._calls.items())
         )
         return ModelResponse(
-            content="".join(self._content) if self._content else None,
+            content=visible_surrogates("".join(self._content)) if self._content else None,
             tool_calls=calls,
             usage=self.usage,
             model=self.model,
@@ -160,7 +161,22 @@ def _parse_tool_call(call: object) -> ToolCall:
     if not isinstance(arguments, str):
         # Some OpenAI-compatible servers send the arguments as an object.
         arguments = json.dumps(arguments if arguments is not None else {})
-    return ToolCall(id=str(call.get("id") or ""), name=str(function["name"]), arguments=arguments)
+    return ToolCall(
+        id=visible_surrogates(str(call.get("id") or "")),
+        name=visible_surrogates(str(function["name"])),
+        arguments=visible_surrogates(arguments),
+    )
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def visible_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate (JSON may spell one: ``"\\ud800"``) as its escape
+    ``\\ud800``: no file, terminal or hash can encode one, and a model's answer or tool call
+    holding one used to end the run when its report was written. In tool-call arguments the
+    escape is the JSON spelling of the same character, which the tool registry refuses."""
+    return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text) if _SURROGATE.search(text) else text
 
 
 MAX_REPORTED_TOKENS = 1 << 40

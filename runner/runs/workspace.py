@@ -16,7 +16,6 @@ import contextlib
 import errno
 import os
 import secrets
-import shutil
 import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -28,6 +27,7 @@ from runner.errors import ConfigError, WorkspaceTampered
 from runner.local_state import state_path
 from runner.redact import redact
 from runner.runs.options import RunOptions
+from runner.tools.disk_quota import remove_tree
 from runner.tools.paths import open_beneath
 
 _CHUNK = 1 << 20
@@ -100,10 +100,8 @@ def wipe_workspace(workspace: Path) -> None:
         return
     if not stat.S_ISDIR(info.st_mode):
         raise WorkspaceTampered(f"cannot wipe the workspace {workspace}: it is not a directory ({_kind(info.st_mode)})")
-    if not shutil.rmtree.avoids_symlink_attacks:  # pragma: no cover - every Linux Python has the fd-based rmtree
-        raise WorkspaceTampered(f"cannot wipe the workspace {workspace} safely on this platform; remove it by hand")
     try:
-        shutil.rmtree(workspace)
+        remove_tree(workspace)
     except OSError as error:
         raise WorkspaceTampered(
             f"cannot wipe the workspace {workspace} for a fresh attempt: {error.strerror or error}; "

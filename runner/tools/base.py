@@ -79,6 +79,11 @@ class ToolContext:
             raise ValueError(f"workspace {str(root)!r} is not a directory")
         object.__setattr__(self, "workspace", root)
 
+    @property
+    def disk_quota_bytes(self) -> int:
+        """The most the workspace may hold (``sandbox.disk_mb``), also for what tools write on the host."""
+        return self.sandbox.disk_mb * 1024 * 1024
+
     def settings_for(self, tool_name: str) -> Mapping[str, Any]:
         """The YAML settings of one tool (empty when none were given)."""
         return self.settings.get(tool_name, {})
@@ -130,13 +135,15 @@ def to_result(value: object) -> ToolResult:
 
 
 def redact_result(result: ToolResult, secrets: Sequence[str]) -> ToolResult:
-    """Return ``result`` with every secret replaced by ``[REDACTED]``."""
-    return ToolResult(
-        content=redact_secrets(result.content, secrets),
-        artifacts=result.artifacts,
-        data=redact_secrets(result.data, secrets),
-        sources=result.sources,
-    )
+    """Return ``result`` with every secret replaced by ``[REDACTED]``; an artifact whose path
+    holds one (sandboxed code can name a file after the key) is not reported at all, since
+    the run record, the event stream and the report's copy would all carry its name."""
+    kept = [path for path in result.artifacts if redact_secrets(path, secrets) == path]
+    content = redact_secrets(result.content, secrets)
+    if len(kept) < len(result.artifacts):
+        note = f"[note: {len(result.artifacts) - len(kept)} written file(s) not reported: their names hold a secret]"
+        content = f"{content}\n{note}" if content else note
+    return ToolResult(content=content, artifacts=kept, data=redact_secrets(result.data, secrets), sources=result.sources)
 
 
 ToolFunction = Callable[..., Any]

@@ -23,9 +23,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from runner.errors import ToolFailure
 from runner.tools.capture import Watch, run_bounded
 from runner.tools.cgroups import CallCgroup, CgroupError, CgroupEvents, CgroupLimits, probe_cgroups
-from runner.tools.disk_quota import MIB, DiskQuota, DiskReport
+from runner.tools.disk_quota import MAX_DEPTH, MIB, DiskQuota, DiskReport
 from runner.tools.seccomp import SeccompFilter, open_program, seccomp_filter
 
 if TYPE_CHECKING:
@@ -53,6 +54,11 @@ class CallLimits:
     def __enter__(self) -> CallLimits:
         notes = list(unenforced_here(self.policy.network, self.bwrap))
         self._quota = DiskQuota(self.workspace, self.policy.disk_mb * MIB)
+        if self._quota.before.too_deep:  # what a call wrote down there could be neither counted nor removed
+            raise ToolFailure(
+                f"refused: the workspace is nested more than {MAX_DEPTH} directories deep, so its disk quota "
+                "(sandbox.disk_mb) cannot be measured; no sandboxed call runs until the deep tree is removed"
+            )
         self._next_disk_check = time.monotonic() + DISK_CHECK_SECONDS
         try:
             notes += self._open_group()

@@ -94,14 +94,15 @@ class DiskQuota:
         except OSError:
             return False  # the call is changing the tree under the walk; the check after it decides
         self.peak = max(self.peak, now.total)
-        self.went_too_deep |= now.too_deep and not self.before.too_deep
+        # a workspace already too deep cannot be measured at all: the call fails (fail closed)
+        self.went_too_deep |= now.too_deep
         return now.total > self.allowance or self.went_too_deep
 
     def settle(self) -> DiskReport:
         """After the call (all its processes gone): remove its writes if it went over quota
         at any point it was measured (deleting the flood just before the end does not help)."""
         after = scan(self.workspace)
-        too_deep = self.went_too_deep or (after.too_deep and not self.before.too_deep)
+        too_deep = self.went_too_deep or after.too_deep
         used = max(after.total, self.peak)
         if used <= self.allowance and not too_deep:
             return DiskReport(self.limit, after.total)
@@ -173,6 +174,14 @@ def remove_entries(root: Path, paths: list[str]) -> list[str]:
             except OSError as error:
                 failed.append(f"{path} ({error.strerror})")
     return failed
+
+
+def remove_tree(path: Path) -> None:
+    """Remove the directory ``path`` and all it holds, of any depth, never following a link
+    (``shutil.rmtree`` recurses once per level: a tree a few thousand levels deep would raise
+    ``RecursionError``). Raises :class:`OSError` when something cannot be removed."""
+    with _opened(_open_readable(None, str(path.parent))) as parent_fd:
+        _remove(parent_fd, path.name)
 
 
 def _remove(parent_fd: int, name: str) -> None:

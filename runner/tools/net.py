@@ -20,7 +20,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.parse import SplitResult, urljoin, urlsplit, urlunsplit
 
 from runner.errors import ToolFailure
 
@@ -131,7 +131,7 @@ async def _fetch(
                 raise ToolFailure(f"request to {url} failed: {error}") from None
             try:
                 if response.status_code in _REDIRECTS and "location" in response.headers:
-                    next_url = urljoin(url, response.headers["location"])
+                    next_url = _joined(url, response.headers["location"])
                     headers = _headers_for_redirect(url, next_url, headers)
                     if response.status_code in (301, 302, 303) and method != "HEAD":
                         method, params, json_body, content = "GET", None, None, None
@@ -155,7 +155,7 @@ def _httpx() -> Any:
 
 async def check_destination(url: str, policy: NetworkPolicy) -> Destination:
     """Refuse ``url`` unless it is http(s) to an allowed host with only public addresses."""
-    parts = urlsplit(url)
+    parts = _split(url)
     if parts.scheme not in ("http", "https"):
         raise ToolFailure(f"refused: only http and https URLs are allowed, not '{parts.scheme}:'")
     if parts.username is not None or parts.password is not None:
@@ -164,7 +164,7 @@ async def check_destination(url: str, policy: NetworkPolicy) -> Destination:
     if not host:
         raise ToolFailure(f"refused: '{url}' has no host")
     _check_host_lists(host, policy)
-    addresses = await _resolve(host, parts.port or (443 if parts.scheme == "https" else 80))
+    addresses = await _resolve(host, _port(parts) or (443 if parts.scheme == "https" else 80))
     for address in addresses:
         if not _is_public(address) and not _exempt(address, policy):
             raise ToolFailure(
@@ -172,6 +172,30 @@ async def check_destination(url: str, policy: NetworkPolicy) -> Destination:
                 "(loopback, private, link-local, multicast and reserved ranges are blocked)"
             )
     return Destination(url=url, host=host, address=addresses[0])
+
+
+def _split(url: str) -> SplitResult:
+    """``url``'s parts; a URL Python cannot parse (``http://[::1``) is refused, not raised."""
+    try:
+        return urlsplit(url)
+    except ValueError as error:
+        raise ToolFailure(f"refused: '{url[:200]}' is not a valid URL ({error})") from None
+
+
+def _port(parts: SplitResult) -> int | None:
+    """The URL's port; one out of range or not a number (``:99999``, ``:-1``) is refused."""
+    try:
+        return parts.port
+    except ValueError as error:
+        raise ToolFailure(f"refused: '{parts.geturl()[:200]}' has an invalid port ({error})") from None
+
+
+def _joined(base: str, location: str) -> str:
+    """Where a redirect's ``Location`` leads; one that is not a URL ends the request."""
+    try:
+        return urljoin(base, location)
+    except ValueError as error:
+        raise ToolFailure(f"{base[:200]} redirected to an invalid URL ({error})") from None
 
 
 def _check_host_lists(host: str, policy: NetworkPolicy) -> None:

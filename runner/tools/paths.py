@@ -39,6 +39,9 @@ _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
 _SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "arm64": 437}
 _MAX_PATH = 4096
+MAX_PATH_DEPTH = 32
+"""Components a model-given path may have: the file tools never make a tree deeper than the
+disk quota can measure (``disk_quota.MAX_DEPTH``), or than host-side walks handle."""
 # Names a report cannot show faithfully: control characters, and bytes that are not UTF-8
 # (os.fsdecode turns those into lone surrogates).
 _UNREPORTABLE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
@@ -81,6 +84,8 @@ def split_relative(path: str, *, allow_root: bool = False) -> list[str]:
     if path.startswith("/"):
         raise WorkspacePathError(f"refused: '{path}' is absolute; give a path relative to the workspace")
     parts = [part for part in path.split("/") if part not in ("", ".")]
+    if len(parts) > MAX_PATH_DEPTH:
+        raise WorkspacePathError(f"refused: the path is nested {len(parts)} levels deep; at most {MAX_PATH_DEPTH} are allowed")
     if ".." in parts:
         raise WorkspacePathError(f"refused: '{path}' contains '..'; paths must stay in the workspace")
     if not parts and not allow_root:
@@ -118,9 +123,17 @@ def workspace_file_size(root: Path, path: str) -> int:
         return _require_plain_file(fd, path).st_size
 
 
-def write_workspace_file(root: Path, path: str, data: bytes, *, make_parents: bool = True) -> None:
-    """Atomically replace ``path`` under ``root`` with ``data`` (temp file + rename)."""
+def write_workspace_file(
+    root: Path, path: str, data: bytes, *, make_parents: bool = True, quota_bytes: int | None = None
+) -> None:
+    """Atomically replace ``path`` under ``root`` with ``data`` (temp file + rename).
+
+    With ``quota_bytes`` (the run's ``sandbox.disk_mb``), a write that would take the workspace
+    past it is refused: the file tools write on the host, where the sandbox's quota watch does
+    not look, and a table saved again and again under new names would fill the disk."""
     parts = split_relative(path)
+    if quota_bytes is not None:
+        _require_room(root, len(data), quota_bytes)
     with _root_fd(root) as root_fd, _directory(root_fd, parts[:-1], make_parents) as dir_fd:
         temp = f".{parts[-1][:64]}.{secrets.token_hex(8)}.tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -136,6 +149,17 @@ def write_workspace_file(root: Path, path: str, data: bytes, *, make_parents: bo
             raise _failure(error, path) from None
         finally:
             os.close(fd)
+
+
+def _require_room(root: Path, size: int, quota_bytes: int) -> None:
+    from runner.tools.disk_quota import ENTRY_BYTES, scan
+
+    used = scan(root, stop_above=quota_bytes).total
+    if used + max(size, ENTRY_BYTES) > quota_bytes:
+        raise WorkspacePathError(
+            f"refused: writing {size:,} bytes would take the workspace past its disk quota of "
+            f"{quota_bytes / (1024 * 1024):g} MB (sandbox.disk_mb); {used:,} bytes are in use"
+        )
 
 
 def list_workspace_files(

@@ -15,11 +15,11 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from runner import untrusted_json
-from runner.errors import ConfigError, InvalidToolCall, ToolFailure
+from runner.errors import ConfigError, InvalidToolCall, RunnerError, ToolFailure
 from runner.redact import redact_secrets
 from runner.tools.arguments import ArgumentsInvalid
 from runner.tools.base import Tool, ToolContext, ToolResult, redact_result
@@ -27,6 +27,7 @@ from runner.tools.written import checked_artifacts, take_snapshot, with_written_
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _MAX_ARGUMENTS_CHARS = 1_000_000
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class UnknownTool(InvalidToolCall):
@@ -109,7 +110,7 @@ class ToolRegistry:
         return [_openai_tool(self.get(name)) for name in selected]
 
     async def invoke(self, name: str, arguments_json: str | dict[str, Any], ctx: ToolContext) -> ToolResult:
-        """Validate the arguments and run the tool; secrets are redacted from the result,
+        """Validate the arguments and run the tool; secrets are redacted from the arguments and the result,
         and its artifacts are the files it named plus, for sandboxed tools, the files that
         are new or changed in the workspace (see :mod:`runner.tools.written`).
 
@@ -118,7 +119,10 @@ class ToolRegistry:
         names each problem and repeats the schema), or a failure the tool reports.
         """
         tool = self.get(name)
-        arguments = _parse_arguments(tool, arguments_json)
+        # A key in the arguments could only come from an endpoint echoing it: no tool needs one
+        # (tools that send keys read them from their settings), and none may write it to disk,
+        # to memory or into a URL.
+        arguments = redact_secrets(_parse_arguments(tool, arguments_json), ctx.secrets)
         try:
             validated = tool.arguments.validate(arguments)
         except ArgumentsInvalid as invalid:
@@ -134,9 +138,38 @@ class ToolRegistry:
             raise kind(redact_secrets(str(failure), ctx.secrets)) from None
         except OSError as error:  # the tool's I/O failed on what the model asked for (a name too long, a full disk)
             raise ToolFailure(f"tool '{tool.name}' failed: {_os_failure(error)}") from None
+        except RunnerError:
+            raise  # caps, configuration, an unavailable sandbox: these end the run as they should
+        except Exception as error:  # a model's arguments or a workspace it wrote broke the tool
+            raise ToolFailure(redact_secrets(f"tool '{tool.name}' failed: {_unexpected(error)}", ctx.secrets)) from None
         if before is not None:
             result = with_written_files(result, before, await asyncio.to_thread(take_snapshot, ctx.workspace))
-        return redact_result(checked_artifacts(result), ctx.secrets)
+        return redact_result(_without_surrogates(checked_artifacts(result)), ctx.secrets)
+
+
+def _without_surrogates(result: ToolResult) -> ToolResult:
+    """``result`` with each lone surrogate as a visible ``\\udcff`` escape: a file name that is
+    not UTF-8 (listed by ``os.scandir``) or a custom tool's text cannot be encoded, and the
+    run's hashing, reports and the next request all encode what a tool returned."""
+    if not _has_lone_surrogate([result.content, result.data]):
+        return result
+    return replace(result, content=_escaped(result.content), data=_escaped(result.data))
+
+
+def _escaped(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", value)
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_escaped(v) for v in value]
+    return value
+
+
+def _unexpected(error: Exception) -> str:
+    """An error no tool meant to raise, as one short line (the run goes on; the model sees it)."""
+    first = (str(error).strip().splitlines() or [""])[0][:300]
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
 def _os_failure(error: OSError) -> str:
@@ -180,8 +213,16 @@ def _openai_tool(tool: Tool) -> dict[str, Any]:
 
 
 def _parse_arguments(tool: Tool, arguments_json: str | dict[str, Any]) -> dict[str, Any]:
-    if isinstance(arguments_json, dict):
-        return arguments_json
+    value = arguments_json if isinstance(arguments_json, dict) else _decode_arguments(tool, arguments_json)
+    if _has_lone_surrogate(value):  # JSON may spell one ("\ud800"); no file name or text can hold it
+        raise InvalidToolCall(
+            f"arguments for tool '{tool.name}' contain a lone UTF-16 surrogate (such as \\ud800), which is not "
+            "a character; send valid Unicode text"
+        )
+    return value
+
+
+def _decode_arguments(tool: Tool, arguments_json: str) -> dict[str, Any]:
     text = arguments_json.strip()
     if not text:
         return {}
@@ -200,6 +241,22 @@ def _parse_arguments(tool: Tool, arguments_json: str | dict[str, Any]) -> dict[s
             f"arguments for tool '{tool.name}' must be a JSON object, got {type(value).__name__}. {_expected(tool)}"
         )
     return value
+
+
+def _has_lone_surrogate(value: object) -> bool:
+    """Whether a string anywhere in ``value`` (keys too) holds a lone surrogate."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return False
 
 
 def _reject_constant(name: str) -> Any:

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 TABLES_DIR = ".tables"
 TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 MAX_TABLE_BYTES = 512 * 1024 * 1024
+MAX_PARQUET_CELLS = 50_000_000
+"""Rows x columns a Parquet file may declare before the runner decodes it."""
 _MAX_CELL_CHARS = 60
 
 
@@ -44,7 +46,7 @@ def table_names(workspace: Path) -> list[str]:
     ]
 
 
-def save_table(workspace: Path, name: str, frame: pd.DataFrame) -> pd.DataFrame:
+def save_table(workspace: Path, name: str, frame: pd.DataFrame, *, quota_bytes: int | None = None) -> pd.DataFrame:
     """Store ``frame`` as table ``name``; return the frame as stored (mixed columns as text)."""
     path = table_path(name)
     frame = frame.copy()
@@ -57,7 +59,7 @@ def save_table(workspace: Path, name: str, frame: pd.DataFrame) -> pd.DataFrame:
         mixed = frame.select_dtypes(include="object").columns
         frame[mixed] = frame[mixed].astype(str)
         data = _parquet_bytes(frame)
-    write_workspace_file(workspace, path, data)
+    write_workspace_file(workspace, path, data, quota_bytes=quota_bytes)
     return frame
 
 
@@ -69,15 +71,45 @@ def _parquet_bytes(frame: pd.DataFrame) -> bytes:
 
 def load_table(workspace: Path, name: str) -> pd.DataFrame:
     """Table ``name`` as a DataFrame; ToolFailure naming the known tables if missing."""
-    import pandas as pd
-
     path = table_path(name)
     try:
         data = read_workspace_file(workspace, path, MAX_TABLE_BYTES)
     except ToolFailure:
         known = ", ".join(table_names(workspace)) or "none yet; use load_table first"
         raise ToolFailure(f"no table named '{name}' (tables: {known})") from None
-    return pd.read_parquet(io.BytesIO(data))
+    try:
+        return read_parquet(data, path)
+    except ToolFailure as failure:
+        raise ToolFailure(f"table '{name}' cannot be read ({failure}); load it again with load_table") from None
+
+
+def read_parquet(data: bytes, path: str) -> pd.DataFrame:
+    """A Parquet file from the workspace (sandboxed code may have written it) as a DataFrame.
+
+    Its footer is checked before anything is decoded: run-length and dictionary encoding let a
+    file of 700 KB hold 200 million rows, which would take gigabytes of the runner's memory.
+    """
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.ParquetFile(io.BytesIO(data)).metadata
+        cells = metadata.num_rows * max(metadata.num_columns, 1)
+        decoded = sum(
+            metadata.row_group(g).column(c).total_uncompressed_size
+            for g in range(metadata.num_row_groups) for c in range(metadata.row_group(g).num_columns)
+        )  # fmt: skip
+        if cells > MAX_PARQUET_CELLS or decoded > MAX_TABLE_BYTES:
+            raise ToolFailure(
+                f"{path} holds {metadata.num_rows:,} rows x {metadata.num_columns} columns ({decoded:,} bytes decoded); "
+                f"tables are limited to {MAX_PARQUET_CELLS:,} cells and {MAX_TABLE_BYTES:,} bytes"
+            )
+        return pd.read_parquet(io.BytesIO(data))
+    except ToolFailure:
+        raise
+    except Exception as error:  # not a Parquet file, or a damaged one
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        raise ToolFailure(f"{path} is not a readable Parquet file: {first}") from None
 
 
 def require_columns(frame: pd.DataFrame, columns: list[str], table: str) -> None:

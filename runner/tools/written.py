@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from runner.tools.base import ToolResult
-from runner.tools.paths import WorkspacePathError, open_beneath, reportable_path
+from runner.tools.paths import MAX_PATH_DEPTH, WorkspacePathError, open_beneath, reportable_path
 
 MAX_ENTRIES = 20_000
 """Entries listed per snapshot; a bigger workspace is listed in part (and the call says so)."""
@@ -40,6 +40,7 @@ class Snapshot:
     complete: bool = True
     unreportable: set[str] = field(default_factory=set)  # repr() of names a report cannot show
     unreadable: set[str] = field(default_factory=set)  # repr() of directories that could not be listed
+    too_deep: set[str] = field(default_factory=set)  # repr() of directories deeper than a report may name
 
 
 def take_snapshot(root: Path, max_entries: int = MAX_ENTRIES) -> Snapshot:
@@ -71,6 +72,9 @@ def with_written_files(result: ToolResult, before: Snapshot, after: Snapshot) ->
     if unreportable:
         shown = ", ".join(unreportable[:5]) + (", ..." if len(unreportable) > 5 else "")
         notes.append(f"names with control characters or bytes that are not UTF-8 are not reported: {shown}")
+    too_deep = sorted(after.too_deep - before.too_deep)
+    if too_deep:
+        notes.append(f"paths nested more than {MAX_PATH_DEPTH} levels are not reported: {', '.join(too_deep[:5])}")
     if after.unreadable:
         notes.append(
             f"directories that could not be listed were not checked for new files: {', '.join(sorted(after.unreadable)[:5])}"
@@ -125,7 +129,8 @@ def _add_entry(snapshot: Snapshot, pending: list[str], path: str, info: os.stat_
     try:
         reportable_path(path)
     except WorkspacePathError:
-        snapshot.unreportable.add(repr(path))
+        deep = path.count("/") >= MAX_PATH_DEPTH
+        (snapshot.too_deep if deep else snapshot.unreportable).add(repr(path))
         return
     if stat.S_ISDIR(info.st_mode):
         pending.append(path)

@@ -161,9 +161,12 @@ def test_the_model_sees_why_a_name_is_not_reported(project: Path) -> None:
 
 @pytest.mark.timeout(300)
 def test_a_key_written_into_files_never_reaches_the_report(project: Path) -> None:
+    # The key is built from two halves: tool arguments holding the key itself are redacted
+    # before any tool runs, but an endpoint can always spell it in pieces.
     code = f"""
 import base64, io, os, zipfile, zlib
-key = {KEY!r}.encode()
+key = ({KEY[:6]!r} + {KEY[6:]!r}).encode()
+open('notes.md', 'w').write('The key is ' + key.decode() + '.\\nAgain: ' + key.decode() + '\\n')
 open('key.bin', 'wb').write(b'\\x00\\x01' + key + b'\\x02')
 open('key16.bin', 'wb').write(b'\\x00' + key.decode().encode('utf-16-le'))
 buffer = io.BytesIO()
@@ -175,10 +178,7 @@ open('encoded.txt', 'w').write('token: ' + base64.b64encode(b'xx' + key).decode(
 open('clean.bin', 'wb').write(bytes(range(256)) * 4)
 print('wrote')
 """
-    calls = [
-        [{"name": "write_file", "arguments": {"path": "notes.md", "content": f"The key is {KEY}.\nAgain: {KEY}\n"}}],
-        [{"name": "python", "arguments": {"code": code}}],
-    ]
+    calls = [[{"name": "python", "arguments": {"code": code}}]]
     with ScriptedServer(script(*calls)) as server:
         result = runner(project, server, "run", "files")
     assert result.returncode == 0, result.stderr

@@ -153,7 +153,7 @@ async def _screenshot(ctx: ToolContext, tab: BrowserTab, page: Any) -> str:
     tab.screenshots += 1
     path = f"screenshots/{tab.step_id}-{tab.screenshots}.png"
     png = await page.screenshot(timeout=_ms(tab), full_page=False)
-    await asyncio.to_thread(write_workspace_file, ctx.workspace, path, png)
+    await asyncio.to_thread(write_workspace_file, ctx.workspace, path, png, quota_bytes=ctx.disk_quota_bytes)
     return path
 
 

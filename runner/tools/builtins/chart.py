@@ -60,7 +60,7 @@ def chart(
         raise ToolFailure(f"table '{table}' has {len(frame)} rows; query it down to {MAX_POINTS} first")
     path = f"charts/{_png_name(filename or f'{table}_{kind}')}"
     labels = (x_label if x_label is not None else _words(x), y_label if y_label is not None else (_words(ys[0]) if len(ys) == 1 else ""))
-    write_workspace_file(ctx.workspace, path, _render(frame, kind, x, ys, title, labels))
+    write_workspace_file(ctx.workspace, path, _render(frame, kind, x, ys, title, labels), quota_bytes=ctx.disk_quota_bytes)
     return ToolResult(
         content=f"saved {kind} chart of {', '.join(ys)} by {x} to {path}",
         artifacts=[path],

@@ -49,7 +49,7 @@ def write_file(ctx: ToolContext, path: str, content: str) -> ToolResult:
     data = content.encode("utf-8")
     if len(data) > MAX_WRITE_BYTES:
         raise ToolFailure(f"content is {len(data)} bytes; the limit is {MAX_WRITE_BYTES}")
-    write_workspace_file(ctx.workspace, path, data)
+    write_workspace_file(ctx.workspace, path, data, quota_bytes=ctx.disk_quota_bytes)
     return ToolResult(content=f"wrote {len(data)} bytes to {path}", artifacts=[path])
 
 

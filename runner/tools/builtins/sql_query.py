@@ -53,7 +53,7 @@ def sql_query(
     note = f"\n\nNote: the query returned more than {shown:,} rows; only the first {shown:,} are shown. Aggregate or filter in SQL." if result.truncated else ""
     saved = ""
     if save_as is not None:
-        table_store.save_table(ctx.workspace, save_as, frame)
+        table_store.save_table(ctx.workspace, save_as, frame, quota_bytes=ctx.disk_quota_bytes)
         saved = f" Saved as table '{save_as}'."
     content = f"{len(frame)} row(s) from source '{chosen.name}'.{saved}{note}\n\n{table_store.to_markdown(frame, max_rows=shown)}"
     data: dict[str, Any] = {

@@ -79,7 +79,7 @@ def query_table(
         frame = frame.head(limit)
     frame = frame.reset_index(drop=True)
     name = save_as or f"{table}_result"
-    frame = table_store.save_table(ctx.workspace, name, frame)
+    frame = table_store.save_table(ctx.workspace, name, frame, quota_bytes=ctx.disk_quota_bytes)
     content = (
         f"Result saved as table '{name}': {len(frame)} rows x {len(frame.columns)} columns\n\n"
         f"{table_store.to_markdown(frame, max_rows=30)}"

@@ -81,7 +81,7 @@ def _load_query(ctx: ToolContext, query: str, params: dict[str, Param], source_n
 
 
 def _loaded(ctx: ToolContext, table: str, frame: pd.DataFrame, origin: str, note: str = "") -> ToolResult:
-    frame = table_store.save_table(ctx.workspace, table, frame)
+    frame = table_store.save_table(ctx.workspace, table, frame, quota_bytes=ctx.disk_quota_bytes)
     summary = _summary(table, frame)
     content = (
         f"Loaded table '{table}' {origin}: {len(frame)} rows x {len(frame.columns)} columns{note}\n\n"
@@ -147,7 +147,7 @@ def _parse(data: bytes, fmt: TableFormat, path: str) -> pd.DataFrame:
         if fmt in ("csv", "tsv"):
             return pd.read_csv(buffer, sep="\t" if fmt == "tsv" else ",")
         if fmt == "parquet":
-            return pd.read_parquet(buffer)
+            return table_store.read_parquet(data, path)
         return pd.read_json(buffer, lines=fmt == "jsonl")
     except (ValueError, OSError) as error:
         raise ToolFailure(f"cannot read '{path}' as {fmt}: {error}") from None
