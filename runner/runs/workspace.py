@@ -27,7 +27,6 @@ from runner.errors import ConfigError, WorkspaceTampered
 from runner.local_state import state_path
 from runner.redact import redact
 from runner.runs.options import RunOptions
-from runner.tools.disk_quota import remove_tree
 from runner.tools.paths import open_beneath
 
 _CHUNK = 1 << 20
@@ -100,6 +99,8 @@ def wipe_workspace(workspace: Path) -> None:
         return
     if not stat.S_ISDIR(info.st_mode):
         raise WorkspaceTampered(f"cannot wipe the workspace {workspace}: it is not a directory ({_kind(info.st_mode)})")
+    from runner.tools.disk_quota import remove_tree  # loaded only when there is a workspace to wipe
+
     try:
         remove_tree(workspace)
     except OSError as error:

@@ -61,6 +61,8 @@ NEVER_IN_A_SIMPLE_RUN = {
     "runner.tools.sandbox", "runner.tools.call_limits", "runner.tools.cgroups", "runner.tools.seccomp",
     "runner.pipelines.planner", "runner.config.evals", "runner.config.crossref", "runner.config.template_check",
     "runner.reports.screen", "runner.reports.excel", "runner.reports.pdf", "runner.model.local", "runner.tracing.spans",
+    # ... and only some attempts: an evidence or output-schema check, a retry's wipe or tool replay
+    "runner.agent.evidence", "runner.config.schema", "runner.tools.disk_quota", "runner.runs.replayed_workspace",
 }  # fmt: skip
 
 
