@@ -79,7 +79,8 @@ def resolve_endpoint(
     if base_url is not None:
         check_base_url(base_url, _base_url_setting(spec, base_url_override))
     target = base_url or DEFAULT_BASE_URL
-    key, withheld = choose_key(target, _key_candidates(spec, base_url_override, api_key, env))
+    candidates = _key_candidates(spec, base_url_override, api_key, env)
+    key, withheld = choose_key(target, candidates)
     if key is None and withheld:  # sending none could hide the mistake behind a 401; one would leak
         raise KeyRefused(spec, *_refusal(spec, target, standard_endpoint(base_url_override, env), withheld))
     if spec.provider == "auto" and base_url is None and key is None:
@@ -89,7 +90,19 @@ def resolve_endpoint(
             f"model '{model_id}': no API key found; set {spec.api_key_env or 'OPENAI_API_KEY'} "
             "or give base_url for a local OpenAI-compatible server"
         )
+    if key is not None and not _header_safe(key):
+        source = next(c.name for c in candidates if c.value == key)
+        raise ConfigError(
+            f"model '{model_id}': {source} holds a character an HTTP header cannot carry (a space or line break, "
+            "maybe at its end, a control or a non-ASCII character); set it to the key alone"
+        )
     return Endpoint("openai", model_id, base_url, key or "not-needed")
+
+
+def _header_safe(key: str) -> bool:
+    """Whether ``key`` can go in an ``Authorization`` header as it is: printable ASCII, no spaces
+    (a key read from a file often ends in a newline: sent, it fails every call after retries)."""
+    return key.isascii() and all(33 <= ord(c) <= 126 for c in key)
 
 
 def check_base_url(url: str, where: str) -> None:
