@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.errors import OutputLockLost, UsageError
 from runner.locations import bounded, shown
-from runner.store.processes import process_start
+from runner.processes import process_start
 
 if TYPE_CHECKING:
     from upath import UPath

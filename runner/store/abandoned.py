@@ -3,7 +3,7 @@
 A run records its status when it ends; a process that is killed (SIGKILL, an OOM kill, a
 lost machine) or that cannot reach its run store when it ends (locked, down) leaves its row
 ``running``. Each attempt records which process runs it (host, pid and the kernel's start
-time of that process, :func:`runner.store.processes.process_start`), so whenever a store
+time of that process, :func:`runner.processes.process_start`), so whenever a store
 is opened, a ``running`` row whose process on this machine is gone (or whose pid now names
 another process) is recorded as ``failed`` with ``error_kind`` :data:`ABANDONED`, fenced
 by its attempt token (a resumed attempt is never touched). A process on another machine
@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 import socket
 
+from runner.processes import process_alive, process_start
 from runner.store.database import Database
-from runner.store.processes import process_alive, process_start
 
 ABANDONED = "interrupted"
 """The ``error_kind`` of a run whose process ended without recording how the run ended."""

@@ -22,8 +22,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from runner.processes import process_alive, process_start
 from runner.store.database import Database
-from runner.store.processes import process_alive, process_start
 from runner.store.schema import Schema
 
 SCHEMA = Schema("""

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from runner.processes import pid_alive
+
 NEEDED = ("memory", "pids")
 MAIN_LEAF = "runner.main"
 CALL_PREFIX = "runner-call-"
@@ -278,7 +280,7 @@ def _remove_stale(here: Path) -> None:
     with contextlib.suppress(OSError):
         for child in here.iterdir():
             match = _CALL_NAME.fullmatch(child.name)
-            if match and not _alive(int(match.group(1))):
+            if match and not pid_alive(int(match.group(1))):
                 _rmdir(child)
 
 
@@ -349,16 +351,6 @@ def _is_ours(pid: int) -> bool:
             return False
         pid = int(stat_fields[1])
     return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _keyed(path: Path) -> dict[str, int]:

@@ -142,7 +142,7 @@ def test_the_stale_holder_rule(found: dict[str, object], is_stale: bool) -> None
 def test_a_live_holder_on_this_host_is_not_stale_however_old_its_lease() -> None:
     import os
 
-    from runner.store.processes import process_start
+    from runner.processes import process_start
 
     mine = {"host": socket.gethostname(), "pid": os.getpid(), "process_started": process_start(os.getpid()),
             "expires_at": "2999-01-01T00:00:00+00:00"}  # fmt: skip

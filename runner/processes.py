@@ -1,7 +1,7 @@
 """Whether a process that wrote a row still lives: its host, pid and kernel start time.
 
 A pid alone is reused; ``<boot id>:<start ticks>`` from ``/proc`` names one process for the
-life of the machine. Used for cap reservations' holders (:mod:`runner.store.cap_holders`),
+life of the machine. Used for cap reservations' holders (:mod:`runner.store.cap_holders`), sandbox cgroups (:mod:`runner.tools.cgroups`),
 runs left ``running`` (:mod:`runner.store.abandoned`) and lock objects
 (:mod:`runner.batch.output_lock_object`).
 """
@@ -31,6 +31,11 @@ def process_alive(host: str, pid: int, started: str | None) -> bool:
         return True  # another machine's process cannot be seen from here: keep counting it
     if started:
         return process_start(pid) == started
+    return pid_alive(pid)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether some process ``pid`` runs on this machine (one of another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
