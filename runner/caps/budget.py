@@ -273,14 +273,13 @@ class Reservation:
         """The run whose call this is (see :meth:`Budget.calls_owner`)."""
         return self.budget.calls_owner()
 
-    def settle(self, actual: Usage, *, step: bool = True) -> None:
+    def settle(self, actual: Usage) -> None:
         """Replace the held worst case by what the call used (tokens and priced cost; the
-        model call itself is counted here, as a step, unless ``step`` is false: an attempt
-        the client retries is billed but is not a step of its own, the retry is)."""
+        model call itself is counted here)."""
         if self.done:
             return
         self.done = True
-        self.budget._settle(self, actual + Usage(model_calls=int(self.count_step and step)))
+        self.budget._settle(self, actual + Usage(model_calls=int(self.count_step)))
 
     def release(self) -> None:
         """Give the reservation back without spending (the call was not made)."""
