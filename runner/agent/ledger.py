@@ -71,7 +71,7 @@ class CallLedger:
         """The endpoint failed this attempt with ``kind`` and the client will retry: settle it,
         then reserve the retry (a cap reached here stops the retries). With ``tariff`` the
         retry is billed at that price, and reserved at it."""
-        self.failed(kind, message, billable=BILLABLE_FAULTS if tariff is not None else LIVE_BILLABLE_FAULTS)
+        self.failed(kind, message, billable=BILLABLE_FAULTS if tariff is not None else LIVE_BILLABLE_FAULTS, retried=True)
         if tariff is not None and self.reprice is not None:
             self.estimate = self.reprice(self.estimate, tariff)
             self.worst = Usage(self.estimate.input_tokens, self.estimate.output_tokens, 0, self.estimate.cost_usd)
@@ -94,9 +94,12 @@ class CallLedger:
             self._held.settle(usage)
             self._held = None
 
-    def failed(self, kind: str, message: str, *, billable: frozenset[str] = LIVE_BILLABLE_FAULTS) -> None:
+    def failed(
+        self, kind: str, message: str, *, billable: frozenset[str] = LIVE_BILLABLE_FAULTS, retried: bool = False
+    ) -> None:
         """The attempt failed: counted at its worst case when it may have been billed (its
-        ``kind`` is in ``billable``)."""
+        ``kind`` is in ``billable``); ``retried``: the client tries again, and only that retry
+        counts as the step (max_steps counts steps, not attempts)."""
         if self._held is None:
             return
         billed = kind in billable
@@ -105,7 +108,7 @@ class CallLedger:
             self.recorder.model_call(failed, self._ledger_id)
         finally:
             if billed:
-                self._held.settle(self.worst)
+                self._held.settle(self.worst, step=not retried)
             else:
                 self._held.release()
             self._held = None

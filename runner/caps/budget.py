@@ -273,13 +273,14 @@ class Reservation:
         """The run whose call this is (see :meth:`Budget.calls_owner`)."""
         return self.budget.calls_owner()
 
-    def settle(self, actual: Usage) -> None:
+    def settle(self, actual: Usage, *, step: bool = True) -> None:
         """Replace the held worst case by what the call used (tokens and priced cost; the
-        model call itself is counted here)."""
+        model call itself is counted here, as a step, unless ``step`` is false: an attempt
+        the client retries is billed but is not a step of its own, the retry is)."""
         if self.done:
             return
         self.done = True
-        self.budget._settle(self, actual + Usage(model_calls=int(self.count_step)))
+        self.budget._settle(self, actual + Usage(model_calls=int(self.count_step and step)))
 
     def release(self) -> None:
         """Give the reservation back without spending (the call was not made)."""
