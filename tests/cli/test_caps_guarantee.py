@@ -130,11 +130,22 @@ def test_a_batch_wall_cap_cancels_rows_in_flight(tmp_path: Path) -> None:
 def test_every_retry_of_a_call_is_reserved_first(tmp_path: Path) -> None:
     project = make_project(tmp_path / "p", timeout=1, retries=5)
     with ScriptedServer({"fallback": {"hang_seconds": 30}}) as server:
-        result = runner(project, server, "run", "ask", "-i", "question=hello", "--max-steps", "2", "--json")
+        # each attempt holds its prompt plus max_tokens (100): 600 tokens fit at most four of the six
+        result = runner(project, server, "run", "ask", "-i", "question=hello", "--max-tokens", "600", "--json")
         requests = len(server.requests)
     assert result.returncode == 3, result.stderr
-    assert finished(result.stdout)["error_kind"] == "max_steps"
-    assert requests == 2  # the third attempt could not be reserved: the retries stop at the cap
+    assert finished(result.stdout)["error_kind"] == "max_tokens"
+    assert 1 <= requests <= 4  # a retry that could not be reserved was not sent: the retries stop at the cap
+
+
+def test_retries_of_one_call_are_not_steps_of_their_own(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p", timeout=1, retries=2)
+    with ScriptedServer({"fallback": {"hang_seconds": 30}}) as server:
+        result = runner(project, server, "run", "ask", "-i", "question=hello", "--max-steps", "2", "--json")
+        requests = len(server.requests)
+    assert requests == 3  # the first attempt and both retries: one step, whatever max_steps is
+    assert result.returncode == 1, result.stderr  # failed on the endpoint (a retry may succeed), not capped
+    assert finished(result.stdout)["error_kind"] == "timeout"
 
 
 def _wait_for_requests(server: ScriptedServer, count: int, limit: float = 60) -> None:
