@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ pytestmark = [pytest.mark.airflow, pytest.mark.timeout(240), pytest.mark.filterw
 pytest.importorskip("airflow", reason="apache-airflow is not installed (pip install 'runner[airflow]')")
 
 from runner.model.batch_endpoints import BatchBehaviour  # noqa: E402
+from tests.cli.batch_api_project import wait_until  # noqa: E402
 
 SCRIPT: dict[str, Any] = {"fallback": {"content": "label: ok", "usage": {"prompt_tokens": 40, "completion_tokens": 5}}}
 
@@ -26,15 +26,6 @@ SCRIPT: dict[str, Any] = {"fallback": {"content": "label: ok", "usage": {"prompt
 def _rows(path: Path, count: int = 3) -> Path:
     path.write_text("".join(json.dumps({"id": f"r{i}", "text": f"item {i}"}) + "\n" for i in range(1, count + 1)))
     return path
-
-
-def _wait_until(condition: Any, seconds: float = 60) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_sigterm_in_the_waiting_worker_cancels_the_provider_batch(
@@ -48,12 +39,12 @@ def test_sigterm_in_the_waiting_worker_cancels_the_provider_batch(
         model_connection(server.base_url)
 
         def kill_the_worker() -> None:
-            polled = _wait_until(lambda: any(b.polls >= 2 for b in server.batches.batches.values()))
+            polled = wait_until(lambda: any(b.polls >= 2 for b in server.batches.batches.values()))
             handler = signal.getsignal(signal.SIGTERM)
             if polled and handler not in (signal.SIG_DFL, signal.SIG_IGN, before):  # Airflow's task runner handler
                 killed.append(True)
                 os.kill(os.getpid(), signal.SIGTERM)
-                _wait_until(lambda: any(r.path.endswith("/cancel") for r in server.requests))
+                wait_until(lambda: any(r.path.endswith("/cancel") for r in server.requests))
             server.batches.behaviour = BatchBehaviour(polls=1)  # the retry of the cancelled rows ends at once
 
         killer = threading.Thread(target=kill_the_worker)
