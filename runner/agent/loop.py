@@ -70,6 +70,7 @@ class ModelBinding:
     temperature: float | None = None
     system_prompt: str = ""
     prompt_cache_key: str | None = None  # sent with every call (runner.model.prompt_cache)
+    endpoint_identity: str = ""  # who answers: part of a cached answer's key (runner.agent.call_cache)
 
 
 @dataclass
@@ -88,6 +89,7 @@ class AgentEnv:
     model_id: str | None = None  # the model actually called (after overrides / embedded fallback)
     other_agent: Callable[[str], ModelBinding] | None = None  # another agent's model (a judge's), by name
     prompt_cache_key: str | None = None  # sent with every call (runner.model.prompt_cache)
+    endpoint_identity: str = ""  # who answers the agent's calls (runner.agent.call_cache.endpoint_identity)
     call_cache: CallAnswers | None = None  # the result cache (cache: {ttl}), or a provider batch's stored answers
     tool_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # by tool name: part of a cached tool call's key
 
@@ -162,7 +164,7 @@ class _AgentRun:
         self.schema = env.output_schema or agent.output_schema
         self.own = ModelBinding(
             agent.name, env.model, env.pricer, env.model_id or agent.model.id, agent.model.max_tokens,
-            agent.model.temperature, prompt_cache_key=env.prompt_cache_key,
+            agent.model.temperature, prompt_cache_key=env.prompt_cache_key, endpoint_identity=env.endpoint_identity,
         )
         self.checks: list[AnswerCheck] = build_checks(agent, self.schema, self.prompts, self.consult)
         self.outcome = AgentOutcome(status="running")
@@ -229,7 +231,7 @@ class _AgentRun:
             env.step_id, binding.agent, binding.model_id, self.model_seq + 1, Usage(), 0.0, "reserved",
             exchange=_exchange(request),
         )
-        cached = env.call_cache.model_response(request) if env.call_cache is not None else None
+        cached = env.call_cache.model_response(request, binding.endpoint_identity) if env.call_cache is not None else None
         if cached is not None:
             return self._served_from_cache(cached, template)
         ledger = CallLedger(env.budget, estimate, env.recorder, template, reprice=binding.pricer.reprice)
@@ -253,7 +255,7 @@ class _AgentRun:
         )
         self._flag_excess(usage, estimate)
         if env.call_cache is not None:
-            env.call_cache.keep_response(request, response)
+            env.call_cache.keep_response(request, response, binding.endpoint_identity)
         return replace(response, usage=usage)
 
     def _served_from_cache(self, cached: ModelResponse, template: ModelCallEntry) -> ModelResponse:

@@ -64,7 +64,7 @@ class ReplayCache:
         self._last = ""  # fingerprint of the last request sent
         self._seen: Counter[tuple[str, str, str]] = Counter()  # tool calls of that request's answer so far
 
-    def model_response(self, request: ModelRequest) -> ModelResponse | None:
+    def model_response(self, request: ModelRequest, endpoint: str) -> ModelResponse | None:
         self._last = request_fingerprint(request)
         body = self.answers.answer(self.run_id, self._last)
         if body is not None:
@@ -72,11 +72,11 @@ class ReplayCache:
                 return replace(parse_completion(body), tariff="batch")
             except InvalidResponse:
                 pass  # never stored so (only answers that parsed are kept); ask again
-        return self.inner.model_response(request) if self.inner is not None else None
+        return self.inner.model_response(request, endpoint) if self.inner is not None else None
 
-    def keep_response(self, request: ModelRequest, response: ModelResponse) -> None:
+    def keep_response(self, request: ModelRequest, response: ModelResponse, endpoint: str) -> None:
         if self.inner is not None:
-            self.inner.keep_response(request, response)
+            self.inner.keep_response(request, response, endpoint)
 
     def tool_result(self, name: str, settings: dict[str, Any], arguments: str) -> ToolResult | None:
         """The kept result of this call at this place, if any (a kept failure is raised again)."""

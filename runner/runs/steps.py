@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.agent.call_cache import CallAnswers, CallCache
+from runner.agent.call_cache import CallAnswers, CallCache, endpoint_identity, tool_scope
 from runner.agent.loop import AgentEnv, ModelBinding, run_agent
 from runner.caps.budget import within_deadline
 from runner.config.prices import find_price, unpriced_message
@@ -29,6 +29,9 @@ from runner.runs.context import RunContext
 from runner.runs.toolbox import ToolBox, tool_context
 from runner.store.runstore import now_iso
 from runner.tools.base import ToolContext
+
+if TYPE_CHECKING:
+    from runner.tools.net import NetworkPolicy
 
 
 class StepRunner:
@@ -103,9 +106,10 @@ async def run_agent_step(
     except CapReached as cap:
         return _finish(ctx, record, started, "capped", error=str(cap), kind=cap.cap, scope=cap.scope)
     endpoint = ctx.endpoint(agent)
+    tool_ctx = _agent_tools(ctx, agent, step_id) if agent.tools else None
     env = AgentEnv(
         model=ctx.pool.get(endpoint, agent.model),
-        tools=ToolBox(ctx.registry, agent, _agent_tools(ctx, agent, step_id) if agent.tools else None),
+        tools=ToolBox(ctx.registry, agent, tool_ctx),
         budget=ctx.budget.child(agent.caps.tighten(caps or Caps()), scope=f"step '{step_id}'"),
         pricer=ctx.pricer(endpoint),
         recorder=ctx.recorder,
@@ -115,7 +119,8 @@ async def run_agent_step(
         model_id=endpoint.model_id,
         other_agent=lambda name: model_binding(ctx, name),
         prompt_cache_key=prompt_cache_key(agent, endpoint.model_id, endpoint.provider, endpoint.base_url),
-        call_cache=call_cache(ctx, agent),
+        endpoint_identity=endpoint_identity(endpoint),
+        call_cache=call_cache(ctx, agent, tool_ctx.network if tool_ctx is not None else None),
         tool_settings={ref.name: dict(ref.settings) for ref in agent.tools},
     )
     outcome = await run_agent(agent, goal, env)
@@ -127,14 +132,16 @@ async def run_agent_step(
     return _finish(ctx, record, started, outcome.status, error=outcome.error, kind=outcome.error_kind, scope=outcome.error_scope)
 
 
-def call_cache(ctx: RunContext, agent: AgentSpec) -> CallAnswers | None:
+def call_cache(ctx: RunContext, agent: AgentSpec, network: NetworkPolicy | None) -> CallAnswers | None:
     """The result cache for ``agent``'s calls: its own ``cache:`` policy, else the task's;
-    none without a policy or with ``--no-cache``. Under a provider batch, the answers it
-    stored for this run come first (:mod:`runner.agent.replay`)."""
+    none without a policy or with ``--no-cache``. Its tool keys include ``network``, the
+    policy the agent's tools run under. Under a provider batch, the answers it stored for
+    this run come first (:mod:`runner.agent.replay`)."""
     policy = agent.cache or ctx.task.cache
     cache = None
     if policy is not None and ctx.options.use_cache:
-        cache = CallCache(ctx.store.result_cache, policy.ttl_seconds, ctx.recorder.secrets)
+        scope = tool_scope(network, {ref.name: ref.settings for ref in agent.tools})
+        cache = CallCache(ctx.store.result_cache, policy.ttl_seconds, ctx.recorder.secrets, scope)
     if ctx.options.replay_provider_answers:
         from runner.agent.replay import ReplayCache
         from runner.store.provider_answers import ProviderAnswers
@@ -235,7 +242,7 @@ def model_binding(ctx: RunContext, name: str) -> ModelBinding:
     return ModelBinding(
         agent.name, ctx.pool.get(endpoint, agent.model), ctx.pricer(endpoint), endpoint.model_id,
         agent.model.max_tokens, agent.model.temperature, agent.system_prompt,
-        prompt_cache_key(agent, endpoint.model_id, endpoint.provider, endpoint.base_url),
+        prompt_cache_key(agent, endpoint.model_id, endpoint.provider, endpoint.base_url), endpoint_identity(endpoint),
     )  # fmt: skip
 
 

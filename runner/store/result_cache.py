@@ -27,7 +27,8 @@ CREATE TABLE IF NOT EXISTS result_cache (
 
 
 class ResultStore:
-    """Cached results by key; an expired entry is never served (and is replaced on the next put)."""
+    """Cached results by key; an expired entry, or one that is not JSON, is never served
+    (and is replaced on the next put)."""
 
     def __init__(self, db: Database):
         self._db = db
@@ -38,7 +39,10 @@ class ResultStore:
         row = self._db.row("SELECT value_json, expires_at FROM result_cache WHERE key = ?", (key,))
         if row is None or float(row["expires_at"]) <= (time.time() if now is None else now):
             return None
-        return json.loads(row["value_json"])
+        try:
+            return json.loads(row["value_json"])
+        except (TypeError, ValueError):  # not JSON (a hand edit): a miss, replaced on the next put
+            return None
 
     def put(self, key: str, kind: str, value: Any, ttl_seconds: float, *, now: float | None = None) -> None:
         """Store ``value`` under ``key`` for ``ttl_seconds`` (replacing what was there)."""
