@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from runner.core.sources import Source
-from runner.errors import ConfigError
+from runner.errors import ConfigError, ToolFailure
 from runner.knowledge.chunking import chunk_markdown
 from runner.knowledge.convert import MAX_SOURCE_BYTES, ConversionError, Part, convert
 from runner.knowledge.sources import source_files
@@ -118,6 +118,12 @@ class KnowledgeBase:
             rankings.append(await asyncio.to_thread(self.store.bm25, query, depth))
         if mode in ("vector", "hybrid") and self.embedder is not None:
             (vector,) = await self._embed([query])
+            dimensions = await asyncio.to_thread(self.store.meta, "dimensions")
+            if dimensions is not None and len(vector) != int(dimensions):
+                raise ToolFailure(
+                    f"knowledge base '{self.spec.name}': the embeddings endpoint returned a query vector of {len(vector)} "
+                    f"dimensions, but the index holds {dimensions}; the model behind the endpoint changed (run runner index again)"
+                )
             rankings.append(await asyncio.to_thread(self.store.nearest, vector, depth))
         ids = reciprocal_rank_fusion(rankings)[:k]
         chunks = await asyncio.to_thread(self.store.chunks, ids)
@@ -158,7 +164,11 @@ class KnowledgeBase:
             if info.st_size > MAX_SOURCE_BYTES:  # before reading it: a huge file is refused, not loaded
                 report.problems.append(f"{relative}: larger than {MAX_SOURCE_BYTES // 1_000_000} MB; split it or leave it out")
                 continue
-            data = path.read_bytes()
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                report.problems.append(f"{relative}: cannot be read ({exc.strerror or exc})")
+                continue
             digest = hashlib.sha256(data).hexdigest()
             if old is not None and old[0] == digest:
                 planned.append(_Planned(relative, digest, info.st_size, info.st_mtime_ns, [], new=False))
@@ -189,7 +199,14 @@ class KnowledgeBase:
     def _write(self, planned: list[_Planned], current: set[str], vectors: dict[str, list[list[float]]], report: RefreshReport) -> None:
         with self.store.transaction():
             known = self.store.files()  # read under the write lock: another builder may have just written
+            dimensions = self.store.meta("dimensions")
             for item in planned:
+                problem = _vector_problem(item.path, vectors.get(item.path), dimensions, self.spec)
+                if problem is not None:
+                    report.problems.append(problem)
+                    continue
+                if vectors.get(item.path):
+                    dimensions = dimensions or str(len(vectors[item.path][0]))
                 if known.get(item.path, ("",))[0] == item.digest and not item.chunks:
                     report.unchanged += 1  # content unchanged, only touched: keep its chunks
                     self.store.db.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?", (item.size, item.mtime_ns, item.path))
@@ -210,6 +227,24 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[Key]], k: int = RRF_K) ->
         for rank, item in enumerate(ranking, 1):
             scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
     return sorted(scores, key=lambda item: -scores[item])
+
+
+def _vector_problem(path: str, vectors: list[list[float]] | None, dimensions: str | None, spec: KnowledgeSpec) -> str | None:
+    """Why ``path``'s vectors cannot join the index (another size than the index's, or than
+    each other), or ``None``. An endpoint that changes its vector size between files (a
+    model swapped behind the same name) is named with both sizes, not a vector-table error."""
+    if not vectors:
+        return None
+    sizes = sorted({len(vector) for vector in vectors})
+    expected = int(dimensions) if dimensions else sizes[0]
+    if sizes == [expected] and expected > 0:
+        return None
+    got = ", ".join(map(str, sizes))
+    model = spec.embeddings.model if spec.embeddings is not None else "the embedder"
+    return (
+        f"{path}: the embeddings endpoint ({model}) returned vectors of {got} dimensions, but the index holds "
+        f"{expected}; the model behind the endpoint changed: rebuild the index (delete it) or point at the same model"
+    )
 
 
 def _embedded_text(chunk: NewChunk) -> str:

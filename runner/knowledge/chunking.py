@@ -5,6 +5,10 @@ A section runs from one heading to the next; its chunks carry the heading path
 chunk until ``max_chars``; the next chunk of the same section starts with the last
 paragraphs of the previous one, up to ``overlap_chars``, so a fact cut by a boundary is
 still found whole. A paragraph longer than ``max_chars`` is cut at sentence ends.
+
+The text is an outside document: every pattern here runs in linear time (no nested or
+adjacent unbounded repeats that can backtrack), and a heading's closing ``#`` run is
+stripped with string methods, not a regular expression.
 """
 
 from __future__ import annotations
@@ -12,8 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
-FENCE = re.compile(r"^\s*(```|~~~)")
+HEADING = re.compile(r"(#{1,6})[ \t]+(\S.*)")  # matched from the line start; the title's tail is trimmed by _heading
+FENCE = re.compile(r"[ \t]*(```|~~~)")
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -63,12 +67,12 @@ def _sections(lines: list[str]) -> list[tuple[str, list[Block]]]:
     for number, line in enumerate(lines, 1):
         if FENCE.match(line):
             in_fence = not in_fence
-        heading = None if in_fence else HEADING.match(line)
+        heading = None if in_fence else _heading(line)
         if heading:
             flush_block(number - 1)
             sections.append((_path(path), blocks))
-            level = len(heading.group(1))
-            path = [(lvl, title) for lvl, title in path if lvl < level] + [(level, heading.group(2).strip())]
+            level, title = heading
+            path = [(lvl, old) for lvl, old in path if lvl < level] + [(level, title)]
             blocks = []
         elif not line.strip() and not in_fence:
             flush_block(number - 1)
@@ -79,6 +83,19 @@ def _sections(lines: list[str]) -> list[tuple[str, list[Block]]]:
     flush_block(len(lines))
     sections.append((_path(path), blocks))
     return [(heading, found) for heading, found in sections if found]
+
+
+def _heading(line: str) -> tuple[int, str] | None:
+    """``(level, title)`` of an ATX heading line (``## Title ##``), else ``None``. A closing
+    run of ``#`` counts only after a space (``# C#`` keeps its ``#``)."""
+    match = HEADING.match(line)
+    if match is None:
+        return None
+    title = match.group(2).rstrip()
+    closed = title.rstrip("#")
+    if closed != title and (not closed or closed[-1] in " \t"):
+        title = closed.rstrip()
+    return (len(match.group(1)), title) if title else None
 
 
 def _path(path: list[tuple[int, str]]) -> str:
