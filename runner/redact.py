@@ -3,13 +3,20 @@
 Endpoint errors often echo what they were sent (``Incorrect API key provided: sk-…``)
 and SDK exceptions hold the request with its ``Authorization`` header, so every
 message we build from a provider's answer goes through :func:`redact` first.
+
+A secret is looked for in every form the text may carry it in: verbatim, hex- and
+base64-encoded (:func:`encoded_forms`, the forms the report screen looks for in files
+too), and behind JSON ``\\u`` escapes (``\\u0073k-…`` in a tool call's arguments is the
+key once decoded): a string that spells a secret with escapes is stored with those escapes
+decoded and the secret replaced.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 REDACTED = "[REDACTED]"
@@ -26,6 +33,33 @@ _CREDENTIAL_PATTERNS = (
 # A secret shorter than this is too likely to match ordinary words; the patterns
 # above still catch the common shapes.
 _MIN_SECRET_LENGTH = 4
+MIN_ENCODED_LENGTH = 8  # an encoded fragment shorter than this would match ordinary text by chance
+_ESCAPE = re.compile(r"\\u([0-9A-Fa-f]{4})")
+
+
+def encoded_forms(secret: str) -> list[tuple[str, str]]:
+    """``(description, text)`` for each encoded way ``secret`` may be written: hex (both
+    cases) and the base64 fragments (standard and URL-safe alphabets) it leaves in a longer
+    encoded stream at each of its three alignments. Forms shorter than
+    :data:`MIN_ENCODED_LENGTH` are left out."""
+    raw = secret.encode("utf-8")
+    forms = [("hex-encoded", raw.hex()), ("hex-encoded", raw.hex().upper())]
+    for offset in range(3):
+        padded = bytes(offset) + raw
+        start = -(-8 * offset // 6)  # first character made only of secret bits
+        end = 8 * len(padded) // 6  # characters fully determined by the input
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            forms.append(("base64-encoded", encode(padded)[start:end].decode("ascii")))
+    unique = dict.fromkeys((name, form) for name, form in forms if len(form) >= MIN_ENCODED_LENGTH)
+    return list(unique)
+
+
+def text_forms(secrets: Iterable[str | None]) -> list[str]:
+    """Every text form of each secret long enough to look for (verbatim, then encoded),
+    longest first, so a longer form is replaced before a shorter one inside it."""
+    listed = {s for s in secrets if s and len(s) >= _MIN_SECRET_LENGTH}
+    forms = {form for secret in listed for form in (secret, *(text for _, text in encoded_forms(secret)))}
+    return sorted(forms, key=len, reverse=True)
 
 
 def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
@@ -35,38 +69,57 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     and very short values are ignored. Credential shapes (``Bearer …``, ``sk-…``,
     ``api_key=…``) are hidden even when not listed.
     """
-    for secret in sorted((s for s in secrets if s and len(s) >= _MIN_SECRET_LENGTH), key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
+    text = _replace_text(text, text_forms(secrets))
     for pattern in _CREDENTIAL_PATTERNS:
         text = pattern.sub(_replacement, text)
     return text
 
 
 def redact_secrets(value: Any, secrets: Iterable[str | None]) -> Any:
-    """``value`` with every exact secret replaced wherever a string holds it, through dicts,
-    lists and tuples (tuples come back as lists). Unlike :func:`redact`, ordinary text that
+    """``value`` with every secret replaced wherever a string holds it (in any of its
+    :func:`text_forms`, or behind JSON ``\\u`` escapes), through dicts, lists and tuples
+    (tuples come back as lists) and their keys. Unlike :func:`redact`, ordinary text that
     only looks like a credential is left alone: this is for our own records and tool output.
     """
-    listed = sorted((s for s in secrets if s and len(s) >= _MIN_SECRET_LENGTH), key=len, reverse=True)
-    if not listed:
+    forms = text_forms(secrets)
+    if not forms:
         return value
     if not isinstance(value, str):
         text = json.dumps(value, default=str, ensure_ascii=False)
-        if not any(secret in text for secret in listed):
+        if "\\u" not in text and not any(form in text for form in forms):
             return value  # the common case: one serialisation instead of a walk
-    return _replace(value, listed)
+    return _replace(value, forms)
 
 
-def _replace(value: Any, secrets: list[str]) -> Any:
+def _replace(value: Any, forms: Sequence[str]) -> Any:
     if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, REDACTED)
-        return value
+        return _replace_text(value, forms)
     if isinstance(value, dict):
-        return {k: _replace(v, secrets) for k, v in value.items()}
+        return {_replace(k, forms) if isinstance(k, str) else k: _replace(v, forms) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_replace(v, secrets) for v in value]
+        return [_replace(v, forms) for v in value]
     return value
+
+
+def _replace_text(text: str, forms: Sequence[str]) -> str:
+    if "\\u" in text:
+        decoded = _decode_escapes(text)
+        if any(form in decoded for form in forms):
+            text = decoded  # the secret was spelled with escapes: keep it decoded, to replace it
+    for form in forms:
+        text = text.replace(form, REDACTED)
+    return text
+
+
+def _decode_escapes(text: str) -> str:
+    """``text`` with each JSON ``\\uXXXX`` escape of a printable character decoded, except
+    the quote and the backslash (so JSON text stays JSON)."""
+
+    def decoded(match: re.Match[str]) -> str:
+        char = chr(int(match.group(1), 16))
+        return char if char.isprintable() and char not in '"\\' and not 0xD800 <= ord(char) <= 0xDFFF else match.group()
+
+    return _ESCAPE.sub(decoded, text)
 
 
 def excerpt(text: str, secrets: Iterable[str | None] = (), limit: int = 200) -> str:

@@ -12,13 +12,15 @@ closed. Only exact known values are looked for, so ordinary content is never alt
 
 from __future__ import annotations
 
-import base64
 import io
 import re
 import zipfile
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+
+from runner.redact import MIN_ENCODED_LENGTH as _MIN_ENCODED_LENGTH
+from runner.redact import encoded_forms
 
 REDACTED = b"[REDACTED]"
 MIN_SECRET_LENGTH = 4  # as runner.redact: shorter values match ordinary words
@@ -30,7 +32,6 @@ MAX_DEPTH = 3  # containers within containers
 _STREAM_HEADER = re.compile(rb"\x78[\x01\x5e\x9c\xda]|\x1f\x8b\x08")
 _PNG = b"\x89PNG\r\n\x1a\n"
 _INFLATE_CHUNK = 16 * 1024  # input fed at a time: damage stops the inflating early
-_MIN_ENCODED_LENGTH = 8  # an encoded fragment shorter than this would match by chance
 
 
 class SecretFound(Exception):
@@ -68,30 +69,16 @@ def screen_artifact(content: bytes, secrets: Sequence[str]) -> Screened:
 
 
 def secret_forms(secret: str) -> list[tuple[str, bytes]]:
-    """``(description, bytes)`` for each way ``secret`` may be written into a file."""
+    """``(description, bytes)`` for each way ``secret`` may be written into a file: verbatim,
+    UTF-16/32, and the hex and base64 forms :func:`runner.redact.encoded_forms` gives (the
+    forms every stored value is redacted in, too)."""
     raw = secret.encode("utf-8")
     forms = [("verbatim", raw)]
     forms += [
         (f"as {codec.upper()}", secret.encode(codec)) for codec in ("utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be")
     ]
-    forms += [("hex-encoded", raw.hex().encode()), ("hex-encoded", raw.hex().upper().encode())]
-    forms += [("base64-encoded", fragment) for fragment in _base64_fragments(raw)]
+    forms += [(name, text.encode("ascii")) for name, text in encoded_forms(secret)]
     return [(name, form) for name, form in forms if len(form) >= min(len(raw), _MIN_ENCODED_LENGTH)]
-
-
-def _base64_fragments(raw: bytes) -> list[bytes]:
-    """The part of the base64 text of ``raw`` that does not depend on its neighbours, for
-    each of the three alignments it can have in a longer encoded stream."""
-    fragments = []
-    for offset in range(3):
-        padded = bytes(offset) + raw
-        start = -(-8 * offset // 6)  # first character made only of secret bits
-        end = 8 * len(padded) // 6  # characters fully determined by the input
-        for encode in (base64.b64encode, base64.urlsafe_b64encode):
-            fragment = encode(padded)[start:end]
-            if len(fragment) >= _MIN_ENCODED_LENGTH:
-                fragments.append(fragment)
-    return list(dict.fromkeys(fragments))
 
 
 def _is_text(content: bytes) -> bool:

@@ -65,11 +65,13 @@ def resolved_url(source: SqlSource, overrides: Mapping[str, str], environ: Mappi
     """
     env = os.environ if environ is None else environ
     if source.name in overrides:
-        return _sqlalchemy_scheme(overrides[source.name])
+        return _unambiguous(_sqlalchemy_scheme(overrides[source.name]), source, "the URL its caller gave")
     if source.url_env:
-        return _required(env, source.url_env, source, "the URL")
+        return _unambiguous(_required(env, source.url_env, source, "the URL"), source, f"the URL in {source.url_env}")
     if source.airflow_conn_id:
-        return _sqlalchemy_scheme(_required(env, airflow_variable(source.airflow_conn_id), source, "the connection URI"))
+        variable = airflow_variable(source.airflow_conn_id)
+        uri = _sqlalchemy_scheme(_required(env, variable, source, "the connection URI"))
+        return _unambiguous(uri, source, f"the connection URI in {variable}")
     assert source.url is not None  # the schema requires one of the three
     if not source.password_env:
         return source.url
@@ -77,6 +79,27 @@ def resolved_url(source: SqlSource, overrides: Mapping[str, str], environ: Mappi
 
     password = _required(env, source.password_env, source, "the password")
     return make_url(source.url).set(password=password).render_as_string(hide_password=False)
+
+
+def unencoded_at(url: str) -> bool:
+    """Whether ``url`` holds an ``@`` besides the one ending its user part: a user or password
+    with an ``@`` that is not percent-encoded. SQLAlchemy ends the password at the first
+    ``@``, so the password's tail would become the host name (sent to the resolver, shown
+    in every message that names the host). A URL without a host (``sqlite:///a@b.db``) is
+    not affected."""
+    _, sep, rest = url.partition("://")
+    if not sep or rest.startswith("/"):
+        return False
+    return rest.split("?", 1)[0].count("@") > 1
+
+
+def _unambiguous(url: str, source: SqlSource, what: str) -> str:
+    if unencoded_at(url):
+        raise ToolFailure(
+            f"source '{source.name}' ({source.where}): {what} has an '@' in its user or password that is not "
+            "percent-encoded; write it as %40 (the URL is refused, so no part of the password reaches a host name or a message)"
+        )
+    return url
 
 
 def _required(env: Mapping[str, str], name: str, source: SqlSource, what: str) -> str:
