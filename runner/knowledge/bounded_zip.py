@@ -62,7 +62,7 @@ def _read(archive: zipfile.ZipFile, member: zipfile.ZipInfo, budget: int, limits
             size += len(chunk)
             if size > budget:
                 raise ZipLimitError(
-                    f"inflates to more than {limits.max_inflated_bytes // 1_000_000} MB of text "
+                    f"inflates to more than {limits.max_inflated_bytes / 1_000_000:g} MB of text "
                     f"(at member {member.filename}); a real document is far smaller"
                 )
             pieces.append(chunk)

@@ -54,7 +54,7 @@ def test_a_password_with_an_unescaped_at_is_refused_and_never_shown(tmp_path: Pa
     kept += [p.read_text() for p in (root / "reports").rglob("report.*")]
     db = sqlite3.connect(root / ".runner" / "runs.sqlite3")
     for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
-        kept.append(repr(db.execute(f'SELECT * FROM "{table}"').fetchall()))  # noqa: S608 - names from sqlite_master
+        kept.append(repr(db.execute(f'SELECT * FROM "{table}"').fetchall()))
     db.close()
     shown = run_cli(root, None, "runs", "show", "at-1", "--transcript", "--json")
     kept.append(shown.stdout)
