@@ -23,6 +23,10 @@ class ZipLimitError(Exception):
     """The container passes a limit or cannot be read (the message says which)."""
 
 
+class ZipUnreadable(ZipLimitError):
+    """The file is not a ZIP container, or a member cannot be inflated."""
+
+
 @dataclass(frozen=True)
 class ZipLimits:
     """How much of a ZIP container is read: ``max_members`` entries, ``max_inflated_bytes``
@@ -50,7 +54,7 @@ def bounded_copy(path: Path, limits: ZipLimits) -> bytes:
                     copy.writestr(member.filename, data)
             return out.getvalue()
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError, ValueError, OSError) as exc:
-        raise ZipLimitError(f"is not a readable ZIP container ({type(exc).__name__}: {exc})") from None
+        raise ZipUnreadable(f"{type(exc).__name__}: {exc}") from None
 
 
 def _read(archive: zipfile.ZipFile, member: zipfile.ZipInfo, budget: int, limits: ZipLimits) -> bytes:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import ConfigError
-from runner.knowledge.bounded_zip import ZipLimitError, ZipLimits, bounded_copy
+from runner.knowledge.bounded_zip import ZipLimitError, ZipLimits, ZipUnreadable, bounded_copy
 
 TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".text", ".rst"})
 SUPPORTED_SUFFIXES = TEXT_SUFFIXES | {".html", ".htm", ".pdf", ".docx"}
@@ -151,6 +151,8 @@ def _docx(path: Path, meter: _Meter) -> str:
     docx = _library("docx")
     try:
         document = docx.Document(io.BytesIO(bounded_copy(path, meter.limits.zip)))
+    except ZipUnreadable as exc:
+        raise ConversionError(f"{path.name} is not a readable DOCX (not a ZIP container: {exc})") from None
     except ZipLimitError as exc:
         raise ConversionError(f"{path.name} {exc}") from None
     except Exception as exc:  # python-docx raises zipfile/KeyError/ValueError for damaged files: name the file
