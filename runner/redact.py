@@ -103,7 +103,7 @@ def _replace(value: Any, forms: Sequence[str]) -> Any:
 
 def _replace_text(text: str, forms: Sequence[str]) -> str:
     if "\\u" in text:
-        decoded = _decode_escapes(text)
+        decoded = decode_escapes(text)
         if any(form in decoded for form in forms):
             text = decoded  # the secret was spelled with escapes: keep it decoded, to replace it
     for form in forms:
@@ -111,7 +111,7 @@ def _replace_text(text: str, forms: Sequence[str]) -> str:
     return text
 
 
-def _decode_escapes(text: str) -> str:
+def decode_escapes(text: str) -> str:
     """``text`` with each JSON ``\\uXXXX`` escape of a printable character decoded, except
     the quote and the backslash (so JSON text stays JSON)."""
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from runner.redact import MIN_ENCODED_LENGTH as _MIN_ENCODED_LENGTH
-from runner.redact import encoded_forms
+from runner.redact import decode_escapes, encoded_forms
 
 REDACTED = b"[REDACTED]"
 MIN_SECRET_LENGTH = 4  # as runner.redact: shorter values match ordinary words
@@ -60,6 +60,8 @@ def screen_artifact(content: bytes, secrets: Sequence[str]) -> Screened:
             redactions += content.count(raw)
             content = content.replace(raw, REDACTED)
         _search(content, forms, "in the text")
+        if b"\\u" in content:  # a JSON file may spell the secret with escapes
+            _search(decode_escapes(content.decode("utf-8")).encode("utf-8"), forms, "behind JSON \\u escapes, in the text")
         return Screened(content, redactions)
     _search(content, forms, "in the file")
     budget = _Budget()

@@ -53,6 +53,13 @@ def test_base64_in_text_is_withheld_at_every_alignment(offset: int, encode: obje
     assert "base64-encoded" in withheld(b"token=" + encoded)
 
 
+def test_a_key_behind_json_escapes_in_text_is_withheld() -> None:
+    escaped = "".join(f"\\u{ord(c):04x}" if i % 3 == 0 else c for i, c in enumerate(KEY))
+    assert "behind JSON \\u escapes" in withheld(('{"token": "' + escaped + '"}').encode())
+    ordinary = b'{"name": "caf\\u00e9"}'
+    assert screen_artifact(ordinary, [KEY]).content == ordinary
+
+
 def test_hex_in_text_is_withheld() -> None:
     assert "hex-encoded" in withheld(KEY.encode().hex().upper().encode())
 
