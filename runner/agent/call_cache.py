@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.core.sources import Source
+from runner.endpoints import DEFAULT_BASE_URL
 from runner.errors import ToolFailure
 from runner.model.base import ModelRequest, ModelResponse, ToolCall
 from runner.redact import redact_secrets
@@ -116,10 +117,10 @@ class CallCache:
 
 def endpoint_identity(endpoint: Endpoint) -> str:
     """Who answers an endpoint's calls, as part of a model key: the provider, the base URL
-    (trailing slash aside) and a fingerprint of the key (the account it bills and whose
+    (trailing slash aside; none is the standard one) and a fingerprint of the key (the account it bills and whose
     fine-tunes and aliases it sees). The key itself is never stored: only this goes into
     the hash of the key."""
-    base_url = (endpoint.base_url or "").rstrip("/")
+    base_url = (endpoint.base_url or DEFAULT_BASE_URL).rstrip("/")
     return json.dumps([endpoint.provider, base_url, _fingerprint(endpoint.api_key)])
 
 

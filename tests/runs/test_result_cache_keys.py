@@ -18,6 +18,8 @@ def test_the_endpoint_key_owner_and_url_are_part_of_a_model_key() -> None:
     staging = endpoint_identity(Endpoint("openai", "gpt-4o-mini", "https://staging.example.com/v1", "sk-one-0123456789"))
     other_key = endpoint_identity(Endpoint("openai", "gpt-4o-mini", "https://api.example.com/v1", "sk-two-0123456789"))
     assert prod == same  # a trailing slash is the same endpoint
+    standard = Endpoint("openai", "gpt-4o-mini", None, "sk-one-0123456789")
+    assert endpoint_identity(standard) == endpoint_identity(Endpoint("openai", "gpt-4o-mini", "https://api.openai.com/v1", "sk-one-0123456789"))
     keys = {model_key(REQUEST, identity) for identity in (prod, staging, other_key)}
     assert len(keys) == 3
     assert "sk-one" not in prod and "sk-two" not in other_key  # a fingerprint, never the key
