@@ -45,7 +45,7 @@ def conformance_error(body: Mapping[str, Any]) -> dict[str, Any] | None:
     if unknown:
         return api_error(f"Unrecognized request argument supplied: {unknown[0]}", None, None)
     adapters = _adapters()
-    parts = [("", adapters["body"], dict(body))]
+    parts: list[tuple[str, Any, Any]] = [("", adapters["body"], dict(body))]
     parts += [("messages", adapters["messages"], list(body.get("messages") or ()))]
     if "tools" in body:
         parts.append(("tools", adapters["tools"], body["tools"]))
