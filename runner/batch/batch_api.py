@@ -33,8 +33,9 @@ from runner.batch.summary import BatchSummary
 from runner.caps.budget import Budget
 from runner.caps.pricing import Pricer
 from runner.config.prices import find_price
+from runner.config.profiles import find_profile
 from runner.config.project import Project
-from runner.config.providers import Provider
+from runner.config.providers import Provider, no_batch_api_message
 from runner.config.specs import AgentSpec, TaskSpec
 from runner.errors import UsageError
 from runner.model.factory import Endpoint, resolve_endpoint
@@ -51,7 +52,8 @@ def check_batch_api(
     project: Project, task: TaskSpec, model_override: str | None, base_url_override: str | None, api_key: str | None
 ) -> list[Endpoint]:
     """The endpoints the task's agents call, or :class:`UsageError` (exit 2, before any call)
-    when one of them has no Batch API (the embedded local model)."""
+    when one of them has no Batch API: the embedded local model, or a model whose profile
+    says ``batch_api: null`` (the refusal says what to use instead)."""
     endpoints: list[Endpoint] = []
     for agent in _agents(project, task):
         endpoint = resolve_endpoint(agent.model, model_override=model_override, base_url_override=base_url_override, api_key=api_key)
@@ -61,6 +63,11 @@ def check_batch_api(
                 "model, which has no Batch API. Configure an OpenAI-compatible endpoint (OPENAI_API_KEY, OPENAI_BASE_URL "
                 "or --base-url), or run it live (--via live)"
             )
+        profile = find_profile(project.profiles, endpoint.model_id, agent.model.profile)
+        if profile.batch_api is None:
+            raise UsageError(f"task '{task.name}' cannot run with --via batch-api: " + no_batch_api_message(
+                f"its agent '{agent.name}' calls model '{endpoint.model_id}' (profile '{profile.name}', batch_api: null)"
+            ))  # fmt: skip
         endpoints.append(endpoint)
     return endpoints
 

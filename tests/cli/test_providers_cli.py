@@ -157,3 +157,15 @@ def test_batch_api_lines_are_built_from_the_profile(tmp_path: Path) -> None:
         body = line["body"]
         assert body["max_completion_tokens"] == 200 and "max_tokens" not in body and "temperature" not in body
         assert conformance_error(body) is None and model_error(body) is None
+
+
+def test_a_profile_without_a_batch_api_is_refused_naming_what_to_use(tmp_path: Path) -> None:
+    no_batches = "apiVersion: runner/v1\nkind: ModelProfiles\nprofiles:\n  gpt-4o: {batch_api: null}\n"
+    root = copy_shipped(tmp_path / "project", files={"agents.d/profiles.yaml": no_batches})
+    source, out = tickets(root, 2), root / "out.jsonl"
+    with ScriptedServer(TRIAGE_SCRIPT, strict=True) as server:
+        done = triage(root, server, *via_api(source, out))
+        sent = server.requests
+    assert done.returncode == 2, done.stderr
+    assert "model 'gpt-4o-mini' (profile 'gpt-4o', batch_api: null), which has no Batch API; run it live (--via live)" in done.stderr
+    assert "service_tier: flex" in done.stderr and sent == []
