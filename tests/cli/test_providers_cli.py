@@ -169,3 +169,12 @@ def test_a_profile_without_a_batch_api_is_refused_naming_what_to_use(tmp_path: P
     assert done.returncode == 2, done.stderr
     assert "model 'gpt-4o-mini' (profile 'gpt-4o', batch_api: null), which has no Batch API; run it live (--via live)" in done.stderr
     assert "service_tier: flex" in done.stderr and sent == []
+
+
+def test_a_money_cap_at_a_tier_the_price_does_not_give_is_a_located_error(tmp_path: Path) -> None:
+    files = agent_file("gpt-5-nano", ", service_tier: priority")  # no priority rates for gpt-5-nano in prices.yaml
+    files["agents.d/a.yaml"] += "caps: {max_cost_usd: 0.5}\n"
+    done = run_cli(write_project(tmp_path / "project", files), None, "validate")
+    assert done.returncode == 2
+    assert re.search(r"agents\.d/a\.yaml:4:\d+: error: /model/service_tier: service_tier 'priority' bills model 'gpt-5-nano' at "
+                     r"priority rates, which its price does not give", done.stdout + done.stderr), done.stdout + done.stderr
