@@ -157,7 +157,13 @@ def model_key(request: ModelRequest, endpoint: str) -> str | None:
         "max_tokens": request.max_tokens,
         "temperature": 0,
         "endpoint": endpoint,
-    }
+        # every other field that decides the answer (the model profile's and the agent's)
+        "parameters": {
+            "top_p": request.top_p, "seed": request.seed, "stop": list(request.stop),
+            "reasoning_effort": request.reasoning_effort, "response_format": request.response_format,
+            "extra_body": dict(request.extra_body),
+        },
+    }  # fmt: skip
     return _digest("model", canonical)
 
 

@@ -33,7 +33,9 @@ from runner.batch.summary import BatchSummary
 from runner.caps.budget import Budget
 from runner.caps.pricing import Pricer
 from runner.config.prices import find_price
+from runner.config.profiles import find_profile
 from runner.config.project import Project
+from runner.config.providers import Provider, no_batch_api_message
 from runner.config.specs import AgentSpec, TaskSpec
 from runner.errors import UsageError
 from runner.model.factory import Endpoint, resolve_endpoint
@@ -50,16 +52,22 @@ def check_batch_api(
     project: Project, task: TaskSpec, model_override: str | None, base_url_override: str | None, api_key: str | None
 ) -> list[Endpoint]:
     """The endpoints the task's agents call, or :class:`UsageError` (exit 2, before any call)
-    when one of them has no Batch API (the embedded local model)."""
+    when one of them has no Batch API: the embedded local model, or a model whose profile
+    says ``batch_api: null`` (the refusal says what to use instead)."""
     endpoints: list[Endpoint] = []
     for agent in _agents(project, task):
         endpoint = resolve_endpoint(agent.model, model_override=model_override, base_url_override=base_url_override, api_key=api_key)
-        if endpoint.provider == "local":
+        if not endpoint.provider.has_batch_api:
             raise UsageError(
                 f"task '{task.name}' cannot run with --via batch-api: its agent '{agent.name}' uses the embedded local "
                 "model, which has no Batch API. Configure an OpenAI-compatible endpoint (OPENAI_API_KEY, OPENAI_BASE_URL "
                 "or --base-url), or run it live (--via live)"
             )
+        profile = find_profile(project.profiles, endpoint.model_id, agent.model.profile)
+        if profile.batch_api is None:
+            raise UsageError(f"task '{task.name}' cannot run with --via batch-api: " + no_batch_api_message(
+                f"its agent '{agent.name}' calls model '{endpoint.model_id}' (profile '{profile.name}', batch_api: null)"
+            ))  # fmt: skip
         endpoints.append(endpoint)
     return endpoints
 
@@ -71,7 +79,7 @@ def provider_endpoints(project: Project, task: TaskSpec, request: BatchRequest) 
                          api_key=request.api_key)
         for agent in _agents(project, task)
     ]  # fmt: skip
-    return [endpoint for endpoint in endpoints if endpoint.provider != "local"]
+    return [endpoint for endpoint in endpoints if endpoint.provider.has_batch_api]
 
 
 def batch_api_agent(project: Project, task: TaskSpec) -> AgentSpec:
@@ -79,7 +87,7 @@ def batch_api_agent(project: Project, task: TaskSpec) -> AgentSpec:
     or :class:`UsageError` (exit 2) when the task has none, or one of its agents is on the
     embedded local model, which has no Batch API."""
     agents = _agents(project, task)
-    local = [agent.name for agent in agents if agent.model.provider == "local"]
+    local = [agent.name for agent in agents if agent.model.provider is Provider.LOCAL]
     if not agents or local:
         why = f"its agent '{local[0]}' uses the embedded local model, which has no Batch API" if local else "it runs no agent"
         raise UsageError(f"task '{task.name}' cannot run with --via batch-api: {why}; run it live (--via live)")

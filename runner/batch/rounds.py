@@ -198,7 +198,9 @@ class RoundCollector:
         custom_id = f"{run_id.removeprefix(self.journal.batch_id + '-')}.{fingerprint}"
         call = self._queue.get(custom_id)
         if call is None:
-            line = {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": wire_body(request, endpoint.model_id)}
+            # A batch line bills at the batch price: no service tier goes with it.
+            body = wire_body(replace(request, service_tier=None), endpoint.model_id)
+            line = {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
             encoded = (json.dumps(line, ensure_ascii=False) + "\n").encode()
             call = self._queue[custom_id] = _Call(run_id, fingerprint, custom_id, endpoint, encoded)
         return call

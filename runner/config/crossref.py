@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from runner.config.graph import ancestors, find_cycle
 from runner.config.prices import find_price, unpriced_message
+from runner.config.profile_checks import check_model_settings, check_tier_price
+from runner.config.profiles import find_profile
 from runner.config.project_files import workspace_file_problem
+from runner.config.providers import Provider
 from runner.config.schema import check_schema, validate_part
 from runner.config.sources import Document, escape_pointer_token
 from runner.config.specs import AgentSpec, StepSpec, TaskSpec, ToolRef
@@ -66,6 +69,10 @@ def _check_references(project: Project) -> list[Problem]:
         problems += _check_tool_refs(doc, agent.tools, tools)
         problems += _check_schema_field(doc, "/output_schema", agent.output_schema)
         problems += _check_networks(doc, agent.allow_private_networks)
+        profile = find_profile(project.profiles, agent.model.id, agent.model.profile)
+        problems += _check_profile_name(project, doc, agent)
+        problems += check_model_settings(doc, agent, profile)
+        problems += check_tier_price(doc, agent, profile, project.prices)
         if agent.caps.max_cost_usd is not None:
             problems += _check_price(project, doc, agent, "/caps/max_cost_usd")
         problems += _check_knowledge_refs(project, doc, agent.knowledge)
@@ -79,6 +86,15 @@ def _check_references(project: Project) -> list[Problem]:
 
     problems += source_document_problems(project)
     return problems
+
+
+def _check_profile_name(project: Project, doc: Document, agent: AgentSpec) -> list[Problem]:
+    """``model.profile`` names a profile the project knows."""
+    name = agent.model.profile
+    if name is None or name in project.profiles:
+        return []
+    hint = did_you_mean(name, project.profiles) or f"; known: {', '.join(project.profiles)} (or add it in a kind: ModelProfiles document)"
+    return [doc.problem("/model/profile", f"unknown model profile '{name}'{hint}")]
 
 
 def _check_knowledge_refs(project: Project, doc: Document, names: Iterable[str]) -> list[Problem]:
@@ -155,7 +171,7 @@ def _check_schema_field(doc: Document, pointer: str, value: dict[str, Any] | Non
 
 
 def _check_price(project: Project, doc: Document, agent: AgentSpec, pointer: str) -> list[Problem]:
-    if agent.model.provider == "local" or find_price(project.prices, agent.model.id):
+    if agent.model.provider is Provider.LOCAL or find_price(project.prices, agent.model.id):
         return []
     return [doc.problem(pointer, unpriced_message(agent.model.id, agent.name))]
 
@@ -221,7 +237,7 @@ class TaskChecker:
             return
         names = list(self.task.agents_used())
         names += [judge.agent for n in list(names) if n in self.project.agents and (judge := self.project.agents[n].judge)]
-        local = [n for n in dict.fromkeys(names) if n in self.project.agents and self.project.agents[n].model.provider == "local"]
+        local = [n for n in dict.fromkeys(names) if n in self.project.agents and self.project.agents[n].model.provider is Provider.LOCAL]
         if local:
             agents = ", ".join(f"'{n}'" for n in local)
             self._add("/mode", f"mode batch_api sends the model calls through the endpoint's Batch API, but agent(s) {agents} "

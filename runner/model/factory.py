@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from runner.config.prices import LOCAL_MODEL_ID
+from runner.config.providers import Provider
 from runner.config.specs import ModelSpec
 from runner.endpoints import (
     DEFAULT_BASE_URL,
@@ -44,7 +45,7 @@ LOCAL_NOTICE = (
 class Endpoint:
     """Where one agent's calls go. ``api_key`` is never logged or stored."""
 
-    provider: str  # openai | local
+    provider: Provider
     model_id: str
     base_url: str | None = None
     api_key: str | None = field(default=None, repr=False)
@@ -73,8 +74,10 @@ def resolve_endpoint(
     """
     env = os.environ if environ is None else environ
     model_id = model_override or spec.id
-    if spec.provider == "local":
-        return Endpoint("local", LOCAL_MODEL_ID)
+    if spec.provider is Provider.LOCAL:
+        return Endpoint(Provider.LOCAL, LOCAL_MODEL_ID)
+    if spec.provider is not None and spec.provider is not Provider.OPENAI:
+        raise ConfigError(f"model '{model_id}': provider '{spec.provider}' is not available in this build")
     base_url = base_url_override or spec.base_url or env.get("OPENAI_BASE_URL") or None
     if base_url is not None:
         check_base_url(base_url, _base_url_setting(spec, base_url_override))
@@ -83,8 +86,8 @@ def resolve_endpoint(
     key, withheld = choose_key(target, candidates)
     if key is None and withheld:  # sending none could hide the mistake behind a 401; one would leak
         raise KeyRefused(spec, *_refusal(spec, target, standard_endpoint(base_url_override, env), withheld))
-    if spec.provider == "auto" and base_url is None and key is None:
-        return Endpoint("local", LOCAL_MODEL_ID)
+    if spec.provider is None and base_url is None and key is None:
+        return Endpoint(Provider.LOCAL, LOCAL_MODEL_ID)
     if key is None and base_url is None:
         raise ConfigError(
             f"model '{model_id}': no API key found; set {spec.api_key_env or 'OPENAI_API_KEY'} "
@@ -96,7 +99,7 @@ def resolve_endpoint(
             f"model '{model_id}': {source} holds a character an HTTP header cannot carry (a space or line break, "
             "maybe at its end, a control or a non-ASCII character); set it to the key alone"
         )
-    return Endpoint("openai", model_id, base_url, key or "not-needed")
+    return Endpoint(Provider.OPENAI, model_id, base_url, key or "not-needed")
 
 
 def _header_safe(key: str) -> bool:
@@ -238,11 +241,11 @@ class ModelPool:
         """Where an agent's calls go; with a ``fixed`` model, that model under the agent's model id
         (so prices and records name the model the agent asked for)."""
         if self.fixed is not None:
-            return Endpoint("fixed", model_override or spec.id)
+            return Endpoint(Provider.FIXED, model_override or spec.id)
         endpoint = resolve_endpoint(
             spec, model_override=model_override, base_url_override=base_url_override, api_key=api_key
         )
-        return replace(endpoint, tariff="batch") if self.batch is not None and endpoint.provider == "openai" else endpoint
+        return replace(endpoint, tariff="batch") if self.batch is not None and endpoint.provider.has_batch_api else endpoint
 
     def get(self, endpoint: Endpoint, spec: ModelSpec) -> ChatModel:
         if self.fixed is not None:
@@ -250,6 +253,7 @@ class ModelPool:
         key_hash = hashlib.sha256((endpoint.api_key or "").encode()).hexdigest()[:16]
         cache_key = (
             endpoint.provider, endpoint.model_id, endpoint.base_url, key_hash, spec.timeout_seconds, spec.retries, endpoint.tariff,
+            tuple(sorted(spec.extra_headers.items())),
         )
         if cache_key not in self._models:
             self._models[cache_key] = self._build(endpoint, spec)
@@ -258,7 +262,7 @@ class ModelPool:
     def _build(self, endpoint: Endpoint, spec: ModelSpec) -> ChatModel:
         if endpoint.tariff == "batch" and self.batch is not None:
             return self.batch.model(endpoint, self.get(replace(endpoint, tariff="live"), spec))
-        if endpoint.provider == "local":
+        if endpoint.provider is Provider.LOCAL:
             from runner.model.local import LocalChatModel
 
             if self._notice and not self._noticed:
@@ -273,6 +277,7 @@ class ModelPool:
             api_key=endpoint.api_key,
             timeout_seconds=spec.timeout_seconds,
             max_retries=spec.retries,
+            default_headers=spec.extra_headers,  # model.extra_headers (no key: config/profile_checks.py)
             on_retry=self._on_retry,
         )
 

@@ -20,12 +20,14 @@ class InvalidResponse(ValueError):
     """A 200 answer that is not a usable chat completion (missing choices, bad tool call)."""
 
 
-def request_body(request: ModelRequest, *, max_tokens_field: str = "max_tokens") -> dict[str, Any]:
+def request_body(request: ModelRequest) -> dict[str, Any]:
     """Build the ``chat.completions.create`` arguments for ``request``.
 
     Fields that are ``None`` are left out so the endpoint's defaults apply; ``tools`` and
     ``tool_choice`` are sent only when tools are offered (some servers reject an empty
-    list). ``max_tokens_field`` may be ``"max_completion_tokens"`` for newer OpenAI models.
+    list). The completion bound goes in ``request.tokens_field`` (the model profile's:
+    ``max_completion_tokens`` for OpenAI's current models, which refuse ``max_tokens`` on
+    reasoning models). ``extra_body`` adds fields runner does not set (never over one it does).
 
     The order is the cache order: what every call of an agent shares (model, tools, the
     parameters, ``prompt_cache_key``) comes first and the messages last, so the bodies of
@@ -37,11 +39,15 @@ def request_body(request: ModelRequest, *, max_tokens_field: str = "max_tokens")
         body["tools"] = [dict(tool) for tool in request.tools]
         body["tool_choice"] = request.tool_choice
     if request.max_tokens is not None:
-        body[max_tokens_field] = request.max_tokens
-    if request.temperature is not None:
-        body["temperature"] = request.temperature
-    if request.prompt_cache_key is not None:
-        body["prompt_cache_key"] = request.prompt_cache_key
+        body[request.tokens_field] = request.max_tokens
+    optional = {
+        "temperature": request.temperature, "top_p": request.top_p, "seed": request.seed,
+        "stop": list(request.stop) or None, "reasoning_effort": request.reasoning_effort,
+        "service_tier": request.service_tier, "response_format": request.response_format,
+        "prompt_cache_key": request.prompt_cache_key,
+    }  # fmt: skip
+    body.update((name, value) for name, value in optional.items() if value is not None)
+    body.update((name, value) for name, value in request.extra_body.items() if name not in body and name != "messages")
     body["messages"] = [message.to_openai() for message in request.messages]
     return body
 
@@ -74,18 +80,27 @@ def parse_completion(data: object) -> ModelResponse:
 
 
 def parse_usage(usage: object) -> Usage:
-    """Read ``prompt_tokens``, ``completion_tokens`` and cached prompt tokens (0 when absent):
-    OpenAI's ``prompt_tokens_details.cached_tokens``, else DeepSeek's ``prompt_cache_hit_tokens``."""
+    """Read ``prompt_tokens``, ``completion_tokens``, cached prompt tokens (OpenAI's
+    ``prompt_tokens_details.cached_tokens``, else DeepSeek's ``prompt_cache_hit_tokens``),
+    prompt tokens written to the cache (``prompt_tokens_details.cache_write_tokens``) and
+    reasoning tokens (``completion_tokens_details.reasoning_tokens``, part of the completion
+    tokens); 0 when absent. A part is never more than its whole."""
     if not isinstance(usage, Mapping):
         return Usage()
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    prompt = usage.get("prompt_tokens_details")
+    prompt = prompt if isinstance(prompt, Mapping) else {}
+    completion = usage.get("completion_tokens_details")
+    completion = completion if isinstance(completion, Mapping) else {}
+    cached = prompt.get("cached_tokens")
     if cached is None:
         cached = usage.get("prompt_cache_hit_tokens")
+    input_tokens, output_tokens = _as_int(usage.get("prompt_tokens")), _as_int(usage.get("completion_tokens"))
     return Usage(
-        input_tokens=_as_int(usage.get("prompt_tokens")),
-        output_tokens=_as_int(usage.get("completion_tokens")),
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
         cached_input_tokens=_as_int(cached),
+        reasoning_tokens=min(_as_int(completion.get("reasoning_tokens")), output_tokens),
+        cache_write_tokens=min(_as_int(prompt.get("cache_write_tokens")), input_tokens),
     )
 
 

@@ -16,6 +16,8 @@ from runner.agent.call_cache import CallAnswers, CallCache, endpoint_identity, t
 from runner.agent.loop import AgentEnv, ModelBinding, run_agent
 from runner.caps.budget import within_deadline
 from runner.config.prices import find_price, unpriced_message
+from runner.config.profile_checks import refused_settings
+from runner.config.providers import Provider
 from runner.config.specs import AgentSpec, Caps, ToolRef
 from runner.config.templates import TemplateError, render
 from runner.core.sources import unique_sources
@@ -23,6 +25,7 @@ from runner.core.status import Status
 from runner.core.steps import StepKind, StepRecord, ToolCallSummary
 from runner.core.usage import Usage
 from runner.errors import CapReached, ConfigError, ToolFailure
+from runner.model.call_settings import call_settings
 from runner.model.prompt_cache import prompt_cache_key
 from runner.redact import redact_secrets
 from runner.runs.context import RunContext
@@ -111,7 +114,8 @@ async def run_agent_step(
         model=ctx.pool.get(endpoint, agent.model),
         tools=ToolBox(ctx.registry, agent, tool_ctx),
         budget=ctx.budget.child(agent.caps.tighten(caps or Caps()), scope=f"step '{step_id}'"),
-        pricer=ctx.pricer(endpoint),
+        pricer=ctx.pricer(endpoint, agent),
+        profile=ctx.profile(agent, endpoint),
         recorder=ctx.recorder,
         step_id=step_id,
         rate_gate=ctx.options.rate_gate,
@@ -239,23 +243,29 @@ def model_binding(ctx: RunContext, name: str) -> ModelBinding:
     """Another declared agent's model (a judge's), called from within a step's loop."""
     agent = ctx.project.agents[name]
     endpoint = ctx.endpoint(agent)
+    key = prompt_cache_key(agent, endpoint.model_id, endpoint.provider, endpoint.base_url)
+    settings = call_settings(agent.model, ctx.profile(agent, endpoint), None, key)
     return ModelBinding(
-        agent.name, ctx.pool.get(endpoint, agent.model), ctx.pricer(endpoint), endpoint.model_id,
-        agent.model.max_tokens, agent.model.temperature, agent.system_prompt,
-        prompt_cache_key(agent, endpoint.model_id, endpoint.provider, endpoint.base_url), endpoint_identity(endpoint),
+        agent.name, ctx.pool.get(endpoint, agent.model), ctx.pricer(endpoint, agent), endpoint.model_id, settings,
+        agent.system_prompt, endpoint_identity(endpoint),
     )  # fmt: skip
 
 
 def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:
     """A money cap on a model with no known price refuses to start, saying how to fix it
-    (for the agents' judges too: their calls are paid from the same caps)."""
+    (for the agents' judges too: their calls are paid from the same caps). A setting the
+    profile of a model given by ``--model`` does not take is not sent, and the run warns
+    (``runner validate`` refuses it for the agents' own model ids)."""
     money_capped = any(b.caps.max_cost_usd is not None for b in ctx.budget.chain())
     judges = [j.agent for n in agent_names if (j := ctx.project.agents[n].judge) and j.agent in ctx.project.agents]
     for name in dict.fromkeys([*agent_names, *judges]):
         agent = ctx.project.agents[name]
         endpoint = ctx.endpoint(agent)
+        if endpoint.model_id != agent.model.id and endpoint.provider.remote:
+            for setting, why in refused_settings(agent.model, ctx.profile(agent, endpoint), endpoint.model_id):
+                ctx.warnings.append(f"agent '{name}': {why.split(';')[0]}: model.{setting} is not sent")
         capped = money_capped or agent.caps.max_cost_usd is not None
-        if capped and endpoint.provider != "local" and not ctx.pricer(endpoint).priced:
+        if capped and endpoint.provider is not Provider.LOCAL and not ctx.pricer(endpoint, agent).priced:
             raise ConfigError(unpriced_message(endpoint.model_id, name))
     for base in ctx.services.knowledge:  # embeddings requests are paid from the same caps
         spec = ctx.project.knowledge[base].embeddings
