@@ -12,6 +12,11 @@ makes a validation error, not a hang. ``unevaluatedProperties`` (which asks whic
 ``patternProperties`` of every applicable subschema match) uses it too, and checks the
 validation's shared deadline, since nested applicators can make it re-validate exponentially.
 
+A JSON Schema ``pattern`` is an ECMA-262 regular expression, whose ``$`` matches only at the end
+of the text; Python's also matches before a final newline, so ``^[a-z]+$`` would accept
+``"name\\n"`` here and not in an editor. :func:`ecma_ends` rewrites ``$`` as ``\\Z`` for every
+schema keyword (here and in :mod:`runner.config.schema`); an eval's ``regex`` keeps Python's meaning.
+
 Compiling is bounded as well: ``regex`` unrolls a fixed repeat (``a{4294967294}``,
 ``(?:a{1000}){1000}``) when it compiles, which takes gigabytes, so a pattern whose unrolled size
 passes :data:`MAX_UNROLLED` is refused before ``regex`` sees it (``re`` parses it first; its
@@ -121,6 +126,31 @@ def shared_deadline(seconds: float = 2 * MATCH_SECONDS) -> Iterator[None]:
         _DEADLINE.reset(token)
 
 
+def ecma_ends(pattern: str) -> str:
+    """``pattern`` with each ``$`` outside a character class written ``\\Z``: the end of the
+    text only, as ECMA-262 (JSON Schema) reads ``$`` without the multiline flag."""
+    out: list[str] = []
+    class_body: str | None = None  # inside [...]: what follows the [ so far
+    escaped = False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif class_body is None and char == "[":
+            class_body = ""
+            out.append(char)
+            continue
+        elif class_body is not None and char == "]" and class_body not in ("", "^"):  # []...] and [^]...]: a literal ]
+            class_body = None
+        elif class_body is None and char == "$":
+            char = "\\Z"
+        if class_body is not None:
+            class_body += char
+        out.append(char)
+    return "".join(out)
+
+
 def search(pattern: str, text: str, *, ignore_case: bool = False) -> bool:
     """Whether ``pattern`` matches somewhere in ``text``; :class:`PatternTooSlow` after
     :data:`MATCH_SECONDS` (or once a :func:`shared_deadline` has passed), ``ValueError`` for
@@ -161,7 +191,7 @@ def bounded_validator(base: Any) -> Any:
 def _matches(pattern: str, text: str) -> tuple[bool, str | None]:
     """``(matched, problem)``: a slow or invalid pattern is a problem, not an exception."""
     try:
-        return search(pattern, text), None
+        return search(ecma_ends(pattern), text), None
     except ValueError as exc:
         return False, str(exc)
 

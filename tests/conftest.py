@@ -4,13 +4,32 @@ The environment's OpenAI variables are removed for every test; tests that need a
 start the loopback server (``runner.model.server.ScriptedServer``) and set them explicitly.
 ``RUNNER_STORE_URL`` is removed too: tests that run on PostgreSQL get their own database
 from the fixtures in :mod:`tests.postgres`.
+
+Two hooks shape the run: every test that needs PostgreSQL, Airflow's ``dag.test()``, a browser,
+the embedded model or a process of its own is marked ``slow`` (:mod:`tests.support.tiers`;
+``pytest -m "not slow"`` is the fast tier), and a test marked with
+:func:`tests.support.services.requires` is skipped without its service, or failed under CI.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from tests.support.services import check_marked
+from tests.support.tiers import slow_reason
+
 pytest_plugins = ["tests.postgres"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        reason = slow_reason(item)
+        if reason is not None:
+            item.add_marker(pytest.mark.slow(reason=reason))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    check_marked(item)
 
 
 @pytest.fixture(autouse=True)

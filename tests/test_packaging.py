@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.services import import_or_missing
 from tests.wheel import REPO, WheelUnavailable, build_and_install
 
 pytestmark = pytest.mark.timeout(600)
@@ -120,7 +121,7 @@ def test_validate_and_run_a_copy_of_the_project_from_the_wheel(installed: Instal
 
 
 def test_the_example_dags_import_from_a_dag_folder_elsewhere(installed: Installed, tmp_path: Path) -> None:
-    pytest.importorskip("airflow", reason="apache-airflow is not installed")
+    import_or_missing("airflow", "apache-airflow is not installed (pip install 'runner[airflow]')")
     dags, project = tmp_path / "dags", tmp_path / "project"
     dags.mkdir()
     for part in ("agents.d", "tasks.d"):

@@ -92,7 +92,7 @@ def serve(port: int = 0) -> ThreadingHTTPServer:
     """Start the site on 127.0.0.1:``port`` (0: any free port) in a background thread."""
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()  # shutdown() waits one poll
     return server
 
 

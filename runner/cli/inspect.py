@@ -15,7 +15,7 @@ from runner.config.project import load_project_or_raise
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Write <kind>.schema.json files here (default: list them).")
 def schema_command(out_dir: Path | None) -> None:
     """Write the JSON Schemas (Draft 2020-12) that define the configuration language."""
-    from runner.config.schema import SCHEMA_NAMES
+    from runner.config.schema import SCHEMA_NAMES, exported_schema
     from runner.config.schema import schema as schema_document
 
     if out_dir is None:
@@ -24,7 +24,7 @@ def schema_command(out_dir: Path | None) -> None:
         return
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in SCHEMA_NAMES:
-        (out_dir / f"{name}.schema.json").write_text(json.dumps(schema_document(name), indent=2) + "\n")
+        (out_dir / f"{name}.schema.json").write_text(json.dumps(exported_schema(name), indent=2) + "\n")
     click.echo(f"wrote {len(SCHEMA_NAMES)} schemas to {out_dir}")
 
 

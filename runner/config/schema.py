@@ -19,7 +19,7 @@ from urllib.parse import unquote
 
 from runner.config.sources import Document, escape_pointer_token
 from runner.errors import Problem, did_you_mean
-from runner.untrusted_regex import bounded_validator, shared_deadline
+from runner.untrusted_regex import bounded_validator, ecma_ends, shared_deadline
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
@@ -42,6 +42,13 @@ def schema(name: str) -> dict[str, Any]:
     return loaded
 
 
+def exported_schema(name: str) -> dict[str, Any]:
+    """The schema ``name`` as ``runner schema --out`` writes it: without its ``$id``, so that its
+    references to sibling schemas (``common.schema.json#/$defs/...``) resolve next to the file
+    it is read from, by an editor or check-jsonschema, instead of at the ``$id``'s host."""
+    return {key: value for key, value in schema(name).items() if key != "$id"}
+
+
 @cache
 def _registry() -> Registry:
     from referencing import Registry, Resource
@@ -53,9 +60,25 @@ def _registry() -> Registry:
 @cache
 def validator(name: str) -> Draft202012Validator:
     """A validator for the schema ``name``, resolving references to sibling schemas."""
-    from jsonschema import Draft202012Validator
+    return _ecma_validator()(schema(name), registry=_registry())  # type: ignore[no-any-return]
 
-    return Draft202012Validator(schema(name), registry=_registry())
+
+@cache
+def _ecma_validator() -> Any:
+    """Draft 2020-12 with ``pattern`` read as ECMA-262 reads it (``$`` is the end of the text,
+    not also the place before a final newline): as editors and JSON Schema tools validate."""
+    from jsonschema import Draft202012Validator, validators
+
+    return validators.extend(Draft202012Validator, {"pattern": _ecma_pattern})
+
+
+def _ecma_pattern(checker: Any, pattern: str, instance: Any, subschema: Any) -> Any:
+    import re
+
+    from jsonschema.exceptions import ValidationError
+
+    if checker.is_type(instance, "string") and not re.search(ecma_ends(pattern), instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
 def validate_document(doc: Document) -> list[Problem]:
@@ -77,9 +100,7 @@ def validate_document(doc: Document) -> list[Problem]:
 def validate_part(doc: Document, pointer: str, value: Any, json_schema: Mapping[str, Any]) -> list[Problem]:
     """Validate the part of ``doc`` at ``pointer`` against ``json_schema`` (e.g. a tool's
     settings against the settings that tool declares); located problems, as for documents."""
-    from jsonschema import Draft202012Validator
-
-    errors = sorted(Draft202012Validator(json_schema).iter_errors(value), key=lambda e: list(e.absolute_path))
+    errors = sorted(_ecma_validator()(json_schema).iter_errors(value), key=lambda e: list(e.absolute_path))
     return _dedupe([p for error in errors for p in _to_problems(doc, error, prefix=pointer)])
 
 
@@ -110,9 +131,10 @@ def check_schema(json_schema: Any) -> str | None:
         Draft202012Validator.check_schema(json_schema)
     except Exception as exc:  # jsonschema raises SchemaError; keep the message only
         return str(getattr(exc, "message", exc))
-    from runner.config.schema_hazards import pattern_problem, recursion_problem
+    from runner.config.schema_hazards import pattern_problem, recursion_problem, typed_values_problem
 
-    return _reference_problem(json_schema, json_schema) or pattern_problem(json_schema) or recursion_problem(json_schema)
+    return (_reference_problem(json_schema, json_schema) or pattern_problem(json_schema) or typed_values_problem(json_schema)
+            or recursion_problem(json_schema))  # fmt: skip
 
 
 def _reference_problem(root: Any, node: Any) -> str | None:
@@ -174,16 +196,20 @@ def _to_problems(doc: Document, error: ValidationError, prefix: str = "") -> lis
         return [doc.problem(pointer, f"{error.message}; give both or neither")]
     if error.validator == "const" and pointer == "/apiVersion":
         return [doc.problem(pointer, f"apiVersion must be 'runner/v1' (got {error.instance!r})")]
+    difference = doc.source.yaml11.get(pointer)
+    if difference is not None and error.validator in ("type", "enum", "const"):
+        return [doc.problem(pointer, difference.explain(_yaml_reading(error.instance)))]
     if error.validator == "enum":
         hint = did_you_mean(str(error.instance), [str(v) for v in error.validator_value])
         return [doc.problem(pointer, f"{error.instance!r} is not one of {error.validator_value}{hint}")]
     if error.validator == "type" and isinstance(error.instance, bool) and error.validator_value in ("number", "integer"):
         return [doc.problem(pointer, f"{error.instance!r} is a boolean; write a number")]
-    if error.validator == "type" and isinstance(error.instance, str) and _yaml_exponent(error.instance) and error.validator_value in ("number", "integer"):
-        return [doc.problem(pointer, f"{error.instance!r} is text to YAML (an exponent without a decimal point); write the "
-                            f"{error.validator_value} as plain digits, or with a point: 1.0e6")]  # fmt: skip
     if error.validator == "type" and isinstance(error.instance, str) and error.validator_value in ("number", "integer"):
         return [doc.problem(pointer, f"{error.instance!r} is a string; write the {error.validator_value} without quotes")]
+    if error.validator == "type" and error.validator_value == "string" and isinstance(error.instance, (bool, int, float)):
+        kind = "a boolean" if isinstance(error.instance, bool) else "a number"
+        written = str(error.instance).lower() if isinstance(error.instance, bool) else str(error.instance)
+        return [doc.problem(pointer, f"{written} is {kind} here, not a string; quote it ('{written}') for text")]
     if error.validator == "pattern" and pointer.endswith("api_key_env"):
         # never echo the value: a literal key pasted here must not reach logs
         return [doc.problem(pointer, "not an environment variable name (value hidden in case it is a key); "
@@ -196,11 +222,9 @@ def _to_problems(doc: Document, error: ValidationError, prefix: str = "") -> lis
     return [doc.problem(pointer, error.message)]
 
 
-def _yaml_exponent(text: str) -> bool:
-    """Whether ``text`` is a number with an exponent that YAML 1.1 reads as a string (``1e23``, ``5E+3``)."""
-    import re
-
-    return re.fullmatch(r"[+-]?[0-9]+[eE][+-]?[0-9]+", text) is not None
+def _yaml_reading(value: Any) -> str:
+    """How YAML 1.2 read a value: ``a string``, ``the number 0.01``."""
+    return "a string" if isinstance(value, str) else f"the number {value}"
 
 
 def _allowed_keys(subschema: dict[str, Any]) -> list[str]:

@@ -28,6 +28,36 @@ def pattern_problem(schema: Any) -> str | None:
     return None
 
 
+def typed_values_problem(schema: Any, pointer: str = "") -> str | None:
+    """The first ``enum`` or ``const`` value of ``schema`` that its own ``type`` refuses (such a
+    value can never be given: ``{type: string, enum: [1, 2]}``), and where."""
+    if isinstance(schema, list):
+        return next((p for i, s in enumerate(schema) if (p := typed_values_problem(s, f"{pointer}/{i}"))), None)
+    if not isinstance(schema, dict):
+        return None
+    declared = schema.get("type")
+    types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else None
+    if types is not None:
+        values = [*(schema["enum"] if isinstance(schema.get("enum"), list) else ()), *([schema["const"]] if "const" in schema else [])]
+        for value in values:
+            if not any(_is_json_type(value, kind) for kind in types):
+                return (f"{pointer or '/'}: {value!r} is not of the declared type {declared!r}, so it can never be given; "
+                        f"write it as {'/'.join(map(str, types))} (YAML 1.2: yes is a string, 1 a number)")  # fmt: skip
+    for key, value in schema.items():
+        if key not in ("enum", "const", "default", "examples") and (found := typed_values_problem(value, f"{pointer}/{key}")):
+            return found
+    return None
+
+
+def _is_json_type(value: Any, kind: str) -> bool:
+    if kind == "integer":
+        return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float) and value.is_integer())
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    expected = {"string": str, "boolean": bool, "null": type(None), "object": dict, "array": list}.get(kind)
+    return expected is None or isinstance(value, expected)
+
+
 def recursion_problem(schema: Any) -> str | None:
     """Why validating against ``schema`` would never end (a ``$ref`` cycle), or ``None``."""
     from jsonschema import Draft202012Validator

@@ -33,6 +33,8 @@ class SourceMap:
     file: str
     values: dict[str, Position] = field(default_factory=dict)
     keys: dict[str, Position] = field(default_factory=dict)
+    yaml11: dict[str, Any] = field(default_factory=dict)
+    """Plain scalars YAML 1.1 read otherwise, by pointer (:class:`~runner.config.yamlcore.Yaml11Difference`)."""
 
     def locate(self, pointer: str, *, key: bool = False) -> Position:
         """The position of ``pointer``; falls back to the nearest enclosing node."""

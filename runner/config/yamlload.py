@@ -5,6 +5,11 @@ Stricter than ``yaml.safe_load`` (see ``shared/SECURITY.md``):
 * the file size is capped before parsing;
 * anchors and aliases are rejected (alias bombs);
 * duplicate keys are an error naming both lines;
+* plain scalars are read by the YAML 1.2 core schema, as editors and JSON Schema tools read
+  them (:mod:`runner.config.yamlcore`: ``yes``, ``on``, ``1_000`` and ``1:30`` are strings,
+  ``0o20`` and ``1e-2`` numbers); where YAML 1.1 read a plain scalar otherwise the document
+  remembers how (``SourceMap.yaml11``), so a schema error there says what to write, and a
+  number that both read with different values (``017``) is an error wherever it stands;
 * only the standard scalar tags are accepted; timestamps stay strings;
 * ``.nan`` / ``.inf`` are rejected anywhere;
 * nesting is limited to :data:`MAX_DEPTH` levels (the composer recurses per level, so a file
@@ -30,7 +35,6 @@ from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.parser import Parser
 from yaml.reader import Reader
-from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
 from runner.config.sources import (
@@ -43,6 +47,7 @@ from runner.config.sources import (
     file_kind,
     read_config_bytes,
 )
+from runner.config.yamlcore import CoreResolver, core_float, core_int, yaml11_difference
 from runner.errors import Problem
 
 __all__ = [
@@ -173,7 +178,7 @@ def _convert_mapping(node: MappingNode, pointer: str, source: SourceMap) -> dict
     out: dict[str, Any] = {}
     first_seen: dict[str, Position] = {}
     for key_node, value_node in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
+        if key_node.tag == "tag:yaml.org,2002:merge" or (key_node.value == "<<" and not getattr(key_node, "style", "x")):
             raise _fail(key_node, pointer, source, "merge keys (<<) are not allowed; write the keys out")
         if not isinstance(key_node, ScalarNode):
             raise _fail(key_node, pointer, source, "keys must be plain strings")
@@ -192,27 +197,38 @@ def _convert_mapping(node: MappingNode, pointer: str, source: SourceMap) -> dict
 
 def _convert_scalar(node: ScalarNode, pointer: str, source: SourceMap) -> Any:
     tag, value = node.tag, node.value
+    if not node.style:  # plain (None from PyYAML, "" from libyaml): resolved by the core schema, where YAML 1.1 may differ
+        difference = yaml11_difference(value, tag)
+        if difference is not None and difference.ambiguous:
+            raise _fail(node, pointer, source, difference.explain(f"the number {core_int(value)}"))
+        if difference is not None:
+            source.yaml11[pointer] = difference
     if tag in (_STR, _TIMESTAMP):
         return value
     if tag == _NULL:
         return None
     if tag == _BOOL:
-        return value.lower() in ("true", "yes", "on", "y")
+        return value.lower() == "true"
     if tag == _INT:
-        return yaml.SafeLoader.construct_yaml_int(_CONSTRUCTOR, node)
+        return _explicit(node, pointer, source, core_int)
     if tag == _FLOAT:
-        number = float(yaml.SafeLoader.construct_yaml_float(_CONSTRUCTOR, node))
+        number = _explicit(node, pointer, source, core_float)
         if math.isnan(number) or math.isinf(number):
             raise _fail(node, pointer, source, f"{value} is not allowed; use a finite number")
         return number
     raise _fail(node, pointer, source, f"tag {tag!r} is not allowed; only plain YAML values are accepted")
 
 
-_CONSTRUCTOR = yaml.SafeLoader("")
+def _explicit(node: ScalarNode, pointer: str, source: SourceMap, read: Callable[[str], Any]) -> Any:
+    """A number in the core schema's form (``!!int 0o17`` too); another form under an explicit tag is an error."""
+    try:
+        return read(node.value)
+    except ValueError:
+        raise _fail(node, pointer, source, f"{node.value!r} is not a YAML 1.2 {node.tag.rsplit(':', 1)[-1]}") from None
 _NO_ANCHORS = "anchors and aliases (&name, *name) are not allowed in configuration; write the value out"
 
 
-class _StrictComposer(Composer, SafeConstructor, Resolver):
+class _StrictComposer(Composer, SafeConstructor, CoreResolver):
     """PyYAML's safe composer and constructor, refusing anchors and aliases as soon as it
     meets them, and nesting deeper than :data:`MAX_DEPTH` before it recurses into it.
     A loader adds a parser (the events: libyaml's or PyYAML's, alike)."""
@@ -220,7 +236,7 @@ class _StrictComposer(Composer, SafeConstructor, Resolver):
     def __init__(self) -> None:
         Composer.__init__(self)
         SafeConstructor.__init__(self)
-        Resolver.__init__(self)
+        CoreResolver.__init__(self)
         self._path: list[str] = []
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:  # type: ignore[override]

@@ -28,7 +28,10 @@ from typing import Any
 import pytest
 
 import runner.airflow
+from runner import api
+from runner.model.server import ScriptedServer
 from tests.support.project import copy_project
+from tests.support.services import import_or_missing
 
 HERE = Path(__file__).resolve().parent
 TEST_DAGS = HERE / "dags"
@@ -74,7 +77,7 @@ AIRFLOW_HOME = _configure_airflow_environment()
 @pytest.fixture(scope="session")
 def airflow_db() -> float:
     """Create the SQLite metadata DB once per session (what ``airflow db migrate`` does); its duration."""
-    pytest.importorskip("airflow", reason="apache-airflow is not installed (pip install 'runner[airflow]')")
+    import_or_missing("airflow", "apache-airflow is not installed (pip install 'runner[airflow]')")
     from airflow.utils.db import initdb
 
     started = time.monotonic()
@@ -98,14 +101,13 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def scripted_server() -> Iterator[Any]:
     """A factory: ``with scripted_server(script) as srv`` (the loopback model server)."""
-    server_module = pytest.importorskip("runner.model.server", reason="runner.model.server is not written yet")
-    return server_module.ScriptedServer  # type: ignore[no-any-return]
+    return ScriptedServer
 
 
 @pytest.fixture(scope="session")
 def test_dags() -> Any:
     """The module tests/airflow/dags/runner_test_dags.py (it defines retry_dag and mapped_dag)."""
-    pytest.importorskip("airflow", reason="apache-airflow is not installed")
+    import_or_missing("airflow", "apache-airflow is not installed (pip install 'runner[airflow]')")
     import importlib.util
 
     name = "runner_test_dags"
@@ -135,14 +137,8 @@ def model_connection(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
     return define
 
 
-def _require_api(name: str) -> Any:
-    api = pytest.importorskip("runner.api", reason="runner.api (the lead's run_task/run_batch API) does not exist yet")
-    if not hasattr(api, name):
-        pytest.skip(f"runner.api.{name} does not exist yet (the lead's API); this test needs it")
-    return getattr(api, name)
-
-
 @pytest.fixture
 def require_api() -> Callable[[str], Any]:
-    """``require_api("run_batch")``: the lead's API function, or skip the test with the reason."""
-    return _require_api
+    """``require_api("run_batch")``: the function of :mod:`runner.api` (an ``AttributeError``
+    fails the test when it is gone: our own API is never a reason to skip)."""
+    return lambda name: getattr(api, name)

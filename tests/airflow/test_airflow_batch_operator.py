@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.services import import_or_missing
+
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(240), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
-pytest.importorskip("airflow", reason="apache-airflow is not installed (pip install 'runner[airflow]')")
+import_or_missing("airflow", "apache-airflow is not installed (pip install 'runner[airflow]')")
 
 from runner.airflow.batch_wait import BatchWaitEvent  # noqa: E402
 from runner.model.batch_endpoints import BatchBehaviour  # noqa: E402

@@ -11,11 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.airflow.conftest import EXAMPLE_DAGS
+from tests.support.services import import_or_missing
 
-pytest.importorskip("airflow", reason="apache-airflow is not installed")
+import_or_missing("airflow", "apache-airflow is not installed (pip install 'runner[airflow]')")
 
 PARSE = """
 import json

@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+from tests.support.services import import_or_missing
+
 # Airflow (and the libraries it pins) emit their own deprecation warnings inside dag.test(); the project
 # turns warnings into errors, which would fail the Airflow task, so these are ignored here.
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(240), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
-pytest.importorskip("airflow", reason="apache-airflow is not installed (pip install 'runner[airflow]')")
+import_or_missing("airflow", "apache-airflow is not installed (pip install 'runner[airflow]')")
 
 from runner.airflow.execution import derive_run_id  # noqa: E402
 

@@ -21,12 +21,14 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("airflow", reason="apache-airflow is not installed")
+from tests.support.services import import_or_missing
 
-from airflow.sdk.exceptions import AirflowTaskTimeout
-from airflow.sdk.execution_time.timeout import timeout
+import_or_missing("airflow", "apache-airflow is not installed (pip install 'runner[airflow]')")
 
-from runner.airflow.execution import run_batch_for_airflow, run_task_for_airflow
+from airflow.sdk.exceptions import AirflowTaskTimeout  # noqa: E402
+from airflow.sdk.execution_time.timeout import timeout  # noqa: E402
+
+from runner.airflow.execution import run_batch_for_airflow, run_task_for_airflow  # noqa: E402
 
 # cancelling a run while its HTTP client is opening a connection drops a coroutine the client
 # had made but not started (as Ctrl-C does); the interpreter reports it as unraisable
@@ -60,6 +62,7 @@ def _posts(server: Any) -> list[str]:
     return [r.body["messages"][-1]["content"] for r in server.requests if r.method == "POST"]
 
 
+@pytest.mark.slow(reason="a pipeline run to its deadline and retried")
 def test_a_timeout_inside_a_pipeline_step_is_a_timeout_and_the_retry_keeps_the_finished_step(
     project: Path, scripted_server: Any
 ) -> None:

@@ -10,8 +10,9 @@ from urllib.parse import quote
 import pytest
 
 from runner.errors import UsageError
+from tests.support.services import import_or_missing
 
-pytest.importorskip("airflow", reason="apache-airflow is not installed")
+import_or_missing("airflow", "apache-airflow is not installed (pip install 'runner[airflow]')")
 
 KEY = "sk-env-canary/+=:@0123456789"  # characters a URI must encode
 

@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 
+from tests.support.services import import_or_missing
+from tests.support.serving import serving
+
 pytestmark = [pytest.mark.airflow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
-pytest.importorskip("airflow", reason="apache-airflow is not installed (pip install 'runner[airflow]')")
+import_or_missing("airflow", "apache-airflow is not installed (pip install 'runner[airflow]')")
 
 from runner.airflow.provider import get_provider_info  # noqa: E402
 
@@ -217,7 +220,6 @@ def test_connection_test_tells_endpoint_faults_apart(
     status: int, body: bytes, path: str, key: str | None, expected: str
 ) -> None:
     """A plain HTTP server answering every GET with ``status`` (the scripted server always lists models)."""
-    import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from runner.airflow.probe import probe_models
@@ -235,13 +237,8 @@ def test_connection_test_tells_endpoint_faults_apart(
         def log_message(self, *args: Any) -> None:
             pass
 
-    with ThreadingHTTPServer(("127.0.0.1", 0), Handler) as server:
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            ok, message = probe_models(f"http://127.0.0.1:{server.server_address[1]}{path}", key)
-        finally:
-            server.shutdown()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as server:
+        ok, message = probe_models(f"http://127.0.0.1:{server.server_address[1]}{path}", key)
     assert not ok and message.endswith(expected), message
     assert seen == [f"{path}/models"]
 

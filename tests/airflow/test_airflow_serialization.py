@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.services import import_or_missing
+
 pytestmark = [pytest.mark.airflow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
-pytest.importorskip("airflow", reason="apache-airflow is not installed (pip install 'runner[airflow]')")
+import_or_missing("airflow", "apache-airflow is not installed (pip install 'runner[airflow]')")
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_FILES = sorted(

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("airflow")
+from tests.support.services import import_or_missing
+
+import_or_missing("airflow", "apache-airflow is not installed (pip install 'runner[airflow]')")
 
 PASSWORD = "pg-pass-from-airflow-1234"
 

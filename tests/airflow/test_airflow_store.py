@@ -10,8 +10,9 @@ import pytest
 
 from runner.errors import UsageError
 from runner.store.runstore import RunStore
+from tests.support.services import import_or_missing
 
-pytest.importorskip("airflow", reason="apache-airflow is not installed")
+import_or_missing("airflow", "apache-airflow is not installed (pip install 'runner[airflow]')")
 
 
 def _connection(monkeypatch: pytest.MonkeyPatch, name: str, url: str, password: str | None = None) -> None:

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.services import import_or_missing
+
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(240), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
-pytest.importorskip("airflow", reason="apache-airflow is not installed (pip install 'runner[airflow]')")
+import_or_missing("airflow", "apache-airflow is not installed (pip install 'runner[airflow]')")
 
 LOGICAL_DATE = datetime(2025, 6, 3, tzinfo=UTC)
 

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.services import import_or_missing
+
 pytestmark = [pytest.mark.airflow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
-pytest.importorskip("airflow", reason="apache-airflow is not installed (pip install 'runner[airflow]')")
+import_or_missing("airflow", "apache-airflow is not installed (pip install 'runner[airflow]')")
 
 from runner.airflow.batch_wait import BatchWaitEvent  # noqa: E402
 from runner.airflow.triggers import CLASSPATH, ProviderBatchTrigger  # noqa: E402

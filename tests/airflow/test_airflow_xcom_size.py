@@ -15,8 +15,10 @@ from typing import Any, overload
 
 import pytest
 
+from tests.support.services import import_or_missing
+
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
-pytest.importorskip("airflow", reason="apache-airflow is not installed (pip install 'runner[airflow]')")
+import_or_missing("airflow", "apache-airflow is not installed (pip install 'runner[airflow]')")
 
 ROWS = 10_000
 SHARDS = 2

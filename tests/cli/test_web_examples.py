@@ -15,6 +15,7 @@ import yaml
 from runner.model.script_rules import Script
 from runner.model.server import ScriptedServer
 from tests.support.project import REPO, copy_shipped, run_cli
+from tests.support.services import requires
 
 pytestmark = pytest.mark.timeout(300)
 CHROMIUM = Path("/usr/bin/chromium")
@@ -64,7 +65,7 @@ def test_a_ticket_reply_the_docs_do_not_support_fails_its_row(project: Path) -> 
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="headless chromium is not installed at /usr/bin/chromium")
+@requires(CHROMIUM.exists(), "headless chromium is not installed at /usr/bin/chromium")
 def test_market_scan_searches_browses_and_cites(project: Path) -> None:
     site = demo_site().serve(0)
     port = str(site.server_address[1])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from runner.model.server import ScriptedServer
 from runner.tools.arguments import ArgumentsInvalid, JsonSchemaArguments
 from runner.untrusted_regex import MAX_UNROLLED, compile_problem, search
 from tests.support.project import run_cli, write_project
+from tests.support.serving import serving
 
 SLOW = "^(a|aa)+$"
 TEXT = "a" * 40 + "!"  # Python's re backtracks on this for minutes
@@ -40,6 +40,7 @@ BACKTRACKING = [
 UNROLLED = ["a{4294967294}", "(?:a{1000}){1000}", "(?:(ab|cd){300}){300}", "x{20001}"]
 
 
+@pytest.mark.slow(reason="patterns that run to their time limit")
 @pytest.mark.parametrize("schema", BACKTRACKING)
 def test_every_keyword_that_matches_keys_is_bounded(schema: dict[str, Any]) -> None:
     problems = validate_value({TEXT: 1}, schema)
@@ -104,13 +105,8 @@ def listener() -> Iterator[tuple[str, list[str]]]:
         def log_message(self, *args: Any) -> None:
             del args
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Schema)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Schema)) as server:
         yield f"http://127.0.0.1:{server.server_port}", asked
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_url_reference_is_never_fetched(listener: tuple[str, list[str]]) -> None:
@@ -132,6 +128,7 @@ def test_an_mcp_schema_that_is_not_json_schema_is_named(schema: dict[str, Any], 
     assert JsonSchemaArguments({"type": "object", "properties": {"a": {"type": "string"}}}).schema_problem() is None
 
 
+@pytest.mark.slow(reason="patterns that run to their time limit")
 def test_mcp_arguments_against_bounded_keywords() -> None:
     arguments = JsonSchemaArguments({"type": "object", "patternProperties": {SLOW: {}}, "unevaluatedProperties": False})
     with pytest.raises(ArgumentsInvalid, match="took more than 1 s"):

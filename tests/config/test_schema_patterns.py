@@ -19,6 +19,7 @@ SLOW = "^(a|aa)+$"
 TEXT = "a" * 40 + "!"  # Python's re would take minutes on this
 
 
+@pytest.mark.slow(reason="patterns that run to their time limit")
 def test_a_backtracking_pattern_is_stopped() -> None:
     with pytest.raises(PatternTooSlow) as stopped:
         search(SLOW, TEXT)
@@ -32,6 +33,7 @@ def test_an_invalid_pattern_is_named() -> None:
         search("(unclosed", "x")
 
 
+@pytest.mark.slow(reason="patterns that run to their time limit")
 @pytest.mark.parametrize(
     "schema",
     [
@@ -86,6 +88,7 @@ def test_validate_refuses_an_output_schema_with_a_remote_reference(tmp_path: Pat
     assert "agents.d/a.yaml:6:3: error: /output_schema: not a valid JSON Schema: $ref 'http://169.254.169.254/schema.json' does not point inside" in done.stdout + done.stderr
 
 
+@pytest.mark.slow(reason="patterns that run to their time limit")
 def test_one_validation_shares_its_time_between_many_slow_matches() -> None:
     """A thousand strings against a backtracking pattern would take a thousand seconds at one
     second each (past pytest's timeout); one validation's matches share two seconds."""

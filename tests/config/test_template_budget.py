@@ -48,6 +48,7 @@ BOMBS = {
 }
 
 
+@pytest.mark.slow(reason="templates that run to their budget")
 @pytest.mark.parametrize("name", list(BOMBS))
 def test_a_costly_template_is_refused(name: str) -> None:
     template, said = BOMBS[name]

@@ -136,6 +136,7 @@ def _ours(text: str) -> str | type[TemplateError]:
         return TemplateError
 
 
+@pytest.mark.slow(reason="every template rendered twice")
 def test_every_template_renders_as_jinja_renders_it() -> None:
     chooser = random.Random(1818)
     substituted = 0

@@ -21,6 +21,7 @@ from runner.errors import ModelError
 from runner.model import local
 from runner.model.base import Message, ModelRequest, ToolCall
 from runner.model.local import LocalChatModel, _Prompt, flatten_messages
+from tests.support.services import import_or_missing, missing
 
 # --------------------------------------------------------------------------- helpers
 
@@ -159,11 +160,11 @@ def test_empty_request_is_rejected() -> None:
 
 @pytest.fixture(scope="module")
 def model():  # type: ignore[no-untyped-def]
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed: pip install 'runner[local]'")
+    import_or_missing("llama_cpp", "llama-cpp-python not installed: pip install 'runner[local]'")
     try:
         local.find_gguf()
     except ModelError as exc:
-        pytest.skip(f"SmolLM2 GGUF not available: {exc}")
+        missing(f"SmolLM2 GGUF not available: {exc}")
     m = LocalChatModel(seed=1)
     yield m
     asyncio.run(m.aclose())
@@ -280,9 +281,9 @@ def test_cancelled_call_releases_the_model(model: LocalChatModel) -> None:
 
 @pytest.mark.local_model
 def test_long_history_is_truncated_to_fit_the_window() -> None:
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed: pip install 'runner[local]'")
+    import_or_missing("llama_cpp", "llama-cpp-python not installed: pip install 'runner[local]'")
     if not local.local_model_available():
-        pytest.skip("SmolLM2 GGUF not available")
+        missing("SmolLM2 GGUF not available")
     small = LocalChatModel(n_ctx=512)
     history = [Message("system", "Be brief.")]
     for i in range(30):

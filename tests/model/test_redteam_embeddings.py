@@ -5,7 +5,6 @@ Each attempt is now reserved and settled on its own."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -13,6 +12,7 @@ import pytest
 
 from runner.errors import ModelError
 from runner.model.embeddings import OpenAIEmbedder
+from tests.support.serving import serving
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -49,11 +49,8 @@ def endpoint(request: pytest.FixtureRequest) -> Iterator[tuple[Failing, str]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield state, f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as server:
+        yield state, f"http://127.0.0.1:{server.server_address[1]}/v1"
 
 
 class Meter:

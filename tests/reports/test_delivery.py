@@ -13,7 +13,6 @@ import sqlite3
 import ssl
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +23,7 @@ import pytest
 
 from runner.model.server import ScriptedServer
 from tests.support.project import copy_shipped
+from tests.support.serving import serving
 
 REPO = Path(__file__).resolve().parents[2]
 SMTP_USER = "reports@example.com"
@@ -116,14 +116,8 @@ def hooks() -> Iterator[tuple[Hooks, str]]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as server:
         yield state, f"http://127.0.0.1:{server.server_address[1]}/services/{HOOK_SECRET}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def project_with_delivery(tmp_path: Path, smtp_port: int, cert: Path, formats: str = "[markdown, html, json, pdf, xlsx]") -> Path:

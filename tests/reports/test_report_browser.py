@@ -12,11 +12,12 @@ import pytest
 
 from runner.reports import charts
 from runner.reports.writer import write_report
+from tests.support.services import requires
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="headless chromium is not installed at /usr/bin/chromium"),
+    requires(CHROMIUM.exists(), "headless chromium is not installed at /usr/bin/chromium"),
 ]
 FLAGS = [
     "--headless",

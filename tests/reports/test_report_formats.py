@@ -12,6 +12,7 @@ import pytest
 
 from runner.reports import formatting
 from runner.reports.writer import write_report
+from tests.support.services import requires
 
 COLUMNS = {
     "region": {"label": "Region"},
@@ -19,9 +20,7 @@ COLUMNS = {
     "revenue": {"label": "Revenue", "format": "currency"},
     "vs_prev_week": {"label": "vs last week", "format": "percent"},
 }
-has_chromium = pytest.mark.skipif(
-    not any(shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")), reason="no headless Chromium"
-)
+has_chromium = requires(any(shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")), "no headless Chromium")
 
 
 @pytest.mark.parametrize(

@@ -68,6 +68,7 @@ def test_real_records_are_accepted_without_jsonschema(record: dict[str, Any]) ->
     assert conforms(record, report_schema()), "the shipped report schema must stay inside the subset"
 
 
+@pytest.mark.slow(reason="thousands of records through jsonschema")
 def test_every_single_change_to_a_record_is_judged_as_jsonschema_judges_it() -> None:
     """Each value in the record replaced by values of other types and shapes, each key
     deleted, an unknown key added to each object: wherever conforms says valid,

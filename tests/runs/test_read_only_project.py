@@ -21,6 +21,7 @@ import pytest
 
 from runner.local_state import STATE_DIR_ENV, state_dir
 from runner.model.server import ScriptedServer
+from tests.support.services import requires
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-read-only-canary-0123456789"
@@ -34,7 +35,7 @@ def _bwrap_works() -> bool:
     return probe.returncode == 0
 
 
-needs_bwrap = pytest.mark.skipif(not _bwrap_works(), reason="needs bubblewrap for a read-only bind mount")
+needs_bwrap = requires(_bwrap_works(), "needs bubblewrap for a read-only bind mount")
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from runner.model.server import ScriptedServer
 from runner.store.runstore import RunStore
 from tests.support.other_user import as_user, can_start_as, system_user
 from tests.support.project import copy_shipped, run_cli
+from tests.support.services import requires
 
 pytestmark = pytest.mark.timeout(240)
 TRIAGE = '{"category": "bug", "urgency": "high", "summary": "It crashes."}'
@@ -162,6 +163,7 @@ def test_a_store_locked_by_another_process_is_a_clear_retryable_error(held: Path
 
 
 NOBODY = system_user("nobody")
+CAN_START_AS_NOBODY = can_start_as(NOBODY)
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -197,7 +199,7 @@ def open_project() -> Iterator[Path]:
         shutil.rmtree(base)
 
 
-@pytest.mark.skipif(not can_start_as(NOBODY), reason="starts the CLI as user nobody: needs root, bwrap and setpriv")
+@requires(CAN_START_AS_NOBODY, "starts the CLI as user nobody: needs root, bwrap and setpriv")
 def test_a_read_only_state_dir_is_named_with_the_fix(open_project: Path) -> None:
     state = open_project / ".runner"
     before = digest(state / "runs.sqlite3")
@@ -211,7 +213,7 @@ def test_a_read_only_state_dir_is_named_with_the_fix(open_project: Path) -> None
     assert digest(state / "runs.sqlite3") == before
 
 
-@pytest.mark.skipif(not can_start_as(NOBODY), reason="starts the CLI as user nobody: needs root, bwrap and setpriv")
+@requires(CAN_START_AS_NOBODY, "starts the CLI as user nobody: needs root, bwrap and setpriv")
 def test_a_read_only_store_file_is_named_with_the_fix(open_project: Path) -> None:
     assert NOBODY is not None
     state = open_project / ".runner"

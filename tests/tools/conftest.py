@@ -6,7 +6,6 @@ import contextlib
 import os
 import shutil
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,6 +17,7 @@ from runner.tools.base import ToolContext
 from runner.tools.net import NetworkPolicy
 from runner.tools.registry import ToolRegistry, default_registry
 from runner.tools.sandbox import SandboxPolicy
+from tests.support.serving import serving
 
 CANARY = "sk-canary-123"
 
@@ -122,11 +122,5 @@ def http_server() -> Iterator[LoopbackServer]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield LoopbackServer(server.server_address[1], routes, requests)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()

@@ -14,12 +14,13 @@ from runner.tools.browser import Browser
 from runner.tools.net import NetworkPolicy
 from runner.tools.registry import ToolRegistry
 from tests.loopback_site import LoopbackSite, Response
+from tests.support.services import requires
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.timeout(120),
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="headless chromium is not installed at /usr/bin/chromium"),
+    requires(CHROMIUM.exists(), "headless chromium is not installed at /usr/bin/chromium"),
 ]
 LOOPBACK = NetworkPolicy(allow_private_networks=("127.0.0.1/32",), timeout_seconds=20)
 

@@ -16,6 +16,7 @@ from runner.tools.registry import ToolRegistry
 from .conftest import CANARY, LoopbackServer, Route
 
 pytestmark = pytest.mark.timeout(120)
+MCP_SERVER = pytest.mark.slow(reason="starts an MCP server process (runner starts it, over stdio)")
 SERVER_SCRIPT = str(Path(__file__).with_name("mcp_echo_server.py"))
 
 
@@ -177,6 +178,7 @@ def process_alive(pid: int) -> bool:
     return state != "Z"
 
 
+@MCP_SERVER
 async def test_mcp_toolset_registers_and_calls_server_tools(ctx, canary):
     async with McpToolset(mcp_doc(env={"ECHO_TOKEN": "declared"}), "tools.d/echo.yaml:1") as tools:
         registry = ToolRegistry(tools)
@@ -202,23 +204,27 @@ async def test_mcp_toolset_registers_and_calls_server_tools(ctx, canary):
         await registry.invoke("echo__add", {"a": 1, "b": 1}, ctx)
 
 
+@MCP_SERVER
 async def test_mcp_call_timeout_is_a_tool_failure(ctx):
     async with McpToolset(mcp_doc(tools=["sleep"]), "tools.d/echo.yaml:1", call_timeout_seconds=0.5) as tools:
         with pytest.raises(ToolFailure, match="timed out"):
             await ToolRegistry(tools).invoke("echo__sleep", {"seconds": 5}, ctx)
 
 
+@MCP_SERVER
 async def test_exceptions_inside_the_block_propagate_unwrapped():
     with pytest.raises(KeyError, match="from the loop"):
         async with McpToolset(mcp_doc(tools=["add"]), "tools.d/echo.yaml:1"):
             raise KeyError("from the loop")
 
 
+@MCP_SERVER
 async def test_mcp_allow_list_keeps_only_named_tools(ctx):
     async with McpToolset(mcp_doc(tools=["add"]), "tools.d/echo.yaml:1") as tools:
         assert [t.name for t in tools] == ["echo__add"]
 
 
+@MCP_SERVER
 async def test_mcp_allow_list_with_unknown_tool_is_a_config_error():
     with pytest.raises(ConfigError, match="has no tool subtract"):
         async with McpToolset(mcp_doc(tools=["subtract"]), "tools.d/echo.yaml:1"):

@@ -45,6 +45,7 @@ def test_file_tools_never_nest_deeper_than_the_quota_can_measure(workspace: Path
         split_relative("./" * 5 + "a/" * (MAX_PATH_DEPTH + 1))
 
 
+@pytest.mark.slow(reason="removes a tree thousands of levels deep")
 def test_remove_tree_handles_thousands_of_levels_and_never_follows_links(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()

@@ -15,7 +15,7 @@ from runner.tools.base import ToolContext
 from runner.tools.registry import ToolRegistry
 from runner.tools.sandbox import SandboxPolicy, run_command
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow(reason="fork bombs, CPU loops and escapes run to their limits in the sandbox")]
 
 
 async def run_python(registry: ToolRegistry, ctx: ToolContext, code: str) -> str:

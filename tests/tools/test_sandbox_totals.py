@@ -24,7 +24,7 @@ from runner.tools.sandbox import SandboxPolicy, run_command
 from tests.support.hostile_code import MEMORY_HOGS
 from tests.tools.test_sandbox_escapes import wait_until_gone
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow(reason="fills sandboxes to their limits: cgroups, quotas, memory hogs")]
 MIB = 1024 * 1024
 needs_cgroups = pytest.mark.skipif(
     not probe_cgroups().usable, reason=f"per-call cgroups are not usable here: {probe_cgroups().reason}"

@@ -13,13 +13,13 @@ import sys
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from threading import Thread
 from typing import Any
 
 import pytest
 
 from runner.model.server import ScriptedServer
 from tests.hostile_servers import Behaviour, HostileServer, answer, drip, flood, reset, silent, unused_port
+from tests.support.serving import serving
 
 KEY = "sk-test-otlp-hostile-5eC7e7"
 HEADER_SECRET = "otlp-header-secret-91b2"
@@ -121,13 +121,8 @@ class Receiver:
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     made = Receiver()
-    thread = Thread(target=made.server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(made.server):
         yield made
-    finally:
-        made.server.shutdown()
-        made.server.server_close()
 
 
 def test_no_exported_span_holds_the_key_whatever_the_endpoint_echoes(project_dir: Path, receiver: Receiver) -> None:

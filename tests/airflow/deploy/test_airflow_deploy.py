@@ -54,6 +54,7 @@ from tests.airflow.deploy.deployment import REPO, Deployment, free_port
 from tests.airflow.deploy.operations import BACKFILL_DATES, MISSPELT_TASK, TASKS_TEST_DATE, Operations
 from tests.airflow.deploy.worker_user import worker_user
 from tests.support.project import copy_shipped
+from tests.support.services import missing
 from tests.wheel import build_and_install
 
 DATABASE_URL = os.environ.get("RUNNER_AIRFLOW_DEPLOY_DB", "")
@@ -651,7 +652,7 @@ def test_every_process_runs_the_built_wheel_from_slash_with_the_project_read_onl
     assert check["runner"]["cwd"] == "/"
     assert json.loads(check["import_errors"].stdout.strip().splitlines()[-1] or "[]") == [], check["import_errors"].stdout
     if not deployment.read_only:
-        pytest.skip("bubblewrap cannot mount the project read-only here")
+        missing("bubblewrap cannot mount the project read-only here")
     assert check["project_writable"] is False
     assert not (outcome.project / ".runner").exists() and not (outcome.project / "reports").exists()
     assert (deployment.state / "workspaces").is_dir(), "the runs' workspaces went to $RUNNER_STATE_DIR"
@@ -737,7 +738,7 @@ def test_the_tasks_ran_as_the_non_root_worker_user(outcome: Outcome) -> None:
     deployment = outcome.deployment
     user = deployment.user
     if user is None:
-        pytest.skip("no $RUNNER_AIRFLOW_DEPLOY_USER (set by .ci/airflow_e2e.sh), or not root, or no bubblewrap")
+        missing("no $RUNNER_AIRFLOW_DEPLOY_USER (set by .ci/airflow_e2e.sh), or not root, or no bubblewrap")
     assert outcome.package_check["runner"]["uid"] == user.uid, outcome.package_check
     written = [p for place in (deployment.state, deployment.shared) for p in place.rglob("*")]
     assert any(p.name == "report.json" for p in written) and (deployment.state / "workspaces").is_dir()
