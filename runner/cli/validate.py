@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
+from runner.cli.json_output import echo_json
 from runner.cli.terminal import safe_line
 from runner.config.project import display_path, find_root, load_project
 from runner.errors import EXIT_CONFIG, EXIT_OK
@@ -29,7 +29,7 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], root: Path | None, fmt
         wanted = {display_path(p, root) for p in _expand(paths)}
         problems = [p for p in problems if p.file in wanted]
     if fmt == "json":
-        click.echo(json.dumps({"valid": not problems, "problems": [p.as_dict() for p in problems]}, indent=2))
+        echo_json({"valid": not problems, "problems": [p.as_dict() for p in problems]})
     else:
         for problem in problems:
             click.echo(safe_line(problem.render()))
