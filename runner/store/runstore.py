@@ -19,7 +19,7 @@ from runner.core.results import RunResult
 from runner.core.steps import StepRecord
 from runner.core.usage import Usage
 from runner.errors import UsageError
-from runner.store.abandoned import settle_abandoned, this_process
+from runner.store.abandoned import abandoned, settle_abandoned, this_process
 from runner.store.database import Database, open_database
 from runner.store.result_cache import ResultStore
 from runner.store.schema import AddedColumn, Schema
@@ -207,11 +207,13 @@ class RunStore:
     @staticmethod
     def _open_read_only(target: Path | str) -> Database | None:
         """The store opened read-only; ``None`` when it is runner's but from an earlier runner,
-        or still empty (the writable open brings it up to date)."""
+        still empty, or holds runs a dead process left ``running`` (the writable open brings it
+        up to date and records those as interrupted: runner's own store, checked first)."""
         db = open_database(target, read_only=True)
         try:
             refuse_newer(db)
-            if refuse_foreign(db) and found_version(db) >= STORE_VERSION and complete(db, (SCHEMA, TRANSCRIPT_SCHEMA)):
+            current = refuse_foreign(db) and found_version(db) >= STORE_VERSION and complete(db, (SCHEMA, TRANSCRIPT_SCHEMA))
+            if current and not abandoned(db):
                 return db
         except BaseException:
             db.close()
