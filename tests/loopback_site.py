@@ -45,9 +45,10 @@ class Seen:
 
 
 class LoopbackSite:
-    """Routes (path without query -> response or handler) on 127.0.0.1 and an ephemeral port."""
+    """Routes (path without query -> response or handler) on 127.0.0.1 (or ``host``) and an ephemeral port."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host  # any 127.x address: a second site another policy range covers or not
         self.routes: dict[str, Response | Callable[[Seen], Response]] = {}
         self.requests: list[Seen] = []
         self.closing = threading.Event()
@@ -76,7 +77,7 @@ class LoopbackSite:
         return int(self._server.server_address[1])
 
     def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"http://{self.host}:{self.port}{path}"
 
     def seen(self, path: str) -> list[Seen]:
         """Requests for ``path`` (query ignored)."""
@@ -118,7 +119,7 @@ class LoopbackSite:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer((self.host, 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()

@@ -436,13 +436,21 @@ class RoundCollector:
             for provider_id, (part, members) in out.items():
                 if provider_id not in cancelled and not wanted(members) and not self.interrupted:
                     self._notice(f"provider batch {provider_id}: nobody waits for it any more (a wall-clock cap); cancelling it")
-                    cancelled[provider_id] = time.monotonic() + self.poll.cancel_grace_seconds
+                    cancelled[provider_id] = self._grace_end()
                     with contextlib.suppress(ModelError):  # it may have ended meanwhile; the next look tells
                         await self._client(part.endpoint).cancel(provider_id)
-                    look = min(look, time.monotonic() + self._cancel_poll())
+                    look = min(look, time.monotonic() + self._cancel_poll(), cancelled[provider_id])
             if out:
                 await self._nap(look - time.monotonic())
         return True
+
+    def _grace_end(self) -> float:
+        """Until when a cancelled batch is waited for: its grace, but never past the command's
+        wall-clock deadline (past it, one more look collects what has ended, then the command
+        ends; a rerun collects the rest)."""
+        end = time.monotonic() + self.poll.cancel_grace_seconds
+        deadline = self.deadline.deadline()
+        return end if deadline is None else min(end, deadline.at)
 
     def _cancel_poll(self) -> float:
         return min(self.poll.first_seconds, CANCEL_POLL_SECONDS)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 from collections.abc import Coroutine
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 import click
 
+from runner.cli.json_output import echo_json
 from runner.cli.options import CapValue, EndpointURL, FiniteFloatRange, LocationType, ModelId, caps_from_flags
 from runner.cli.terminal import echo_line as echo
 from runner.config.project import find_root, load_project_or_raise
@@ -136,7 +136,7 @@ def _refuse_rate_limits(request: Any) -> None:
 
 def _show(summary: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(summary, indent=2))
+        echo_json(summary)
         return
     counts = ", ".join(f"{n} {status}" for status, n in summary["counts"].items() if n)
     hit = cache_hit_rate(summary["input_tokens"], summary.get("cached_input_tokens") or 0)

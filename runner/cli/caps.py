@@ -13,13 +13,13 @@ are never resumed.
 from __future__ import annotations
 
 import difflib
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from runner.cli.json_output import echo_json
 from runner.cli.terminal import echo_line as echo
 from runner.config.specs import cap_figure
 from runner.core.usage import Usage
@@ -79,7 +79,7 @@ def show(store: str | None, scopes: tuple[str, ...], runs: str | None, root: Pat
     finally:
         db.close()
     if as_json:
-        click.echo(json.dumps({"store": db.where, "runs": recorded.where, "scopes": [v.as_dict() for v in views]}, indent=2))
+        echo_json({"store": db.where, "runs": recorded.where, "scopes": [v.as_dict() for v in views]})
     elif not views:
         echo(f"no cap scopes in {db.where} (a fan-out with batch caps opens one)")
     else:
@@ -117,7 +117,7 @@ def settle_dead(store: str | None, scopes: tuple[str, ...], runs: str | None, ro
     finally:
         db.close()
     if as_json:
-        click.echo(json.dumps({"store": db.where, "runs": recorded.where, "scopes": [settlement_dict(d) for d in done]}, indent=2))
+        echo_json({"store": db.where, "runs": recorded.where, "scopes": [settlement_dict(d) for d in done]})
         return
     echo(f"cap ledger {db.where}" + (f" (calls recorded in {recorded.where})" if recorded.where else
                                      " (no run store found: nothing is known to be recorded; pass --runs)"))  # fmt: skip

@@ -4,12 +4,12 @@ pass rate is below its threshold, so CI and Airflow can gate on it."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from runner.cli.json_output import echo_json, json_text
 from runner.cli.options import CapValue, FiniteFloatRange, caps_from_flags
 from runner.cli.terminal import echo_line as echo
 from runner.config.project import find_root, load_project_or_raise
@@ -80,7 +80,7 @@ def eval_(name: str, variants: tuple[str, ...], out_dir: Path | None, baseline_p
     if save_baseline and target is not None:
         from runner.files import write_text_atomic
 
-        write_text_atomic(target, json.dumps(result.as_dict(), indent=2, ensure_ascii=False, default=str) + "\n")
+        write_text_atomic(target, json_text(result.as_dict(), warn=False) + "\n")
     _show(result, paths, target if save_baseline else None, as_json)
     raise click.exceptions.Exit(result.exit_code)
 
@@ -103,7 +103,7 @@ def _show(result: EvalResult, paths: dict[str, Path], saved: Path | None, as_jso
     from runner.evals.report import changes_text, verdict
 
     if as_json:
-        click.echo(json.dumps(result.as_dict(), indent=2, default=str))  # ASCII: control and bidi characters escaped
+        echo_json(result.as_dict())
         return
     echo(f"eval {result.eval} (task {result.task}, {result.dataset})")
     for v in result.variants:

@@ -6,11 +6,11 @@ Event text comes from models and tools: the readable log shows control character
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any, TextIO
 
-from runner.cli.terminal import json_for_terminal, safe_line
+from runner.cli.json_output import json_text
+from runner.cli.terminal import safe_line
 from runner.runs.progress import ProgressLines
 
 
@@ -21,7 +21,7 @@ class JsonLines:
         self.stream = stream or sys.stdout
 
     def __call__(self, event: dict[str, Any]) -> None:
-        self.stream.write(json_for_terminal(json.dumps(event, default=str, ensure_ascii=False)) + "\n")
+        self.stream.write(json_text(event, indent=None) + "\n")
         self.stream.flush()
 
 

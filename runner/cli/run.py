@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
+from runner.cli.json_output import json_text
 from runner.cli.options import EndpointURL, LocationType, ModelId, caps_from_flags, caps_options, parse_inputs
 from runner.cli.terminal import safe_line, safe_text
 from runner.config.project import find_root, load_project_or_raise
@@ -62,5 +62,5 @@ def run(
                 click.echo(safe_line(f"report: {result.report_dir / files[0]}{also}"), err=True)
         output = result.output  # for a person: control characters shown as escapes (--json is exact)
         if output is not None:
-            click.echo(safe_text(output if isinstance(output, str) else json.dumps(output, indent=2, default=str)))
+            click.echo(safe_text(output if isinstance(output, str) else json_text(output)))
     raise click.exceptions.Exit(result.exit_code)

@@ -7,15 +7,17 @@ from pathlib import Path
 
 import click
 
+from runner.cli.json_output import echo_json
 from runner.cli.terminal import echo_line as echo
-from runner.cli.terminal import json_for_terminal, safe_text
+from runner.cli.terminal import safe_text
 from runner.errors import UsageError
 from runner.local_state import not_a_directory
 from runner.store.runstore import RunStore
 
 
-def open_store(store_path: Path | None, root: Path) -> RunStore:
-    """``--store PATH``, else ``$RUNNER_STORE_URL`` (PostgreSQL), else ``<root>/.runner/runs.sqlite3``."""
+def open_store(store_path: Path | None, root: Path, *, read_only: bool = True) -> RunStore:
+    """``--store PATH``, else ``$RUNNER_STORE_URL`` (PostgreSQL), else ``<root>/.runner/runs.sqlite3``;
+    read-only unless the command writes (``runs prune`` without ``--dry-run``)."""
     from runner.runs.execute import default_store_path, open_run_store
     from runner.store.database import resolve_store
 
@@ -25,7 +27,7 @@ def open_store(store_path: Path | None, root: Path) -> RunStore:
                          "point RUNNER_STATE_DIR (or --store) at a directory, or move that file away")  # fmt: skip
     if isinstance(target, Path) and not target.exists():
         raise UsageError(f"no run store at {target}; run a task first, or pass --store PATH (or set RUNNER_STORE_URL)")
-    return open_run_store(root.resolve(), path=store_path)
+    return open_run_store(root.resolve(), path=store_path, read_only=read_only)
 
 
 def resolve_run_id(store: RunStore, run_id: str) -> str:
@@ -54,7 +56,7 @@ def runs(ctx: click.Context, store_path: Path | None, root: Path, task: str | No
     rows = store.list_runs(task, limit)
     if as_json:
         keys = ("run_id", "task", "status", "started_at", "finished_at", "cost_usd", "input_tokens", "output_tokens", "model_calls", "tool_calls", "error")
-        click.echo(json.dumps([{k: r[k] for k in keys} for r in rows], indent=2))
+        echo_json([{k: r[k] for k in keys} for r in rows])
         return
     echo(f"{'RUN ID':<46} {'STATUS':<10} {'USD':>10} {'TOKENS':>8} {'CALLS':>5}  STARTED")
     for r in rows:
@@ -79,7 +81,7 @@ def show(ctx: click.Context, run_id: str, as_json: bool, transcript: bool) -> No
         show_transcript(store, run_id, as_json=as_json)
         return
     if as_json:
-        click.echo(json_for_terminal(run["record_json"] or json.dumps(run, default=str)))
+        echo_json(json.loads(run["record_json"]) if run["record_json"] else dict(run))
         return
     echo(f"run {run_id}  task {run['task']}  status {run['status']}  attempts {run['attempts']}")
     echo(f"  started {run['started_at']}  finished {run['finished_at']}")
@@ -106,7 +108,7 @@ def show_transcript(store: RunStore, run_id: str, *, as_json: bool) -> None:
 
     entries = store.transcripts.read(run_id)
     if as_json:
-        click.echo(json_for_terminal(json.dumps({"run_id": run_id, "entries": entries}, indent=2, ensure_ascii=False, default=str)))
+        echo_json({"run_id": run_id, "entries": entries})
         return
     if not entries:
         echo(f"run {run_id} has no transcript (it was recorded before transcripts were kept, or made no calls)")
@@ -124,17 +126,17 @@ def prune(ctx: click.Context, older_than: str, dry_run: bool, as_json: bool) -> 
 
     Runs still marked running are kept; report directories on disk are not touched.
     """
-    from runner.store.retention import parse_age
+    from runner.core.ages import parse_age
     from runner.store.retention import prune as prune_store
 
     try:
         age = parse_age(older_than)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--older-than'") from None
-    store = open_store(ctx.obj["store_path"], ctx.obj["root"])
+    store = open_store(ctx.obj["store_path"], ctx.obj["root"], read_only=dry_run)
     pruned = prune_store(store.database, age, dry_run=dry_run)
     if as_json:
-        click.echo(json.dumps(pruned.as_dict(), indent=2))
+        echo_json(pruned.as_dict())
         return
     verb = "would delete" if dry_run else "deleted"
     echo(f"{verb} {pruned.runs} run(s) that ended before {pruned.cutoff} from {store.where}")

@@ -3,11 +3,11 @@ task, agent, model and tool over a time window, with trends and the window befor
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
+from runner.cli.json_output import echo_json
 from runner.cli.terminal import echo_line
 
 
@@ -43,7 +43,7 @@ def stats(since: str, until: str | None, task: str | None, bucket: str | None, a
 
         write_text_atomic(html_path, render_page(result))
     if as_json:
-        click.echo(json.dumps(result.as_dict(), indent=2))  # ASCII: control and bidi characters escaped
+        echo_json(result.as_dict())
     else:
         from runner.stats.render import render_text
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.config.evals import ASSERTION_KINDS, VALUE_KINDS, EvalSpec, assertion_kinds
+from runner.config.evals import ASSERTION_KINDS, VALUE_KINDS, EvalSpec, assertion_kinds, path_problem
 from runner.config.project_files import dataset_problem
 from runner.config.schema import check_schema
 from runner.config.sources import Document
@@ -59,6 +59,8 @@ def assertion_problems(item: dict[str, Any]) -> list[tuple[str, str]]:
             found.append((f"/{option}", f"{option} applies to {' and '.join(fits)}, not to {kind}"))
     if "path" in item and kind not in VALUE_KINDS:
         found.append(("/path", f"{kind} is about the run, not a value in its output: remove path"))
+    elif isinstance(item.get("path"), str) and (reason := path_problem(item["path"])) is not None:
+        found.append(("/path", reason))
     if kind == "regex" and isinstance(item["regex"], str) and (reason := compile_problem(item["regex"])) is not None:
         found.append(("/regex", f"invalid regular expression: {reason}"))
     if kind == "json_schema" and (reason := check_schema(item["json_schema"])) is not None:

@@ -7,6 +7,7 @@ is checked by :mod:`runner.config.eval_checks`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +22,21 @@ ASSERTION_KINDS: tuple[AssertionKind, ...] = (
     "equals", "contains", "regex", "json_schema", "approx", "status", "max_cost_usd", "max_latency_seconds",
 )
 VALUE_KINDS = frozenset({"equals", "contains", "regex", "json_schema", "approx"})
+LIST_INDEX = re.compile(r"-?[0-9]{1,9}", re.ASCII)
+"""A path part that indexes a list: ASCII digits (``str.isdigit`` also takes ``²`` and ``٣``,
+which ``int`` refuses), at most nine of them (``int`` refuses more than 4,300)."""
+
+
+def path_problem(path: str) -> str | None:
+    """Why a dotted check ``path`` (``items.0.name``) cannot be followed, or ``None``."""
+    shown = repr(path) if len(path) <= 60 else repr(path[:60]) + f"... ({len(path)} characters)"
+    for part in path.split("."):
+        if not part:
+            return f"path {shown} has an empty part; write parts separated by single dots (items.0.name)"
+        digits = part.lstrip("-")
+        if digits and any(ch.isdigit() for ch in digits) and all(ch.isdigit() for ch in digits) and not LIST_INDEX.fullmatch(part):
+            return f"path {shown}: {part[:20]!r} is not a list index; write an index with at most 9 ASCII digits 0-9 (items.0)"
+    return None
 """Kinds that look at the output (the others look at how the run went)."""
 DEFAULT_VARIANT = "baseline"
 

@@ -67,6 +67,7 @@ class BatchBehaviour:
     hold_after: int = 0  # hold only once this many batches exist (e.g. 1: from the second batch's upload)
     refuse_creates: int = 0  # the first N batch creates are refused (400), as a provider refuses one over a limit
     fail_deletes: int = 0  # the first N file deletes fail (500)
+    cancel_polls: int = 1  # retrieves a cancelled batch stays ``cancelling`` (OpenAI: up to 10 minutes)
 
     def __post_init__(self) -> None:
         if self.polls < 1:
@@ -101,6 +102,7 @@ class _Batch:
     created_at: int
     status: str = "validating"
     polls: int = 0
+    cancel_looks: int = 0
     total: int = 0
     completed: int = 0
     failed: int = 0
@@ -308,6 +310,9 @@ class BatchEndpoints:
     def _advance(self, batch: _Batch) -> None:
         now = int(time.time())
         if batch.status == "cancelling":
+            batch.cancel_looks += 1
+            if batch.cancel_looks < self.behaviour.cancel_polls:
+                return
             return self._finish(batch, "cancelled", "cancelled_at")
         if batch.status not in ("validating", "in_progress"):
             return

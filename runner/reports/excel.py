@@ -4,6 +4,8 @@ One sheet per table (named after its title), headers from the declared column la
 each column's declared format as an Excel number format, so a reader can sort, sum and
 chart the figures. A first sheet says what the report is (title, status, run, inputs).
 Text that starts with ``=`` is stored as text, never as a formula (no formula injection).
+Characters XML 1.0 cannot hold (BEL, ESC and the other C0 controls but tab and newline) are
+written as visible ``\\xHH`` escapes: a cell from a database or a page never stops the workbook.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 
 from runner.reports import formatting
 
-_SHEET_CHARS = re.compile(r"[\[\]:*?/\\]")
+_SHEET_CHARS = re.compile(r"[\[\]:*?/\\\x00-\x1f\x7f]")
+_NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")  # what openpyxl refuses in a cell
 _CURRENCY_FORMATS = {"USD": '"$"#,##0', "EUR": '"€"#,##0', "GBP": '"£"#,##0', "JPY": '"¥"#,##0'}
 
 
@@ -105,6 +108,9 @@ def _number_format(style: Mapping[str, Any]) -> str | None:
 
 
 def _safe(value: Any) -> Any:
+    """``value`` as a cell can hold it: text without characters XML cannot carry."""
+    if isinstance(value, str):
+        return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", value)
     return value
 
 

@@ -11,14 +11,16 @@ Layout of ``reports/<task>/<run-id>/``::
     cost_by_step.png     drawn when two or more steps cost anything
 
 Every file is written atomically; report.json is written last, so its presence means the
-report is complete.
+report is complete. Formats are independent: one that cannot be written (a missing package, a
+failure of its renderer) is a warning in report.json, never a lost report.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,22 +84,37 @@ def write_report(
         images[costs.COST_CHART_KEY] = cost_chart
         artifacts_rel[costs.COST_CHART_KEY] = COST_CHART_FILE
     written: dict[str, Path] = {}
+    warnings: list[str] = []
     if "markdown" in formats:
-        from runner.reports.markdown import render_markdown  # each renderer loads when its format is written
+        with _unwritten("markdown", warnings):
+            from runner.reports.markdown import render_markdown  # each renderer loads when its format is written
 
-        written["markdown"] = write_text_atomic(out_dir / FILE_NAMES["markdown"], render_markdown(shown, artifacts_rel))
+            written["markdown"] = write_text_atomic(out_dir / FILE_NAMES["markdown"], render_markdown(shown, artifacts_rel))
     if "html" in formats or "pdf" in formats:
-        from runner.reports.html import render_html  # Jinja2 and the page's view
+        with _unwritten("html", warnings):
+            from runner.reports.html import render_html  # Jinja2 and the page's view
 
-        page = render_html(shown, images, redact_secrets(list(transcript), secrets))
-        html = write_text_atomic(out_dir / (FILE_NAMES["html"] if "html" in formats else PRINT_FILE), page)
-        if "html" in formats:
-            written["html"] = html
-    not_written = [*_extra_formats(record, formats, out_dir, written), *(record.get("warnings") or [])]
+            page = render_html(shown, images, redact_secrets(list(transcript), secrets))
+            html = write_text_atomic(out_dir / (FILE_NAMES["html"] if "html" in formats else PRINT_FILE), page)
+            if "html" in formats:
+                written["html"] = html
+    warnings += _extra_formats(record, formats, out_dir, written)
+    not_written = [*warnings, *(record.get("warnings") or [])]
     if "json" in formats:
         record = {**record, "warnings": not_written} if not_written else record
         written["json"] = write_text_atomic(out_dir / FILE_NAMES["json"], report_json(record, copied, problems))
     return written
+
+
+@contextlib.contextmanager
+def _unwritten(format_name: str, warnings: list[str]) -> Iterator[None]:
+    """Turn a failure to write one format into a warning: every format is independent, and
+    report.json (written last) records what is missing instead of being lost with it. A failure
+    to write is data-dependent (a cell, a character, a full disk), so any exception counts."""
+    try:
+        yield
+    except Exception as error:  # one format must never cost the others
+        warnings.append(f"{FILE_NAMES[format_name]} was not written: {type(error).__name__}: {str(error)[:300]}")
 
 
 def _extra_formats(record: Mapping[str, Any], formats: list[str], out_dir: Path, written: dict[str, Path]) -> list[str]:
@@ -105,23 +122,24 @@ def _extra_formats(record: Mapping[str, Any], formats: list[str], out_dir: Path,
     (a missing browser or package does not lose the rest of the report)."""
     warnings: list[str] = []
     if "pdf" in formats:
-        from runner.reports.pdf import PdfUnavailable, print_pdf
-
         html = written.get("html") or out_dir / PRINT_FILE
-        try:
-            written["pdf"] = print_pdf(html, out_dir / FILE_NAMES["pdf"])
-        except PdfUnavailable as error:
-            warnings.append(f"report.pdf was not written: {error}")
-        finally:
-            if "html" not in written:
-                html.unlink(missing_ok=True)
-    if "xlsx" in formats:
-        try:
-            from runner.reports.excel import workbook_bytes
+        with _unwritten("pdf", warnings):
+            from runner.reports.pdf import PdfUnavailable, print_pdf
 
-            written["xlsx"] = write_atomic(out_dir / FILE_NAMES["xlsx"], workbook_bytes(record))
-        except ModuleNotFoundError as error:
-            warnings.append(f"report.xlsx was not written: it needs the package '{error.name}' (pip install 'runner[reports]')")
+            try:
+                written["pdf"] = print_pdf(html, out_dir / FILE_NAMES["pdf"])
+            except PdfUnavailable as error:
+                warnings.append(f"report.pdf was not written: {error}")
+        if "html" not in written:
+            html.unlink(missing_ok=True)
+    if "xlsx" in formats:
+        with _unwritten("xlsx", warnings):
+            try:
+                from runner.reports.excel import workbook_bytes
+
+                written["xlsx"] = write_atomic(out_dir / FILE_NAMES["xlsx"], workbook_bytes(record))
+            except ModuleNotFoundError as error:
+                warnings.append(f"report.xlsx was not written: it needs the package '{error.name}' (pip install 'runner[reports]')")
     return warnings
 
 

@@ -279,12 +279,13 @@ def _tools_used(project: Project, task: TaskSpec) -> dict[str, str]:
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-def open_run_store(root: Path, *, path: Path | None = None, url: str | None = None) -> RunStore:
+def open_run_store(root: Path, *, path: Path | None = None, url: str | None = None, read_only: bool = False) -> RunStore:
     """The run store: ``url`` (PostgreSQL), else the SQLite file ``path``, else ``$RUNNER_STORE_URL``,
-    else ``<state dir>/runs.sqlite3`` (``<root>/.runner``, or ``$RUNNER_STATE_DIR``) (see :func:`runner.store.database.resolve_store`)."""
+    else ``<state dir>/runs.sqlite3`` (``<root>/.runner``, or ``$RUNNER_STATE_DIR``) (see :func:`runner.store.database.resolve_store`).
+    ``read_only``: for a command that only reads (see :class:`RunStore`)."""
     target = resolve_store(url=url, path=path, default=default_store_path(root))
     try:
-        return RunStore(target)
+        return RunStore(target, read_only=read_only)
     except (OSError, sqlite3.Error) as exc:
         raise UsageError(f"cannot open the run store {target}: {exc}; pass --store PATH") from None
 

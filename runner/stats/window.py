@@ -3,16 +3,14 @@ or ISO-8601 time, ``--until`` likewise (default: now), and the trend's bucket si
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from runner.core.ages import EARLIEST, AgeError, before, parse_age
 from runner.errors import UsageError
 
 Bucket = Literal["hour", "day", "week"]
-_RELATIVE = re.compile(r"(\d{1,6})\s*([smhdw])")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
 @dataclass(frozen=True)
@@ -28,7 +26,7 @@ class Window:
 
     def previous(self) -> Window:
         """The window of the same length just before this one."""
-        return Window(self.since - self.length, self.since)
+        return Window(before(self.since, self.length), self.since)
 
     def iso(self) -> tuple[str, str]:
         """Bounds as the run store writes times (ISO-8601 UTC, milliseconds), for text comparison."""
@@ -53,14 +51,20 @@ def parse_window(since: str, until: str | None = None, now: datetime | None = No
 def parse_time(text: str, now: datetime, flag: str) -> datetime:
     """``7d`` (back from ``now``), ``2026-11-30`` or ``2026-11-30T12:00`` (UTC unless an offset is given)."""
     value = text.strip()
-    relative = _RELATIVE.fullmatch(value)
-    if relative:
-        return now - timedelta(**{_UNITS[relative.group(2)]: int(relative.group(1))})
+    if value[-1:] in ("s", "m", "h", "d", "w"):
+        try:
+            return before(now, parse_age(value, positive=False))
+        except AgeError as exc:
+            raise UsageError(f"{flag}: {exc}, or a date (2026-11-30)") from None
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         raise UsageError(f"{flag} {text!r}: give a duration back from now (30m, 24h, 7d, 4w) or a date (2026-11-30)") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+01:00 is before the earliest UTC moment
+        return EARLIEST
 
 
 def bucket_start(moment: datetime, bucket: Bucket) -> datetime:

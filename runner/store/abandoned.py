@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Any
 
 from runner.processes import process_alive, process_start
 from runner.store.database import Database
@@ -27,18 +28,21 @@ def this_process() -> tuple[str, int, str | None]:
     return socket.gethostname(), os.getpid(), process_start(os.getpid())
 
 
-def settle_abandoned(db: Database, now: str) -> list[str]:
-    """Record each run a dead process of this machine left ``running`` as failed (interrupted);
-    the run ids settled. Safe to repeat and to race: each update is fenced by its token."""
+def abandoned(db: Database) -> list[dict[str, Any]]:
+    """The runs a dead process of this machine left ``running`` (reads only)."""
     rows = db.rows(
         "SELECT run_id, attempt_token, holder_host, holder_pid, holder_started FROM runs"
         " WHERE status = 'running' AND holder_pid IS NOT NULL AND holder_host = ?",
         (socket.gethostname(),),
     )
+    return [row for row in rows if not process_alive(row["holder_host"], int(row["holder_pid"]), row["holder_started"])]
+
+
+def settle_abandoned(db: Database, now: str) -> list[str]:
+    """Record each run a dead process of this machine left ``running`` as failed (interrupted);
+    the run ids settled. Safe to repeat and to race: each update is fenced by its token."""
     settled = []
-    for row in rows:
-        if process_alive(row["holder_host"], int(row["holder_pid"]), row["holder_started"]):
-            continue
+    for row in abandoned(db):
         error = (
             f"interrupted: the process that ran this attempt (pid {row['holder_pid']} on {row['holder_host']}) ended "
             "before it recorded how the run ended (it was killed, or the run store was locked or unreachable then); "

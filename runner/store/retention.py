@@ -1,5 +1,6 @@
-"""Retention: delete runs that ended before a cutoff, with their steps, calls, plans and
-transcript entries, then the transcript blobs no remaining run refers to.
+"""Retention: delete runs that ended before a cutoff, with their steps, calls, plans,
+transcript entries, provider-batch answers and tool results, then the transcript blobs no
+remaining run refers to.
 
 A run still marked ``running`` is never deleted (it may be in progress on another worker).
 Report directories on disk are not touched.
@@ -7,28 +8,18 @@ Report directories on disk are not touched.
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from runner.core.ages import before
 from runner.store.database import Database
 
 RUN_TABLES = ("steps", "model_calls", "tool_calls", "plans", "transcript_entries", "transcript_refs", "runs")
-_AGE = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+PROVIDER_TABLES = ("provider_answers", "provider_tool_results")
+"""What a run sent through provider batches kept (made on first use: a store may not have them)."""
+_OLD = "u.status != 'running' AND COALESCE(u.finished_at, u.started_at) < ?"  # a run the prune deletes
 _CHUNK = 500
-
-
-def parse_age(text: str) -> timedelta:
-    """``30d``, ``12h``, ``2w``, ``90m``, ``45s`` as a duration; :class:`ValueError` names the accepted forms."""
-    found = _AGE.match(text)
-    if not found or int(found.group(1)) <= 0:
-        raise ValueError(f"{text!r} is not an age; use a positive number and a unit: s, m, h, d or w (e.g. 30d)")
-    try:
-        return timedelta(**{_UNITS[found.group(2)]: int(found.group(1))})
-    except OverflowError:
-        raise ValueError(f"{text!r} is too long an age") from None
 
 
 @dataclass(frozen=True)
@@ -49,22 +40,25 @@ class Pruned:
 
 
 def prune(db: Database, older_than: timedelta, *, dry_run: bool, now: datetime | None = None) -> Pruned:
-    """Delete the runs that ended more than ``older_than`` ago (or count them, with ``dry_run``)."""
-    cutoff = ((now or datetime.now(UTC)) - older_than).isoformat(timespec="milliseconds")
+    """Delete the runs that ended more than ``older_than`` ago (or count them, with ``dry_run``:
+    reads only, so a store opened read-only can answer). An age reaching before the year 1
+    deletes nothing."""
+    cutoff = before(now or datetime.now(UTC), older_than).isoformat(timespec="milliseconds")
+    if dry_run:
+        return _prune(db, cutoff, dry_run=True)
     # One transaction, safe to run again after a lost connection (what is deleted is gone the second time).
-    return db.atomic(lambda unit: _prune(unit, cutoff, dry_run))
+    return db.atomic(lambda unit: _prune(unit, cutoff, dry_run=False))
 
 
 def _prune(db: Database, cutoff: str, dry_run: bool) -> Pruned:
-    old = [r["run_id"] for r in db.rows(
-        "SELECT run_id FROM runs WHERE status != 'running' AND COALESCE(finished_at, started_at) < ?", (cutoff,)
-    )]  # fmt: skip
+    old = [r["run_id"] for r in db.rows(f"SELECT run_id FROM runs u WHERE {_OLD}", (cutoff,))]
     running = db.row("SELECT COUNT(*) AS n FROM runs WHERE status = 'running' AND started_at < ?", (cutoff,))
     total = db.row("SELECT COUNT(*) AS n FROM runs")
-    rows = {table: _count(db, table, old) for table in RUN_TABLES if table != "runs"}
-    blobs = _orphans(db, old)
+    tables = [*RUN_TABLES[:-1], *(t for t in PROVIDER_TABLES if db.columns(t)), RUN_TABLES[-1]]
+    rows = {table: _count(db, table, old) for table in tables if table != "runs"}
+    blobs = _orphans(db, cutoff)
     if not dry_run:
-        for table in RUN_TABLES:
+        for table in tables:
             _delete(db, table, old)
         db.execute("DELETE FROM transcript_blobs WHERE NOT EXISTS"
                    " (SELECT 1 FROM transcript_refs r WHERE r.digest = transcript_blobs.digest)")  # fmt: skip
@@ -92,17 +86,14 @@ def _delete(db: Database, table: str, run_ids: list[str]) -> None:
         db.execute(f"DELETE FROM {table} WHERE run_id IN ({_marks(chunk)})", chunk)
 
 
-def _orphans(db: Database, run_ids: list[str]) -> dict[str, Any]:
-    """Blobs that no run outside ``run_ids`` refers to (already orphaned ones too)."""
-    where = ""
-    if run_ids:
-        db.execute("CREATE TEMPORARY TABLE IF NOT EXISTS pruned_runs (run_id TEXT PRIMARY KEY)")
-        db.execute("DELETE FROM pruned_runs")
-        db.executemany("INSERT INTO pruned_runs (run_id) VALUES (?)", [(r,) for r in run_ids])
-        where = " AND r.run_id NOT IN (SELECT run_id FROM pruned_runs)"
+def _orphans(db: Database, cutoff: str) -> dict[str, Any]:
+    """Blobs that no run staying after the prune refers to (already orphaned ones too); a
+    reference of a run the store no longer has keeps its blob, as the delete does."""
     row = db.row(
         "SELECT COUNT(*) AS n, COALESCE(SUM(b.chars), 0) AS chars FROM transcript_blobs b WHERE NOT EXISTS"
-        f" (SELECT 1 FROM transcript_refs r WHERE r.digest = b.digest{where})"
+        " (SELECT 1 FROM transcript_refs r LEFT JOIN runs u ON u.run_id = r.run_id"
+        f" WHERE r.digest = b.digest AND (u.run_id IS NULL OR NOT ({_OLD})))",
+        (cutoff,),
     )
     assert row is not None
     return row

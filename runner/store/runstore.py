@@ -19,11 +19,13 @@ from runner.core.results import RunResult
 from runner.core.steps import StepRecord
 from runner.core.usage import Usage
 from runner.errors import UsageError
-from runner.store.abandoned import settle_abandoned, this_process
+from runner.store.abandoned import abandoned, settle_abandoned, this_process
 from runner.store.database import Database, open_database
 from runner.store.result_cache import ResultStore
 from runner.store.schema import AddedColumn, Schema
-from runner.store.store_version import refuse_newer, stamp
+from runner.store.store_kind import complete, refuse_foreign
+from runner.store.store_version import STORE_VERSION, found_version, refuse_newer, stamp
+from runner.store.transcripts import SCHEMA as TRANSCRIPT_SCHEMA
 from runner.store.transcripts import TranscriptStore
 
 SCHEMA = Schema(
@@ -181,16 +183,51 @@ class RunStore:
     every worker naming the same URL shares the runs, so a retry on another machine resumes.
     """
 
-    def __init__(self, target: Path | str):
+    def __init__(self, target: Path | str, *, read_only: bool = False):
+        """``read_only``: for a command that only reads; the store is opened so that nothing in
+        it changes (SQLite ``mode=ro``, PostgreSQL read-only transactions), unless it is
+        runner's store from an earlier runner, which is brought up to date first. Any other
+        application's database is refused before anything is written to it
+        (:mod:`runner.store.store_kind`)."""
+        self.path = target if isinstance(target, Path) else str(target)
+        self._result_cache: ResultStore | None = None
+        readable = self._open_read_only(target) if read_only else None
+        if readable is not None:
+            self._db: Database = readable
+            self.where = readable.where
+            self.transcripts = TranscriptStore(readable, now=now_iso, create=False)
+            return
+        if isinstance(target, Path) and target.is_file():  # looked at read-only first: a foreign file stays as it is
+            probe = open_database(target, read_only=True)
+            try:
+                refuse_foreign(probe)
+            finally:
+                probe.close()
         self._db = open_database(target)
         self.where = self._db.where
-        self.path = target if isinstance(target, Path) else self.where
-        self._result_cache: ResultStore | None = None
         refuse_newer(self._db)
+        refuse_foreign(self._db)
         self._db.create(SCHEMA)
         stamp(self._db)
         settle_abandoned(self._db, now_iso())  # runs a dead process left 'running' say so, not 'running' for ever
         self.transcripts = TranscriptStore(self._db, now=now_iso)  # full requests, responses and tool outputs
+
+    @staticmethod
+    def _open_read_only(target: Path | str) -> Database | None:
+        """The store opened read-only; ``None`` when it is runner's but from an earlier runner,
+        still empty, or holds runs a dead process left ``running`` (the writable open brings it
+        up to date and records those as interrupted: runner's own store, checked first)."""
+        db = open_database(target, read_only=True)
+        try:
+            refuse_newer(db)
+            current = refuse_foreign(db) and found_version(db) >= STORE_VERSION and complete(db, (SCHEMA, TRANSCRIPT_SCHEMA))
+            if current and not abandoned(db):
+                return db
+        except BaseException:
+            db.close()
+            raise
+        db.close()
+        return None
 
     @property
     def database(self) -> Database:

@@ -75,9 +75,11 @@ def clip_output(text: str, limit: int = TOOL_OUTPUT_LIMIT) -> tuple[str, bool]:
 class TranscriptStore:
     """The transcript tables of one run store database. Thread-safe (the database is)."""
 
-    def __init__(self, db: Database, *, now: Any) -> None:
+    def __init__(self, db: Database, *, now: Any, create: bool = True) -> None:
+        """``create=False``: the tables are known to exist (a store opened read-only)."""
         self._db, self._now = db, now
-        db.create(SCHEMA)
+        if create:
+            db.create(SCHEMA)
 
     def add_model_call(self, run_id: str, attempt: int, call_id: int | None, call: ModelCallEntry, exchange: Exchange) -> None:
         """Store one model call attempt's request and response (``exchange``, already redacted).

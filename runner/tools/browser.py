@@ -6,13 +6,16 @@ fresh profile per run (Playwright's temporary ``--user-data-dir``); as root it r
 Chromium's own sandbox (``--no-sandbox``), which needs root's namespaces.
 
 Every request the page makes goes through the agent's network policy: a route handler
-catches each one (documents, scripts, images, ``fetch``), fetches it itself with
+catches each one it can (documents, scripts, images, ``fetch``), fetches it itself with
 :func:`runner.tools.net.fetch` (http/https only, the agent's allow/deny lists, public
 addresses only unless allow-listed, redirects followed here and re-checked at every hop,
 the connection pinned to the checked address) and hands the response to the page, counting
 bytes against the page's size cap. Refused requests are aborted and listed in the result.
-WebSockets are closed, service workers blocked, and Chromium is given a proxy that does not
-exist, so anything that escaped the route handler fails instead of reaching the network.
+WebSockets are closed and service workers blocked. What the route handler cannot see (a
+SharedWorker's requests, downloads, prefetches) leaves only through the context's own
+filtering proxy (:mod:`runner.tools.browser_proxy`, loopback included), which applies the
+same policy, one hop at a time; the browser-wide proxy flag points at a port nothing listens
+on, so a context without its proxy reaches nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import ConfigError, ToolFailure
+from runner.tools.browser_proxy import Gate, PolicyProxy
 from runner.tools.net import NetworkPolicy, fetch
 
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
@@ -135,10 +139,17 @@ class BrowserTab:
         self.deadline = 0.0
         self.screenshots = 0
         self.final_urls: dict[str, str] = {}  # requested URL -> where the runner's redirects ended
+        self.proxy: PolicyProxy | None = None
 
     async def close(self) -> None:
         if self.context is not None:
             await self.context.close()
+        if self.proxy is not None:
+            await self.proxy.close()
+
+    def gate(self) -> Gate:
+        """What the context's proxy applies now (the latest call's policy, page load and deadline)."""
+        return Gate(self.policy, self.load, self.deadline)
 
     async def discard_page(self) -> None:
         """Drop the page after a failed or cut-off load (a navigation may still be pending on
@@ -153,7 +164,11 @@ class BrowserTab:
         self.policy = policy
         if self.context is None:
             chromium = await self.browser.chromium()
-            self.context = await chromium.new_context(service_workers="block", accept_downloads=False, java_script_enabled=True)
+            self.proxy = await PolicyProxy(self.gate).start()
+            self.context = await chromium.new_context(
+                service_workers="block", accept_downloads=False, java_script_enabled=True,
+                proxy={"server": self.proxy.url, "bypass": "<-loopback>"},  # loopback too goes through the proxy
+            )  # fmt: skip
             await self.context.route("**/*", self._route)
             await self.context.route_web_socket("**/*", _close_socket)
         if self.page is None:

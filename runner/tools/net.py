@@ -93,16 +93,19 @@ async def fetch(
     params: Mapping[str, Any] | None = None,
     json_body: Any = None,
     content: bytes | None = None,
+    follow_redirects: bool = True,
 ) -> HttpResponse:
-    """Make one request under ``policy``, following up to ``max_redirects`` redirects.
-    ``json_body`` or raw ``content`` is the request body.
+    """Make one request under ``policy``, following up to ``max_redirects`` redirects
+    (``follow_redirects=False``: a redirect is returned as it came, for a caller that checks
+    its next hop itself, as the browser's proxy does). ``json_body`` or raw ``content`` is the
+    request body.
 
     Raises :class:`~runner.errors.ToolFailure` for refused destinations, too many
     redirects, the deadline and transport errors.
     """
     try:
         async with asyncio.timeout(policy.timeout_seconds):
-            return await _fetch(url, policy, method, dict(headers or {}), params, json_body, content)
+            return await _fetch(url, policy, method, dict(headers or {}), params, json_body, content, follow_redirects)
     except TimeoutError:
         raise ToolFailure(f"request to {url} took longer than {policy.timeout_seconds:g}s") from None
 
@@ -115,6 +118,7 @@ async def _fetch(
     params: Mapping[str, Any] | None,
     json_body: Any,
     content: bytes | None = None,
+    follow_redirects: bool = True,
 ) -> HttpResponse:
     httpx = _httpx()
     async with httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=None) as client:
@@ -130,7 +134,7 @@ async def _fetch(
             except httpx.HTTPError as error:
                 raise ToolFailure(f"request to {url} failed: {error}") from None
             try:
-                if response.status_code in _REDIRECTS and "location" in response.headers:
+                if follow_redirects and response.status_code in _REDIRECTS and "location" in response.headers:
                     next_url = _joined(url, response.headers["location"])
                     headers = _headers_for_redirect(url, next_url, headers)
                     if response.status_code in (301, 302, 303) and method != "HEAD":

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from runner.core.ages import parse_age
 from runner.core.calls import Exchange, ModelCallEntry, ToolCallEntry
 from runner.core.usage import Usage
 from runner.reports.transcript import as_text
 from runner.store.recorder import RunRecorder
-from runner.store.retention import parse_age, prune
+from runner.store.retention import prune
 from runner.store.runstore import RunStore
 from runner.store.transcripts import TOOL_OUTPUT_LIMIT, clip_output
 

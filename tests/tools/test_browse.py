@@ -3,6 +3,7 @@ and the network policy on every request the page makes."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -188,3 +189,100 @@ async def test_steps_get_separate_tabs(registry: ToolRegistry, site, browse_ctx)
     await registry.invoke("browse", {"url": site.url("/one")}, browse_ctx(step="a"))
     with pytest.raises(ToolFailure, match="give a url"):
         await registry.invoke("browse", {"actions": []}, browse_ctx(step="b"))
+
+
+# --- what the route handler cannot see: workers, downloads, prefetch, WebSockets ----------
+
+SHARED = """onconnect = async (event) => {
+  const port = event.ports[0];
+  let own = 'none', other = 'none';
+  try { own = await (await fetch('/data')).text(); } catch (e) { own = 'failed'; }
+  try { other = await (await fetch('OTHER/secret', {mode: 'no-cors'})).text() || 'opaque'; } catch (e) { other = 'blocked'; }
+  port.postMessage('own=' + own + ' other=' + other);
+};"""
+WORKER = """(async () => {
+  let via = 'none';
+  try { via = await (await fetch('/go')).text() || 'opaque'; } catch (e) { via = 'blocked'; }
+  postMessage('redirected=' + via);
+})();"""
+ESCAPES = """<html><head><link rel="prefetch" href="OTHER/prefetched"><link rel="preconnect" href="OTHER">
+</head><body><p id="shared">waiting</p><p id="worker">waiting</p>
+<script>
+const shared = new SharedWorker('/shared.js');
+shared.port.onmessage = (e) => { document.getElementById('shared').textContent = e.data; };
+shared.port.start();
+const worker = new Worker('/worker.js');
+worker.onmessage = (e) => { document.getElementById('worker').textContent = e.data; };
+try { new WebSocket('ws://OTHER_HOST/ws'); } catch (e) {}
+if (navigator.serviceWorker) { navigator.serviceWorker.register('/sw.js').catch(() => {}); }
+</script></body></html>"""
+
+
+@pytest.fixture
+def other() -> LoopbackSite:
+    """A second site on 127.0.0.2: a private address the LOOPBACK policy (127.0.0.1/32) does not list."""
+    with LoopbackSite("127.0.0.2") as s:
+        for path in ("/secret", "/prefetched", "/download", "/ws"):
+            s.page(path, "TOP-SECRET-4711")
+        yield s
+
+
+def escapes_site(site: LoopbackSite, other: LoopbackSite) -> None:
+    base = f"http://127.0.0.2:{other.port}"
+    script = {"Content-Type": "text/javascript"}
+    site.page("/escapes", ESCAPES.replace("OTHER_HOST", f"127.0.0.2:{other.port}").replace("OTHER", base))
+    site.routes["/shared.js"] = Response(200, script, SHARED.replace("OTHER", base).encode())
+    site.routes["/worker.js"] = Response(200, script, WORKER.encode())
+    site.routes["/sw.js"] = Response(200, script, f"fetch('{base}/secret');".encode())
+    site.routes["/data"] = Response(200, {"Content-Type": "text/plain"}, b"DATA-OK")
+    site.redirect("/go", f"{base}/secret")
+    site.redirect("/download-elsewhere", f"{base}/download")
+
+
+async def test_workers_downloads_prefetch_and_websockets_meet_the_policy(registry: ToolRegistry, site, other, browse_ctx):
+    escapes_site(site, other)
+    result = await registry.invoke("browse", {"url": site.url("/escapes")}, browse_ctx(settle_seconds=3))
+    assert other.requests == []  # nothing reached the address the policy does not list
+    assert "own=DATA-OK" in result.content  # a SharedWorker's allowed request is answered (through the proxy)
+    assert "TOP-SECRET" not in result.content and "redirected=blocked" in result.content
+    refused = " ".join(result.data["refused"])
+    assert "127.0.0.2" in refused and "not a public address" in refused
+
+
+async def test_the_same_requests_reach_a_range_the_agent_lists(registry: ToolRegistry, site, other, browse_ctx):
+    escapes_site(site, other)
+    both = NetworkPolicy(allow_private_networks=("127.0.0.1/32", "127.0.0.2/32"), timeout_seconds=20)
+    result = await registry.invoke("browse", {"url": site.url("/escapes")}, browse_ctx(network=both, settle_seconds=3))
+    assert "own=DATA-OK" in result.content and "other=TOP-SECRET-4711" not in result.content  # no-cors: opaque
+    reached = {r.path for r in other.requests}
+    assert "/secret" in reached  # the SharedWorker's and the redirected Worker's requests went out, under the policy
+    assert "redirected=" in result.content
+
+
+@pytest.mark.parametrize("how", ["a[download]", "navigation"])
+async def test_a_download_meets_the_policy_at_every_hop(registry: ToolRegistry, site, other, browse_ctx, how: str):
+    escapes_site(site, other)
+    other.routes["/download"] = Response(200, {"Content-Type": "application/octet-stream",
+                                               "Content-Disposition": "attachment; filename=x.bin"}, b"TOP-SECRET-4711")  # fmt: skip
+    start = ("<a id=dl href='/download-elsewhere' download=x.bin>x</a><script>document.getElementById('dl').click()</script>"
+             if how == "a[download]" else "<script>location.href = '/download-elsewhere';</script>")  # fmt: skip
+    site.page("/start", f"<html><body><p>Starting a download.</p>{start}</body></html>")
+    with contextlib.suppress(ToolFailure):  # the page may be mid-navigation when read: the refusal is what counts
+        await registry.invoke("browse", {"url": site.url("/start")}, browse_ctx(settle_seconds=2))
+    assert other.requests == []
+    assert site.seen("/download-elsewhere")  # the download was attempted, and stopped at the redirect
+
+
+async def test_a_context_without_its_proxy_reaches_nothing(browser: Browser, site) -> None:
+    """The browser-wide proxy flag points at a port nothing listens on: a context made without
+    runner's proxy (which runner never makes) cannot reach even an allowed address."""
+    site.page("/", "<p>hi</p>")
+    chromium = await browser.chromium()
+    context = await chromium.new_context()
+    try:
+        page = await context.new_page()
+        with pytest.raises(Exception, match=r"ERR_PROXY_CONNECTION_FAILED|ERR_TUNNEL|ERR_CONNECTION"):
+            await page.goto(site.url("/"), timeout=10_000)
+    finally:
+        await context.close()
+    assert site.requests == []

@@ -1,4 +1,14 @@
-"""What a query may be: one read statement, naming only allowed tables (checked with sqlglot).
+"""What a query may be: one read statement, naming only allowed tables and no server-side
+function (checked with sqlglot).
+
+Server-side functions read what no ``allow:`` list names: the server's files
+(``pg_read_file``, ``pg_ls_dir``, ``pg_stat_file``, large-object imports ``lo_import``), its
+settings (``current_setting``, ``pg_settings``), other databases (``dblink``) or act on the
+server (``pg_terminate_backend``, ``pg_reload_conf``). Their families are refused in every
+query, on every backend, allow list or not (:data:`SERVER_FUNCTIONS`, :data:`SERVER_VIEWS`);
+a query that cannot be parsed is refused when its text calls one. Whether the account may call
+them at all is the operator's part: ``runner validate --sources`` says when it can read server
+files (PostgreSQL superuser or ``pg_read_server_files``).
 
 This is the first of two layers. The database itself is opened read-only (see
 :mod:`runner.tools.sql.database`), so a write that slips past the parser still fails there;
@@ -8,6 +18,7 @@ source's ``allow`` list on the tables a query names.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +36,32 @@ _SQL_RUNNING_FUNCTIONS = frozenset({
     "query", "query_table", "query_to_xml", "query_to_xml_and_xmlschema", "query_to_xmlschema", "table_to_xml",
     "table_to_xml_and_xmlschema", "cursor_to_xml", "schema_to_xml", "database_to_xml", "dblink", "dblink_exec",
 })  # fmt: skip
+
+
+SERVER_FUNCTIONS = frozenset({
+    "current_setting", "set_config", "pg_current_logfile", "pg_notify", "pg_import_system_collations",
+    "pg_stat_file", "loread", "lowrite", "load_extension", "readfile", "writefile", "edit", "fts3_tokenizer",
+    "getenv", "read_text", "read_blob",
+})  # fmt: skip
+"""Functions that reach the server, its files or settings (PostgreSQL, SQLite, DuckDB)."""
+SERVER_FUNCTION_PREFIXES = (
+    "pg_read_", "pg_ls_", "pg_file_", "lo_", "dblink", "pg_terminate_", "pg_cancel_", "pg_reload_", "pg_rotate_",
+    "pg_promote", "pg_switch_", "pg_create_", "pg_drop_", "pg_replication_", "pg_stat_reset", "pg_backup_",
+    "pg_start_backup", "pg_stop_backup", "pg_logical_", "pg_log_", "pg_advisory_", "pg_try_advisory_", "pg_wal_replay_",
+)  # fmt: skip
+"""Function families by prefix: files, large objects, other databases, administration, locks."""
+SERVER_VIEWS = frozenset({
+    "pg_settings", "pg_file_settings", "pg_hba_file_rules", "pg_ident_file_mappings", "pg_authid", "pg_shadow",
+    "pg_user_mapping", "pg_user_mappings", "pg_stat_activity", "pg_config", "duckdb_settings", "duckdb_secrets",
+})  # fmt: skip
+"""Catalog views that show the server's configuration, credentials or other sessions."""
+_CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_$]*)\s*\(")
+
+
+def server_function(name: str) -> bool:
+    """Whether ``name`` (any case, quotes removed) is a server-side function runner refuses."""
+    name = name.strip('"`[]').lower()
+    return name in SERVER_FUNCTIONS or name.startswith(SERVER_FUNCTION_PREFIXES)
 
 
 @dataclass(frozen=True)
@@ -89,6 +126,8 @@ def check_read_query(sql: str, dialect: str | None, allow: Sequence[AllowList] =
     try:
         statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
     except (ParseError, TokenError) as error:
+        if called := next((m.group(1) for m in _CALL.finditer(sql) if server_function(m.group(1))), None):
+            raise SqlRefused(f"function {called.lower()}() reaches the server itself (its files, settings or sessions), not the source's data") from None
         if allow:
             raise SqlRefused(f"the query cannot be parsed, so its tables cannot be checked against the allow list: {_first_line(error)}") from None
         return
@@ -98,6 +137,7 @@ def check_read_query(sql: str, dialect: str | None, allow: Sequence[AllowList] =
         raise SqlRefused(f"the query has {len(statements)} statements; send one SELECT at a time")
     statement = statements[0]
     _refuse_writes(statement, exp)
+    _refuse_server_functions(statement, exp)
     if allow:
         _check_tables(statement, dialect, allow, exp)
 
@@ -109,6 +149,16 @@ def _refuse_writes(statement: Any, exp: Any) -> None:
     for node in statement.walk():
         if isinstance(node, writes):
             raise SqlRefused(f"the query contains {_kind(node)}; the source is read-only")
+
+
+def _refuse_server_functions(statement: Any, exp: Any) -> None:
+    for function in statement.find_all(exp.Func):
+        name = str(function.this.this if isinstance(function.this, exp.Identifier) else function.this) if isinstance(function, exp.Anonymous) else function.sql_name()
+        if server_function(name):
+            raise SqlRefused(f"function {name.lower()}() reaches the server itself (its files, settings or sessions), not the source's data")
+    for table in statement.find_all(exp.Table):
+        if isinstance(table.this, exp.Identifier) and table.name.lower() in SERVER_VIEWS:
+            raise SqlRefused(f"'{table.name}' shows the server's configuration or sessions, not the source's data")
 
 
 def _check_tables(statement: Any, dialect: str | None, allow: Sequence[AllowList], exp: Any) -> None:
