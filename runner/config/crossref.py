@@ -322,9 +322,22 @@ class TaskChecker:
             self._agent_ref(f"{base}/agent", step.agent)
         if step.tool is not None and step.tool not in self.tools:
             self._add(f"{base}/tool", f"unknown tool '{step.tool}'{did_you_mean(step.tool, self.tools)}")
+        elif step.tool is not None:
+            self._check_tool_args(base, step.tool, step.args)
         if step.tools is not None:
             self.problems += _check_tool_refs(self.doc, step.tools, self.tools)
         self.problems += _check_schema_field(self.doc, f"{base}/output_schema", step.output_schema)
+
+    def _check_tool_args(self, base: str, name: str, args: Mapping[str, Any]) -> None:
+        """The step's declared arguments against the tool's argument schema (see
+        :mod:`runner.config.tool_step_args`)."""
+        from runner.config.tool_step_args import argument_problems, tool_for_step
+
+        tool = tool_for_step(self.project, name)
+        if tool is None:
+            return
+        for pointer, message in argument_problems(tool, args):
+            self._add(f"{base}/args{pointer}", message)
 
     def _template(
         self, pointer: str, template: str, steps_visible: set[str], *, any_step: bool = False, delivery: bool = False
