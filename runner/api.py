@@ -69,6 +69,30 @@ def run_task(
     return manifest
 
 
+def run_finished(
+    run_id: str, *, root: Path, store_path: Path | None = None, store_url: str | None = None
+) -> bool:
+    """Whether run ``run_id`` is in the run store, ``completed``, with every report delivery made:
+    resuming it would do nothing (the Airflow operator starts a new run for a try after such a
+    run: a task cleared after it succeeded). A run not found, or ended otherwise, is not finished."""
+    import json
+
+    from runner.runs.execute import open_run_store
+
+    store = open_run_store(Path(root), path=store_path, url=store_url)
+    try:
+        row = store.run(run_id)
+    finally:
+        store.close()
+    if row is None or row["status"] != "completed":
+        return False
+    try:
+        deliveries = (json.loads(row["record_json"] or "{}") or {}).get("deliveries") or []
+    except (ValueError, AttributeError):
+        return True
+    return all(isinstance(d, dict) and d.get("status") == "delivered" for d in deliveries)
+
+
 def run_batch(
     task: str,
     *,

@@ -38,8 +38,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import BaseOperator
 
 from runner.airflow._compat import AirflowException, AirflowFailException, AirflowNotFoundException
+from runner.airflow.assets import annotate_outlets
 from runner.airflow.execution import run_task_for_airflow
 from runner.airflow.failures import run_failure
+from runner.airflow.links import RunnerReportLink
 from runner.airflow.provider import DEFAULT_CONN_ID
 from runner.core.status import EXIT_UNDELIVERED
 
@@ -131,6 +133,7 @@ class RunnerTaskOperator(BaseOperator):
     )  # fmt: skip
     template_fields_renderers: ClassVar[dict[str, str]] = {"inputs": "json", "caps": "json"}
     ui_color = "#e8f0fe"
+    operator_extra_links = (RunnerReportLink(),)
 
     def __init__(
         self,
@@ -156,6 +159,7 @@ class RunnerTaskOperator(BaseOperator):
         self.reports_dir = reports_dir
         self.store_conn_id = store_conn_id
         self.no_retry_statuses = tuple(no_retry_statuses)
+        self.last_manifest: dict[str, Any] | None = None  # this try's, for the report link
 
     def execute(self, context: Context) -> dict[str, Any]:
         from runner.airflow.store import shared_store_url
@@ -191,9 +195,11 @@ class RunnerTaskOperator(BaseOperator):
             manifest["cost_usd"],
             manifest["report_path"],
         )
+        self.last_manifest = manifest
         if manifest["status"] != "completed":
             context["ti"].xcom_push(key="manifest", value=manifest)
         check_status(manifest, self.no_retry_statuses)
+        annotate_outlets(context, self.outlets, manifest)
         return manifest
 
     def on_kill(self) -> None:

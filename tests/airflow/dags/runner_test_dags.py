@@ -118,3 +118,19 @@ with DAG(
         task_id="classify_batch", task="classify", via="batch-api", deferrable=True, batch_poll_seconds=0.01,
         options={"id_column": "id"},
     ).expand(input_path=["rows_a.jsonl", "rows_b.jsonl"])  # fmt: skip
+
+with DAG(
+    dag_id="runner_test_templated_options",
+    schedule=None,
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
+    catchup=False,
+    params={"input_path": "", "options": {"id_column": "id", "concurrency": 2}},
+) as templated_options_dag:
+    # options as one template (rendered to the dict's text: this DAG does not render native objects),
+    # checked once rendered, in a live batch and in a fan-out's split, shards and merge.
+    RunnerBatchOperator(
+        task_id="classify_batch", task="classify", input_path="{{ params.input_path }}", via="live",
+        options="{{ params.options }}",
+    )  # fmt: skip
+    batch_fanout(task="classify", input_path="{{ params.input_path }}", num_shards=2, prefix="fan_",
+                 options="{{ params.options }}")
