@@ -54,7 +54,7 @@ def test_a_try_after_a_success_recomputes_as_a_new_run(project: Path, scripted_s
     with scripted_server({"fallback": "Report written."}) as server:
         tries = [
             run_task_for_airflow("daily_report", root=project, inputs={"date": "2024-01-02"}, model_base_url=server.base_url,
-                                 api_key=canary_key, **ids)  # fmt: skip
+                                 api_key=canary_key, **ids)
             for _ in range(3)
         ]
         calls = len(server.requests)
