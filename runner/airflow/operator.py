@@ -14,9 +14,12 @@
         retries=2,
     )
 
-Every try of one task instance uses the same runner run id (see
+A try after a failed try uses the same runner run id (see
 :func:`runner.airflow.execution.derive_run_id`), so a retry *resumes* the run: steps that
-completed are not paid for again. With a shared store (``store_conn_id``, or
+completed are not paid for again. A try after a successful one (a clear after a success)
+starts the run id's next generation, a new run (:func:`runner.airflow.execution.current_run_id`).
+The task has a "Runner report" link (:mod:`runner.airflow.links`); its Asset outlets get the
+manifest on their events (:mod:`runner.airflow.assets`). With a shared store (``store_conn_id``, or
 ``$RUNNER_STORE_CONN_ID`` / ``$RUNNER_STORE_URL``: see :mod:`runner.airflow.store`) that holds
 on any worker, whatever its local disk holds; ``reports_dir`` (default ``$RUNNER_REPORTS_DIR``,
 else ``<root>/reports``) may be a URL such as ``s3://bucket/reports``. The return value (pushed to XCom as ``return_value``) is
