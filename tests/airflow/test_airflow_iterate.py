@@ -164,3 +164,26 @@ def test_report_and_output_assets_name_absolute_places(tmp_path: Path) -> None:
     assert batch_output_asset("s3://bucket/out/triage.jsonl").uri == "s3://bucket/out/triage.jsonl"
     with pytest.raises(ValueError, match="absolute path or a URL"):
         batch_output_asset("out/triage.jsonl")
+
+
+def test_a_task_updates_its_report_asset_with_the_runs_manifest(
+    airflow_db: float, project: Path, scripted_server: Any, model_connection: Any, test_dags: Any
+) -> None:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with scripted_server({"fallback": "label: ok"}) as server:
+        model_connection(server.base_url)
+        dag_run = test_dags.report_asset_dag.test()
+    assert str(dag_run.state) == "success", _states(dag_run)
+    manifest = _ti(dag_run, "classify").xcom_pull(task_ids="classify")
+    with create_session() as session:
+        events = session.scalars(
+            select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.uri == test_dags.CLASSIFY_REPORTS.uri, AssetEvent.source_run_id == dag_run.run_id)
+        ).all()  # fmt: skip
+        extras = [dict(event.extra or {}) for event in events]
+    assert len(extras) == 1, extras
+    assert extras[0]["run_id"] == manifest["run_id"] and extras[0]["status"] == "completed"
+    assert extras[0]["report_path"] == manifest["report_path"]

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG
 
+from runner.airflow.assets import report_asset
 from runner.airflow.batch_operator import RunnerBatchOperator
 from runner.airflow.fanout import batch_fanout
 from runner.airflow.operator import RunnerTaskOperator
@@ -134,3 +135,15 @@ with DAG(
     )  # fmt: skip
     batch_fanout(task="classify", input_path="{{ params.input_path }}", num_shards=2, prefix="fan_",
                  options="{{ params.options }}")
+
+
+CLASSIFY_REPORTS = report_asset("classify", "/srv/runner-test-reports")
+
+with DAG(
+    dag_id="runner_test_report_asset",
+    schedule=None,
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
+    catchup=False,
+) as report_asset_dag:
+    # a task whose report folder is an Asset: its event carries the run's manifest
+    RunnerTaskOperator(task_id="classify", task="classify", inputs={"text": "x"}, outlets=[CLASSIFY_REPORTS])
