@@ -69,6 +69,39 @@ def run_task(
     return manifest
 
 
+def run_finished(
+    run_id: str, *, root: Path, store_path: Path | None = None, store_url: str | None = None
+) -> bool:
+    """Whether run ``run_id`` is in the run store, ``completed``, with every report delivery made:
+    resuming it would do nothing (the Airflow operator starts a new run for a try after such a
+    run: a task cleared after it succeeded). A run not found, or ended otherwise, is not finished;
+    nor is one in a store that does not exist yet or cannot be opened (the run then says why)."""
+    import json
+
+    from runner.errors import RunnerError
+    from runner.runs.execute import default_store_path, open_run_store
+    from runner.store.database import resolve_store
+
+    try:  # only an existing store is read: the run itself creates one, after checking where it goes
+        target = resolve_store(url=store_url, path=store_path, default=default_store_path(Path(root)))
+        if isinstance(target, Path) and not target.is_file():
+            return False
+        store = open_run_store(Path(root), path=store_path, url=store_url)
+    except RunnerError:  # a store that cannot be opened: the run says why, where it is checked
+        return False
+    try:
+        row = store.run(run_id)
+    finally:
+        store.close()
+    if row is None or row["status"] != "completed":
+        return False
+    try:
+        deliveries = (json.loads(row["record_json"] or "{}") or {}).get("deliveries") or []
+    except (ValueError, AttributeError):
+        return True
+    return all(isinstance(d, dict) and d.get("status") == "delivered" for d in deliveries)
+
+
 def run_batch(
     task: str,
     *,

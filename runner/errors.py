@@ -127,6 +127,16 @@ class InvalidToolCall(ToolFailure):
     ``max_invalid_calls``."""
 
 
+class ArgumentsRefused(InvalidToolCall):
+    """Arguments that do not match the tool's schema. The message (for a model) repeats the
+    schema; :attr:`short` names only the arguments, the values and what was expected (for a
+    person reading why a declared tool step failed)."""
+
+    def __init__(self, message: str, short: str):
+        super().__init__(message)
+        self.short = short
+
+
 class WorkspaceTampered(RunnerError):
     """An entry of the workspace is not what the runner put there (a link, FIFO, device,
     directory or hard-linked file in place of a task file), or the workspace cannot be

@@ -10,6 +10,14 @@ tool results, knowledge citations included, and by default the goal); see
 results, and returns pass/fail with a reason; its call goes through the run's ledger like
 any other, so it counts against the caps.
 
+``figures_in_order``: every figure of the goal's ``- label: value`` lines is in the answer, in
+order: each number (small ones too: a figure line states it), and a value without a number
+(``no sales recorded``, a region's name) as written.
+
+Always, when an agent has any check: the answer must not repeat a prompt the framework sent
+it in this run (a repair request): a small model that echoes "Your answer states things..."
+has not answered, and the echo must never be delivered as its answer.
+
 ``numbers_from_prompt``: every number and date in the answer must come from the prompt (the
 goal and the tool results the agent saw). A number may be a rounding of one given
 (``4247.3`` -> ``4,247`` is fine); small integers (0-10) are ignored since prose uses them
@@ -71,19 +79,35 @@ def figure_lines(goal: str) -> list[str]:
 
 
 def missing_figures(answer: str, goal: str) -> list[str]:
-    """Figures (numbers of the goal's ``- label: value`` lines) the answer lacks or reorders."""
-    wanted = [(value, decimals) for line in figure_lines(goal) for value, decimals in _numbers(line.split(":", 1)[1])]
-    wanted = [(v, d) for v, d in wanted if not (v.is_integer() and 0 <= v <= 10)]
+    """Figures of the goal's ``- label: value`` lines the answer lacks or reorders: every
+    number of a value (0-10 included: a figure line states it, it is not prose), and a
+    value with no number in it as a phrase (case and spacing aside)."""
     given = [value for value, _ in _numbers(answer)]
+    prose = _phrase(answer)
     missing, position = [], 0
-    for value, decimals in wanted:
-        for i in range(position, len(given)):
-            if round(given[i], decimals) == round(value, decimals) or round(abs(given[i]), decimals) == round(abs(value), decimals):
-                position = i + 1
-                break
-        else:
-            missing.append(f"{value:.{decimals}f}")
+    for line in figure_lines(goal):
+        value_text = line.split(":", 1)[1]
+        numbers = _numbers(value_text)
+        if not numbers:
+            if _phrase(value_text) and _phrase(value_text) not in prose:
+                missing.append(repr(value_text.strip()))
+            continue
+        for value, decimals in numbers:
+            for i in range(position, len(given)):
+                if round(given[i], decimals) == round(value, decimals) or round(abs(given[i]), decimals) == round(abs(value), decimals):
+                    position = i + 1
+                    break
+            else:
+                missing.append(f"{value:.{decimals}f}")
     return missing
+
+
+def _phrase(text: str) -> str:
+    """``text`` for a phrase comparison: lower case, words separated by single spaces."""
+    return " ".join(WORDS.findall(text.lower()))
+
+
+WORDS = re.compile(r"[^\W_]+", re.UNICODE)
 
 
 def figures_fallback(goal: str, prompts: Prompts | None = None) -> str:
@@ -93,7 +117,7 @@ def figures_fallback(goal: str, prompts: Prompts | None = None) -> str:
     return note + "\n" + "\n".join(lines) if lines else note
 
 
-RejectionKind = Literal["output_schema", "ungrounded", "evidence", "judge", "judge_error"]
+RejectionKind = Literal["output_schema", "ungrounded", "evidence", "judge", "judge_error", "echoed_prompt"]
 Consult = Callable[[str, list[Message]], Awaitable[str]]
 """Ask another declared agent (by name) and get its reply; the loop reserves the call."""
 
@@ -114,10 +138,34 @@ class Rejection:
 @dataclass(frozen=True)
 class Seen:
     """What the agent was given: its goal and every tool result it saw (as first shown to it,
-    before any compaction of the history)."""
+    before any compaction of the history), with the arguments of the call that produced each
+    (``tool_arguments[i]`` is the JSON text the model sent for ``tool_outputs[i]``); whether
+    it has tools at all; and the prompts the framework sent it after the goal (repair requests)."""
 
     goal: str
     tool_outputs: tuple[str, ...]
+    tool_arguments: tuple[str, ...] = ()
+    has_tools: bool = True
+    prompts_sent: tuple[str, ...] = ()
+
+    def evidence_sources(self, from_goal: bool) -> list[str]:
+        """What an answer may draw on: every tool result without the text that merely echoes
+        its call's arguments (:func:`runner.agent.echo.without_echo`), and the goal when
+        ``from_goal``."""
+        from runner.agent.echo import without_echo
+
+        arguments = self.tool_arguments or ("",) * len(self.tool_outputs)
+        results = [without_echo(output, args) for output, args in zip(self.tool_outputs, arguments, strict=True)]
+        return [self.goal, *results] if from_goal else results
+
+    def evidence_label(self, from_goal: bool) -> str:
+        """What the evidence was, in words: ``the goal and 2 tool result(s)``, ``the goal only:
+        the agent has no tools``."""
+        count = len(self.tool_outputs)
+        if count:
+            return f"the goal and {count} tool result(s)" if from_goal else f"{count} tool result(s)"
+        why = "the agent called none of its tools" if self.has_tools else "the agent has no tools"
+        return f"the goal only: {why}" if from_goal else f"none: {why}, and from_goal is false"
 
 
 class AnswerCheck(Protocol):
@@ -184,16 +232,42 @@ class EvidenceCheck:
     async def review(self, answer: str, seen: Seen) -> Rejection | None:
         from runner.agent.evidence import Evidence, unsupported_names  # only agents with an evidence check
 
-        sources = [seen.goal, *seen.tool_outputs] if self.from_goal else list(seen.tool_outputs)
+        sources = seen.evidence_sources(self.from_goal)
         numbers = ungrounded_numbers(answer, sources)
         names = unsupported_names(answer, Evidence.of(sources), self.ignore)
         if not numbers and not names:
             return None
         claims = ", ".join([*numbers, *names])
-        tools = "no tool was called" if not seen.tool_outputs else f"{len(seen.tool_outputs)} tool result(s)"
-        request = self.prompts.render("evidence_turn", claims=claims)
-        error = f"answer not supported by the run's evidence ({tools}): {claims}"
-        return Rejection(request, error, "evidence", back_to_tools=True)
+        prompt = "evidence_turn" if seen.has_tools else "evidence_turn_no_tools"
+        request = self.prompts.render(prompt, claims=claims)
+        error = f"answer not supported by the run's evidence ({seen.evidence_label(self.from_goal)}): {claims}"
+        return Rejection(request, error, "evidence", back_to_tools=seen.has_tools)
+
+
+REQUEST_PROMPTS = (
+    "final_turn", "repair_schema", "numbers_turn", "order_turn", "evidence_turn", "evidence_turn_no_tools", "judge_turn",
+    "echo_turn",
+)  # fmt: skip
+"""The prompts that ask the model to try again: an answer repeating one of their fixed sentences
+is no answer, whether or not this run sent it (a resampled turn never shows it the request)."""
+
+
+@dataclass(frozen=True)
+class NotAPrompt:
+    """The answer does not repeat a prompt the framework sent in this run (see the module doc)."""
+
+    prompts: Prompts
+
+    async def review(self, answer: str, seen: Seen) -> Rejection | None:
+        from runner.agent.echo import echoed_prompt
+
+        echoed = echoed_prompt(answer, [*seen.prompts_sent, *(self.prompts.text(name) for name in REQUEST_PROMPTS)])
+        if echoed is None:
+            return None
+        return Rejection(
+            self.prompts.render("echo_turn"), f"the answer repeats the framework's own request instead of answering: {echoed!r}",
+            "echoed_prompt",
+        )
 
 
 MAX_JUDGE_EVIDENCE_CHARS = 12_000
@@ -258,7 +332,7 @@ def build_checks(
         checks.append(FiguresInOrder(prompts))
     if agent.judge is not None and consult is not None:
         checks.append(JudgeCheck(agent.judge.agent, agent.judge.criteria, prompts, consult))
-    return checks
+    return [NotAPrompt(prompts), *checks] if checks else checks  # no check, no repair request to echo
 
 
 def parse_json_answer(answer: str | None, schema: dict[str, Any]) -> tuple[Any, str]:

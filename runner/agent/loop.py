@@ -36,6 +36,10 @@ from runner.model.tokens import estimate_completion_tokens
 from runner.prompts import Prompts
 from runner.tools.base import ToolResult
 
+FIGURES_FALLBACK_KINDS = frozenset({"ungrounded", "evidence", "judge", "echoed_prompt"})
+"""Rejections of the model's text that ``fallback: figures`` answers with the goal's figure
+lines (a schema-shaped answer cannot be replaced by them)."""
+
 
 class Recorder(Protocol):
     """Where the loop reports what happened (the run store and the event stream)."""
@@ -170,6 +174,8 @@ class _AgentRun:
         self.checks: list[AnswerCheck] = build_checks(agent, self.schema, self.prompts, self.consult)
         self.outcome = AgentOutcome(status="running")
         self.observations: list[str] = []  # every tool result as the model first saw it (compaction keeps this whole)
+        self.observed_arguments: list[str] = []  # the arguments of the call behind each observation
+        self.prompts_sent: list[str] = []  # the repair requests sent after the goal (an answer must not echo them)
         self.model_seq = self.tool_seq = self.repairs = 0
 
     async def think(self, messages: list[Message], *, allow_tools: bool) -> ModelResponse:
@@ -323,6 +329,7 @@ class _AgentRun:
         )
         messages.append(Message("tool", content, tool_call_id=call.id, name=call.name))
         self.observations.append(content)
+        self.observed_arguments.append(call.arguments)
         if result is not None and env.tools.terminates(call.name):
             return _termination(result)
         return None
@@ -358,7 +365,10 @@ class _AgentRun:
     async def final_answer(self, messages: list[Message], answer: str | None) -> AgentOutcome | None:
         """Run the answer through the agent's checks, with bounded repair turns. ``None``: a
         check sent the agent back to work with its tools (the loop goes on)."""
-        seen = Seen(self.goal, tuple(self.observations))
+        seen = Seen(
+            self.goal, tuple(self.observations), tuple(self.observed_arguments), has_tools=bool(self.env.tools.schemas()),
+            prompts_sent=tuple(self.prompts_sent),
+        )
         for check in self.checks:
             rejection = await check.review(answer or "", seen)
             if rejection is not None:
@@ -369,19 +379,18 @@ class _AgentRun:
     async def repair(self, messages: list[Message], rejection: Rejection, answer: str | None) -> AgentOutcome | None:
         """One more turn for the model to fix its answer, or fail (or fall back) when repairs are
         used up. A rejection that needs more evidence sends the agent back to its tools (``None``)."""
-        resample = rejection.kind == "ungrounded" and self.agent.checks_repair == "resample"
         if rejection.final or self.repairs >= self.agent.max_repairs:
-            if rejection.kind == "ungrounded" and self.agent.checks_fallback == "figures":
+            if rejection.kind in FIGURES_FALLBACK_KINDS and not rejection.final and self.agent.checks_fallback == "figures":
                 return self.finish("completed", figures_fallback(self.goal, self.prompts))
             return self.finish("failed", answer, error=rejection.error, kind=rejection.kind)
         self.repairs += 1
-        if rejection.back_to_tools:
-            messages.append(Message("user", rejection.request))
-            return None
-        if resample and messages[-1].role == "assistant" and not messages[-1].tool_calls:
-            messages.pop()  # ask again without the rejected answer
+        if self.agent.checks_repair == "resample" and messages[-1].role == "assistant" and not messages[-1].tool_calls:
+            messages.pop()  # ask again without the rejected answer (whichever check refused it)
         else:
             messages.append(Message("user", rejection.request))
+            self.prompts_sent.append(rejection.request)
+        if rejection.back_to_tools:
+            return None
         response = await self.think(messages, allow_tools=False)
         messages.append(Message("assistant", response.content))
         return await self.final_answer(messages, response.content)

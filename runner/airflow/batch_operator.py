@@ -69,8 +69,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import BaseOperator
 
 from runner.airflow._compat import AirflowException, AirflowFailException
+from runner.airflow.assets import annotate_outlets
+from runner.airflow.links import RunnerReportLink
 from runner.airflow.operator import dag_run_identity, fail_without_retry, model_credentials, resolve_root
-from runner.airflow.options import FanoutOptions, check_option_names, check_provider_batch_options
+from runner.airflow.options import (
+    FanoutOptions,
+    check_option_names,
+    check_provider_batch_options,
+    literal_options,
+    options_mapping,
+)
 from runner.airflow.provider import DEFAULT_CONN_ID
 
 if TYPE_CHECKING:
@@ -115,6 +123,7 @@ class RunnerBatchOperator(BaseOperator):
         "max_failed_rows", "root", "work_dir", "conn_id", "store_conn_id", "store_path",
     )  # fmt: skip
     template_fields_renderers: ClassVar[dict[str, str]] = {"options": "json"}
+    operator_extra_links = (RunnerReportLink(),)
     ui_color = "#e6f4ea"
 
     def __init__(
@@ -126,7 +135,7 @@ class RunnerBatchOperator(BaseOperator):
         report_dir: str | None = None,
         via: str = "batch-api",
         deferrable: bool | None = None,
-        options: Mapping[str, Any] | None = None,
+        options: Mapping[str, Any] | str | None = None,
         batch_fallback: str | None = None,
         batch_poll_seconds: float | str = 30.0,
         unreachable_seconds: float = 1800.0,
@@ -140,14 +149,13 @@ class RunnerBatchOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        check_option_names(options or {}, f"{self.task_id}: options")  # a misspelt option fails when the DAG is parsed
         self.task = task
         self.input_path = input_path
         self.output_path = output_path
         self.report_dir = report_dir
         self.via = via
         self.deferrable = deferrable  # None: Airflow's [operators] default_deferrable
-        self.options = dict(options or {})
+        self.options = literal_options(options, f"{self.task_id}: options")  # a template: checked once rendered
         self.batch_fallback = batch_fallback
         self.batch_poll_seconds = batch_poll_seconds
         self.unreachable_seconds = unreachable_seconds
@@ -159,6 +167,7 @@ class RunnerBatchOperator(BaseOperator):
         self.store_path = store_path
         self.cancel_on_kill = cancel_on_kill
         self._watch: ProviderWatch | None = None  # the provider batches of the step running in this worker
+        self.last_manifest: dict[str, Any] | None = None  # this try's, for the report link
 
     # --- the steps Airflow calls --------------------------------------------------------
 
@@ -226,14 +235,16 @@ class RunnerBatchOperator(BaseOperator):
                 "deferrable=True and batch_fallback need via='batch-api' (a live batch runs in the worker)"
             )
         deferrable = _default_deferrable() if self.deferrable is None else bool(self.deferrable)
+        options = options_mapping(self.options)
+        check_option_names(options)
         if via == "batch-api":
-            check_provider_batch_options(self.options)
+            check_provider_batch_options(options)
         name = task_id if map_index < 0 else f"{task_id}-{map_index}"
         root = Path(resolve_root(self.root))
         plan = FanoutPlan(
             task=required_text(self.task, "task"), root=root, input_path=root / required_text(self.input_path, "input_path"),
             work=run_work_dir(optional_text(self.work_dir, "work_dir"), dag_id, dag_run_id, name),
-            options=FanoutOptions.from_mapping(self.options), key=run_key(dag_id, dag_run_id, name),
+            options=FanoutOptions.from_mapping(options), key=run_key(dag_id, dag_run_id, name),
             store_url=shared_store_url(optional_text(self.store_conn_id, "store_conn_id")),
         )  # fmt: skip
         output = plan.merged_output_path(optional_text(self.output_path, "output_path"))
@@ -313,6 +324,7 @@ class RunnerBatchOperator(BaseOperator):
         from runner.errors import EXIT_CAPPED
 
         manifest, left = dict(step.manifest), step.left
+        self.last_manifest = manifest
         wall = batch.request.batch_caps.max_wall_seconds
         if left.not_done and wall is not None and step.age_seconds >= wall and manifest.get("stop_kind") is None:
             reason = (waited.cancelled_for if waited else None) or f"max_wall_seconds={wall:g}"
@@ -323,6 +335,7 @@ class RunnerBatchOperator(BaseOperator):
             manifest["output_path"],
         )  # fmt: skip
         if not left.not_done:
+            annotate_outlets(context, self.outlets, manifest)
             return manifest
         assert batch.request.report_dir is not None
         message = rows_failure(read_batch_report(batch.request.report_dir), left)
@@ -343,4 +356,5 @@ class RunnerBatchOperator(BaseOperator):
         self.log.warning(
             "%s. No further try can finish them; at most max_failed_rows=%d may be", message, batch.max_failed_rows
         )
+        annotate_outlets(context, self.outlets, manifest)
         return manifest

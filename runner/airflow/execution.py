@@ -6,6 +6,11 @@ Two rules an Airflow task must keep, enforced here so every operator gets them:
   ``dag_id``, the dag run's ``run_id``, the ``task_id``, the ``map_index`` and a hash of the
   task name and inputs -- never from ``try_number``. A retry therefore resumes the *same*
   runner run, and the run store does not re-pay steps that already completed.
+* **A clear after a success recomputes.** When the run of that id already *finished* (the
+  run store says ``completed``, every delivery made: the try before succeeded), the new try
+  is a request to run again, not a retry: it starts the next *generation* of the run id
+  (``<id>-g2``, ``-g3``, ...), a new run that resumes nothing. The decision is the run
+  store's record of the run, never the try number or a message.
 * **Small, secret-free XCom values.** Only a short manifest goes back to Airflow; never the API
   key, never the run's output (which can be large): that stays in the run store and report.
 """
@@ -66,8 +71,10 @@ def derive_run_id(
     task_id: str,
     map_index: int | None,
     inputs: Mapping[str, Any] | None,
+    generation: int = 1,
 ) -> str:
-    """``<task>-af-<24 hex>``: the same for every try of one task instance with the same inputs.
+    """``<task>-af-<24 hex>``: the same for every try of one task instance with the same inputs;
+    ``-g<n>`` added for the n-th generation (the n-1-th clear after a success, see the module doc).
 
     The digest covers dag_id, the dag run's run_id, task_id, map_index, the task reference and
     the inputs' canonical JSON. try_number is deliberately not part of it.
@@ -81,7 +88,21 @@ def derive_run_id(
         "inputs": inputs_digest(inputs),
     }
     digest = hashlib.sha256(canonical_json(identity).encode()).hexdigest()[:24]
-    return f"{_slug(task, 40)}-{RUN_ID_PREFIX}-{digest}"
+    base = f"{_slug(task, 40)}-{RUN_ID_PREFIX}-{digest}"
+    return base if generation <= 1 else f"{base}-g{generation}"
+
+
+MAX_GENERATIONS = 10_000
+
+
+def current_run_id(finished: Callable[[str], bool], **identity: Any) -> str:
+    """The run id this try runs under: the first generation of :func:`derive_run_id` whose run
+    has not ``finished`` (absent, failed, capped, running, or a delivery still to make)."""
+    for generation in range(1, MAX_GENERATIONS + 1):
+        run_id = derive_run_id(**identity, generation=generation)
+        if not finished(run_id):
+            return run_id
+    raise RuntimeError(f"{MAX_GENERATIONS} finished runs for one task instance")  # pragma: no cover - cleared 10,000 times
 
 
 def call_blocking(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
@@ -162,14 +183,18 @@ def run_task_for_airflow(
     for invalid configuration or inputs (nothing is spent then); a run that started returns a
     manifest whatever its status -- the operator decides whether that status fails the task.
     """
-    from runner.api import run_task  # the lead's API; imported late so this module loads without it
+    from runner.api import run_finished, run_task  # the lead's API; imported late so this module loads without it
     from runner.config.matplotlib_dir import keep_matplotlib_cache
 
     keep_matplotlib_cache()  # a worker user without a home would rebuild matplotlib's font cache in every task
     inputs = dict(inputs or {})
-    run_id = run_id or derive_run_id(
-        task=task, dag_id=dag_id, dag_run_id=dag_run_id, task_id=task_id, map_index=map_index, inputs=inputs
-    )
+    if not run_id:
+        def finished(candidate: str) -> bool:
+            return run_finished(candidate, root=Path(root), store_path=_optional_path(store_path), store_url=store_url or None)
+
+        run_id = current_run_id(
+            finished, task=task, dag_id=dag_id, dag_run_id=dag_run_id, task_id=task_id, map_index=map_index, inputs=inputs
+        )  # fmt: skip
     with joined(trace_carrier), flushed():
         manifest = call_blocking(
             run_task,

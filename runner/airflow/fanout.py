@@ -48,9 +48,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from runner.airflow._compat import AirflowException, AirflowFailException
+from runner.airflow.assets import annotate_outlets
 from runner.airflow.execution import run_batch_for_airflow
+from runner.airflow.links import RunnerReportLink
 from runner.airflow.operator import dag_run_identity, fail_without_retry, model_credentials, resolve_root
-from runner.airflow.options import FanoutOptions, check_option_names
+from runner.airflow.options import FanoutOptions, check_option_names, literal_options, options_mapping
 from runner.airflow.plan import FanoutPlan, ShardSpec, run_work_dir
 from runner.airflow.provider import DEFAULT_CONN_ID
 from runner.airflow.typed import optional_int, optional_text, required_text
@@ -66,13 +68,14 @@ class _FanoutStep(BaseOperator):
     """What the split, shard and merge tasks of one fan-out share: the arguments of its plan."""
 
     template_fields: Sequence[str] = ("task", "input_path", "options", "root", "work_dir", "store_conn_id")
+    operator_extra_links = (RunnerReportLink(),)  # the shard's batch report, the merged report (none for the split)
 
     def __init__(
         self,
         *,
         task: str,
         input_path: str,
-        options: Mapping[str, Any] | None = None,
+        options: Mapping[str, Any] | str | None = None,
         root: str | None = None,
         work_dir: str | None = None,
         fanout_id: str = "fanout",
@@ -80,10 +83,10 @@ class _FanoutStep(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        check_option_names(options or {})  # a misspelt option fails when the DAG is parsed
         self.task = task
         self.input_path = input_path
-        self.options = dict(options or {})
+        self.options = literal_options(options)  # a mapping's names checked now, a template's once rendered
+        self.last_manifest: dict[str, Any] | None = None  # this try's, for the report link
         self.root = root
         self.work_dir = work_dir
         self.fanout_id = fanout_id
@@ -101,7 +104,7 @@ class _FanoutStep(BaseOperator):
             root=root,
             input_path=root / required_text(self.input_path, "input_path"),
             work=run_work_dir(optional_text(self.work_dir, "work_dir"), dag_id, dag_run_id, self.fanout_id),
-            options=FanoutOptions.from_mapping(self.options),
+            options=FanoutOptions.from_mapping(options_mapping(self.options)),
             key=run_key(dag_id, dag_run_id, self.fanout_id),
             store_url=shared_store_url(optional_text(self.store_conn_id, "store_conn_id")),
         )
@@ -183,6 +186,7 @@ class RunnerShardOperator(_FanoutStep):
             )
         manifest = {"shard": shard.name, "index": shard.index, "rows": [shard.first_row, shard.last_row],
                     "try_number": ti.try_number, **manifest}  # fmt: skip
+        self.last_manifest = manifest
         self.log.info(
             "%s: %s done, %s failed, %s invalid, %s not run; %.6f USD; output %s",
             shard.describe(), manifest["done"], manifest["failed"], manifest["invalid"], manifest["skipped"],
@@ -264,12 +268,14 @@ class RunnerMergeOperator(_FanoutStep):
             manifest["shards"], manifest["total"], manifest["done"], manifest["cost_usd"],
             manifest["output_path"], manifest["report_path"],
         )  # fmt: skip
+        self.last_manifest = manifest
         if left.not_done > allowed:
             context["ti"].xcom_push(key="manifest", value=manifest)
             raise AirflowFailException(
                 f"{rows_failure(report, left)}. That is more than max_failed_rows={allowed}; every row is in "
                 f"{manifest['output_path']} and the report {manifest['report_path']}"
             )
+        annotate_outlets(context, self.outlets, manifest)
         return manifest
 
 
@@ -291,17 +297,32 @@ def batch_fanout(
     pool: str | None = None,
     retries: int | None = None,
     strict_conf: bool = False,
-    **options: Any,
+    outlets: Sequence[Any] = (),
+    options: Mapping[str, Any] | str | None = None,
+    **more_options: Any,
 ) -> RunnerMergeOperator:
     """Add split -> mapped shards -> merge to the current DAG; returns the merge task.
 
-    ``options`` are ``runner batch``'s options by flag name (:data:`runner.airflow.options.OPTION_NAMES`).
+    The other keywords are ``runner batch``'s options by flag name (:data:`runner.airflow.options.OPTION_NAMES`);
+    or all of them in ``options``: a mapping, or one template (``options="{{ params.options }}"``)
+    rendered to a mapping or its JSON, checked when the tasks run.
     ``strict_conf`` makes the split refuse dag run conf keys that are not DAG params (a typo).
+    ``outlets`` (Assets, see :mod:`runner.airflow.assets`) are the merge task's: updated when the
+    merged output and report are written.
     ``store_conn_id`` names the postgres connection of the shared store (default
     ``$RUNNER_STORE_CONN_ID``, then ``$RUNNER_STORE_URL``; see :mod:`runner.airflow.store`).
     """
-    check_option_names(options, "batch_fanout")
-    common = {"task": task, "input_path": input_path, "options": options, "root": root, "work_dir": work_dir,
+    from runner.errors import UsageError
+
+    if isinstance(options, str):  # one template for all of them, checked once rendered
+        if more_options:
+            raise UsageError(f"batch_fanout: options={options!r} is a template; give the other options "
+                             f"({', '.join(more_options)}) in it too, not as keywords")  # fmt: skip
+        given: Mapping[str, Any] | str = options
+    else:
+        given = {**(options or {}), **more_options}
+        check_option_names(given, "batch_fanout")
+    common = {"task": task, "input_path": input_path, "options": given, "root": root, "work_dir": work_dir,
               "fanout_id": prefix.rstrip("_-.") or "fanout", "store_conn_id": store_conn_id}  # fmt: skip
     split = RunnerSplitOperator(
         task_id=f"{prefix}split", num_shards=num_shards, shard_size=shard_size, output_path=output_path,
@@ -315,7 +336,8 @@ def batch_fanout(
     ).expand(shard=split.output)
     return RunnerMergeOperator(
         task_id=f"{prefix}merge", shards=split.output, shard_results=shards.output, output_path=output_path,
-        report_dir=report_dir, max_failed_rows=max_failed_rows, trigger_rule="none_failed", **common,
+        report_dir=report_dir, max_failed_rows=max_failed_rows, trigger_rule="none_failed", outlets=list(outlets),
+        **common,
     )  # fmt: skip
 
 

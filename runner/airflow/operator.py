@@ -14,9 +14,12 @@
         retries=2,
     )
 
-Every try of one task instance uses the same runner run id (see
+A try after a failed try uses the same runner run id (see
 :func:`runner.airflow.execution.derive_run_id`), so a retry *resumes* the run: steps that
-completed are not paid for again. With a shared store (``store_conn_id``, or
+completed are not paid for again. A try after a successful one (a clear after a success)
+starts the run id's next generation, a new run (:func:`runner.airflow.execution.current_run_id`).
+The task has a "Runner report" link (:mod:`runner.airflow.links`); its Asset outlets get the
+manifest on their events (:mod:`runner.airflow.assets`). With a shared store (``store_conn_id``, or
 ``$RUNNER_STORE_CONN_ID`` / ``$RUNNER_STORE_URL``: see :mod:`runner.airflow.store`) that holds
 on any worker, whatever its local disk holds; ``reports_dir`` (default ``$RUNNER_REPORTS_DIR``,
 else ``<root>/reports``) may be a URL such as ``s3://bucket/reports``. The return value (pushed to XCom as ``return_value``) is
@@ -38,8 +41,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import BaseOperator
 
 from runner.airflow._compat import AirflowException, AirflowFailException, AirflowNotFoundException
+from runner.airflow.assets import annotate_outlets
 from runner.airflow.execution import run_task_for_airflow
 from runner.airflow.failures import run_failure
+from runner.airflow.links import RunnerReportLink
 from runner.airflow.provider import DEFAULT_CONN_ID
 from runner.core.status import EXIT_UNDELIVERED
 
@@ -131,6 +136,7 @@ class RunnerTaskOperator(BaseOperator):
     )  # fmt: skip
     template_fields_renderers: ClassVar[dict[str, str]] = {"inputs": "json", "caps": "json"}
     ui_color = "#e8f0fe"
+    operator_extra_links = (RunnerReportLink(),)
 
     def __init__(
         self,
@@ -156,6 +162,7 @@ class RunnerTaskOperator(BaseOperator):
         self.reports_dir = reports_dir
         self.store_conn_id = store_conn_id
         self.no_retry_statuses = tuple(no_retry_statuses)
+        self.last_manifest: dict[str, Any] | None = None  # this try's, for the report link
 
     def execute(self, context: Context) -> dict[str, Any]:
         from runner.airflow.store import shared_store_url
@@ -191,9 +198,11 @@ class RunnerTaskOperator(BaseOperator):
             manifest["cost_usd"],
             manifest["report_path"],
         )
+        self.last_manifest = manifest
         if manifest["status"] != "completed":
             context["ti"].xcom_push(key="manifest", value=manifest)
         check_status(manifest, self.no_retry_statuses)
+        annotate_outlets(context, self.outlets, manifest)
         return manifest
 
     def on_kill(self) -> None:

@@ -133,6 +133,49 @@ class FanoutOptions:
         )
 
 
+def options_mapping(value: Mapping[str, Any] | str | None, where: str = "options") -> dict[str, Any]:
+    """The options as a mapping: given as one, or rendered from a template (``options="{{
+    params.options }}"``) as its JSON text or Python literal (what Airflow renders a dict
+    param to, unless the DAG renders native objects). Anything else raises :class:`UsageError`."""
+    if value is None or value == "":
+        return {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, str):
+        import ast
+        import json
+
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            try:
+                parsed = ast.literal_eval(value.strip())
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                parsed = None
+        if isinstance(parsed, Mapping):
+            return dict(parsed)
+    raise UsageError(
+        f"{where}: expected a mapping of runner batch options (or a template rendering to its JSON), "
+        f"got {short_repr(value)}"
+    )
+
+
+def short_repr(value: Any, limit: int = 120) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+def literal_options(value: Mapping[str, Any] | str | None, where: str = "options") -> Mapping[str, Any] | str:
+    """What an operator keeps of its ``options`` argument: a template string as it is (checked
+    once rendered), a mapping copied and its names checked now, so a misspelt option fails
+    when the DAG is parsed."""
+    if isinstance(value, str):
+        return value
+    values = dict(value or {})
+    check_option_names(values, where)
+    return values
+
+
 def check_option_names(values: Mapping[str, Any], where: str = "options") -> None:
     """Refuse names that are not fan-out options (a typo would otherwise be ignored)."""
     for name in values:

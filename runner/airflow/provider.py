@@ -40,6 +40,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["runner.airflow.operator", "runner.airflow.fanout", "runner.airflow.batch_operator"],
             }
         ],
+        "extra-links": ["runner.airflow.links.RunnerReportLink"],
         "triggers": [{"integration-name": INTEGRATION, "python-modules": ["runner.airflow.triggers"]}],
         "hooks": [{"integration-name": INTEGRATION, "python-modules": ["runner.airflow.hook"]}],
         "connection-types": [

@@ -13,6 +13,7 @@ from typing import IO, Any, cast
 import click
 
 from runner.cli.terminal import SafeStream, safe_text
+from runner.core.status import exit_codes_text
 from runner.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, RunnerError
 
 COMMANDS = {
@@ -55,10 +56,7 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
-EPILOG = """\b
-Exit codes: 0 completed, 1 failed, 2 configuration or usage error,
-3 stopped by a cap, 4 stuck, 130 interrupted.
-"""
+EPILOG = f"Exit codes: {exit_codes_text()}."
 
 
 @click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})

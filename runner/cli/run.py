@@ -36,7 +36,8 @@ def run(
 ) -> None:
     """Run TASK (a name, or a path like tasks.d/daily_report.yaml) once, headless.
 
-    Exit codes: 0 completed, 1 failed, 2 configuration or usage error, 3 stopped by a cap, 4 stuck.
+    Exit codes: 0 completed, 1 failed, 2 configuration or usage error, 3 stopped by a cap, 4 stuck,
+    5 completed but a report delivery failed, 130 interrupted.
     """
     from runner.cli.render import HumanLog, JsonLines
     from runner.model.factory import check_endpoints

@@ -18,6 +18,7 @@ from runner.config.profile_checks import check_model_settings, check_tier_price
 from runner.config.profiles import find_profile
 from runner.config.project_files import workspace_file_problem
 from runner.config.providers import Provider
+from runner.config.report_options import DELIVERY_TEMPLATE_ROOTS
 from runner.config.schema import check_schema, validate_part
 from runner.config.sources import Document, escape_pointer_token
 from runner.config.specs import AgentSpec, StepSpec, TaskSpec, ToolRef
@@ -266,7 +267,7 @@ class TaskChecker:
             for key in ("subject", "link", "to"):
                 value = target.settings.get(key)
                 if isinstance(value, str):
-                    self._template(f"/report/deliver/{i}/{target.kind}/{key}", value, steps_visible=step_ids)
+                    self._template(f"/report/deliver/{i}/{target.kind}/{key}", value, steps_visible=step_ids, delivery=True)
 
     def _add(self, pointer: str, message: str, *, key: bool = False) -> None:
         self.problems.append(self.doc.problem(pointer, message, key=key))
@@ -337,12 +338,28 @@ class TaskChecker:
             self._agent_ref(f"{base}/agent", step.agent)
         if step.tool is not None and step.tool not in self.tools:
             self._add(f"{base}/tool", f"unknown tool '{step.tool}'{did_you_mean(step.tool, self.tools)}")
+        elif step.tool is not None:
+            self._check_tool_args(base, step.tool, step.args)
         if step.tools is not None:
             self.problems += _check_tool_refs(self.doc, step.tools, self.tools)
         self.problems += _check_schema_field(self.doc, f"{base}/output_schema", step.output_schema)
 
-    def _template(self, pointer: str, template: str, steps_visible: set[str], *, any_step: bool = False) -> None:
-        """Check one template: its variables, then what would fail when a run renders it."""
+    def _check_tool_args(self, base: str, name: str, args: Mapping[str, Any]) -> None:
+        """The step's declared arguments against the tool's argument schema (see
+        :mod:`runner.config.tool_step_args`)."""
+        from runner.config.tool_step_args import argument_problems, tool_for_step
+
+        tool = tool_for_step(self.project, name)
+        if tool is None:
+            return
+        for pointer, message in argument_problems(tool, args):
+            self._add(f"{base}/args{pointer}", message)
+
+    def _template(
+        self, pointer: str, template: str, steps_visible: set[str], *, any_step: bool = False, delivery: bool = False
+    ) -> None:
+        """Check one template: its variables, then what would fail when a run renders it. A
+        delivery's templates also read the run's ``status`` and ``exit_code``."""
         try:
             refs = references(template)
         except TemplateError as exc:
@@ -350,20 +367,24 @@ class TaskChecker:
             return
         before = len(self.problems)
         for ref in refs:
-            self._check_reference(pointer, ref, steps_visible, any_step)
+            if not (delivery and ref.root in DELIVERY_TEMPLATE_ROOTS):
+                self._check_reference(pointer, ref, steps_visible, any_step)
         if len(self.problems) > before:
             return  # a sample render would only repeat the undefined variable
         static = static_problems(template)
         for problem in static:
             self._add(pointer, problem)
         if not static and render_affordable():  # else: checked when a run renders it
-            message = self._render_problem(template, self._step_ids() if any_step else steps_visible, refs)
+            message = self._render_problem(template, self._step_ids() if any_step else steps_visible, refs, delivery)
             if message:
                 self._add(pointer, message)
 
-    def _render_problem(self, template: str, visible: set[str], refs: list[Reference]) -> str | None:
+    def _render_problem(self, template: str, visible: set[str], refs: list[Reference], delivery: bool = False) -> str | None:
         """Why a run would fail to render ``template`` (sample values), else ``None``."""
         contexts = [sample_context(inputs, visible, self._unknown, self.task.previous_run) for inputs in self._sample_inputs]
+        if delivery:
+            contexts = [context | {"status": status, "exit_code": code} for context in contexts
+                        for status, code in (("completed", 0), ("failed", 1))]  # fmt: skip
         message = render_problem(template, contexts, self._unknown)
         if message is None and any(ref.root == "previous" for ref in refs):
             for context in contexts:

@@ -10,6 +10,10 @@ from typing import Any, Literal
 ColumnKind = Literal["number", "integer", "currency", "percent", "date", "text"]
 DeliveryKind = Literal["email", "webhook", "copy"]
 DELIVERY_KINDS: tuple[DeliveryKind, ...] = ("email", "webhook", "copy")
+DeliveryWhen = Literal["always", "success", "failure"]
+DELIVERY_TEMPLATE_ROOTS = ("status", "exit_code")
+"""What a delivery's templates (subject, link, copy target) read besides a goal's variables:
+the run's status and exit code, known once the report is written."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,11 @@ class Delivery:
     kind: DeliveryKind
     settings: Mapping[str, Any] = field(default_factory=dict)
     pointer: str = ""  # where it is declared, for messages
+    when: DeliveryWhen = "always"
+
+    def wanted(self, status: str) -> bool:
+        """Whether a run that ended ``status`` is delivered here (``when``)."""
+        return self.when == "always" or (self.when == "success") == (status == "completed")
 
 
 def build_columns(data: Mapping[str, Any] | None) -> dict[str, ColumnFormat]:
@@ -47,5 +56,6 @@ def build_deliveries(items: list[Mapping[str, Any]] | None) -> tuple[Delivery, .
     deliveries = []
     for index, item in enumerate(items or ()):
         kind = next(k for k in DELIVERY_KINDS if k in item)
-        deliveries.append(Delivery(str(item.get("name", kind)), kind, dict(item[kind]), f"/report/deliver/{index}"))
+        when = item.get("when", "always")
+        deliveries.append(Delivery(str(item.get("name", kind)), kind, dict(item[kind]), f"/report/deliver/{index}", when))
     return tuple(deliveries)

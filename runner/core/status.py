@@ -21,6 +21,18 @@ EXIT_UNDELIVERED = 5
 """A run that completed and wrote its report, but a delivery (email, webhook, copy) failed:
 re-running it with the same run id re-delivers only what failed (README: Exit codes)."""
 
+EXIT_CODE_MEANINGS: tuple[tuple[int, str], ...] = (
+    (0, "completed"), (1, "failed"), (2, "configuration or usage error"), (3, "stopped by a cap"), (4, "stuck"),
+    (5, "completed, but a report delivery failed"), (130, "interrupted"),
+)  # fmt: skip
+"""Every exit code of the ``runner`` command and what it means: ``runner --help`` and the
+commands' help print this table (README: Exit codes)."""
+
+
+def exit_codes_text() -> str:
+    """``0 completed, 1 failed, ...``: the table above as one line of help text."""
+    return ", ".join(f"{code} {meaning}" for code, meaning in EXIT_CODE_MEANINGS)
+
 T = TypeVar("T")
 
 

@@ -360,9 +360,14 @@ async def _deliver(ctx: RunContext, record: dict[str, Any], report_dir: Path) ->
         summary=redact_secrets(_summary_text(record.get("final_output")), ctx.recorder.secrets),
         run_id=ctx.run_id, task=ctx.task.name, exit_code=int(record["exit_code"]), environ=dict(os.environ),
     )
-    context = ctx.template_context()
+    context = ctx.template_context() | {"status": package.status, "exit_code": package.exit_code}
+    targets = [target for target in ctx.task.report.deliver if target.wanted(package.status)]
+    for target in ctx.task.report.deliver:
+        if target not in targets:
+            ctx.recorder.emit("notice", message=f"delivery '{target.name}' not sent: it is for when: {target.when}, "
+                              f"and the run is {package.status}")  # fmt: skip
     outcomes = await asyncio.to_thread(
-        deliver_all, ctx.task.report.deliver, package, lambda template: render(template, context),
+        deliver_all, targets, package, lambda template: render(template, context),
         earlier=earlier_outcomes(stored["record_json"] if stored else None), secrets=ctx.recorder.secrets,
         root=ctx.project.root, now=now_iso,
     )  # fmt: skip

@@ -32,11 +32,7 @@ def build_record(
         for path in step["artifacts"]:
             artifact = {"path": path, "media_type": media_type_of(path), "step": step["id"]}
             artifacts.append(artifact | {"caption": caption} if caption else artifact)
-    tables = {
-        sid: table | ({"title": descriptions[sid]} if descriptions.get(sid) else {})
-        for sid in ctx.task.report.tables
-        if sid in ctx.done and (table := _table(ctx.done[sid].data))
-    }
+    tables, missing = report_tables(ctx)
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": ctx.run_id,
@@ -44,7 +40,7 @@ def build_record(
         "title": title,
         "status": status,
         "stop_reason": error,
-        "warnings": ctx.warnings + [w for step in ctx.done.values() for w in step.warnings],
+        "warnings": ctx.warnings + [w for step in ctx.done.values() for w in step.warnings] + missing,
         "exit_code": exit_code(status, error_kind),
         "started_at": started_at,
         "finished_at": now_iso(),
@@ -83,8 +79,31 @@ def _sources(ctx: RunContext) -> list[dict[str, Any]]:
     return list(found.values())
 
 
+def report_tables(ctx: RunContext) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The tables ``report.tables`` names, by step id, and a warning for each one that cannot
+    be shown (the step did not complete, or its data is no table): never left out unsaid."""
+    descriptions = {s.id: s.description for s in ctx.task.pipeline.steps} if ctx.task.pipeline else {}
+    tables: dict[str, dict[str, Any]] = {}
+    missing: list[str] = []
+    for sid in ctx.task.report.tables:
+        done = ctx.done.get(sid)
+        table = _table(done.data) if done is not None else None
+        if table is None:
+            if done is None:
+                why = "it did not run"
+            elif done.status != "completed":
+                why = f"it ended {done.status}"
+            else:
+                why = "its result is not a table (a tool returning rows or records, such as query_table)"
+            missing.append(f"report.tables: step '{sid}' is not shown: {why}")
+            continue
+        tables[sid] = table | ({"title": descriptions[sid]} if descriptions.get(sid) else {})
+    return tables, missing
+
+
 def _table(data: Any) -> dict[str, Any] | None:
-    """A step's tabular data as ``{columns, rows}`` (data tools return records)."""
+    """A step's tabular data as ``{columns, rows}`` (data tools return records; ``load_table``
+    returns a summary whose first rows are shown, captioned with the table's size)."""
     if not isinstance(data, dict) or "columns" not in data:
         return None
     columns = list(data["columns"])
@@ -92,6 +111,10 @@ def _table(data: Any) -> dict[str, Any] | None:
         rows = [[record.get(c) for c in columns] for record in data["records"]]
     elif isinstance(data.get("rows"), list):
         rows = data["rows"]
+    elif isinstance(data.get("head"), list) and isinstance(data.get("rows"), int):
+        head = [[record.get(c) for c in columns] for record in data["head"] if isinstance(record, dict)]
+        caption = f"The first {len(head)} of {data['rows']} rows of table '{data.get('table')}'"
+        return {"columns": columns, "rows": head, "caption": caption}
     else:
         return None
     return {"columns": columns, "rows": rows}

@@ -24,7 +24,7 @@ from runner.core.sources import unique_sources
 from runner.core.status import Status
 from runner.core.steps import StepKind, StepRecord, ToolCallSummary
 from runner.core.usage import Usage
-from runner.errors import CapReached, ConfigError, ToolFailure
+from runner.errors import ArgumentsRefused, CapReached, ConfigError, ToolFailure
 from runner.model.call_settings import call_settings
 from runner.model.prompt_cache import prompt_cache_key
 from runner.redact import redact_secrets
@@ -177,8 +177,9 @@ async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dic
             result = await ctx.registry.invoke(tool_name, rendered, context)
     except TemplateError as exc:
         return _finish(ctx, record, started, "failed", error=str(exc), kind="template")
-    except ToolFailure as exc:
-        return _finish(ctx, record, started, "failed", error=str(exc), kind="tool")
+    except ToolFailure as exc:  # no model reads it: arguments refused are named without the tool's whole schema
+        error = exc.short if isinstance(exc, ArgumentsRefused) else str(exc)
+        return _finish(ctx, record, started, "failed", error=error, kind="tool")
     except CapReached as cap:
         return _finish(ctx, record, started, "capped", error=str(cap), kind=cap.cap, scope=cap.scope)
     call = ToolCallSummary(tool_name, "ok", rendered, time.monotonic() - started, result.content[:500])

@@ -26,10 +26,12 @@ _FieldSpec = tuple[Any, Any, str | None]  # annotation, default (... = required)
 
 
 class ArgumentsInvalid(Exception):
-    """The arguments of a call do not match the tool's schema."""
+    """The arguments of a call do not match the tool's schema. ``located`` holds each problem's
+    place in the arguments (a path of keys and indexes) with its message."""
 
-    def __init__(self, problems: list[str]):
+    def __init__(self, problems: list[str], located: list[tuple[tuple[Any, ...], str]] | None = None):
         self.problems = problems
+        self.located = located if located is not None else [((), problem) for problem in problems]
         super().__init__("; ".join(problems))
 
 
@@ -103,7 +105,8 @@ class PydanticArguments:
         try:
             instance = self.model.model_validate(arguments)
         except ValidationError as error:
-            raise ArgumentsInvalid([_describe(e) for e in error.errors()]) from None
+            errors = error.errors()
+            raise ArgumentsInvalid([_describe(e) for e in errors], [(tuple(e["loc"]), _message(e)) for e in errors]) from None
         return {param: getattr(instance, internal) for param, internal in self.field_names.items()}
 
 
@@ -121,18 +124,18 @@ class JsonSchemaArguments:
         # the schema is the server's and the arguments the model's: patterns matched with a time limit,
         # and an empty registry: a $ref to a URL is refused, never fetched (169.254.169.254 is a URL)
         validator = self._validator_class()(self.json_schema, registry=Registry())
+        located: list[tuple[tuple[Any, ...], str]] | None = None
         try:
             with shared_deadline():
-                problems = [
-                    f"{_pointer(error.absolute_path)}: {error.message}"
-                    for error in sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
-                ]
+                errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+                located = [(tuple(error.absolute_path), error.message) for error in errors]
+                problems = [f"{_pointer(path)}: {message}" for path, message in located]
         except Unresolvable as exc:
             problems = [f"the tool's schema refers to {getattr(exc, 'ref', '')!r}, which runner does not fetch"]
         except RecursionError:  # the server's $ref cycle, or arguments nested deeper than Python recurses
             problems = ["the tool's schema or these arguments nest too deeply to validate"]
         if problems:
-            raise ArgumentsInvalid(problems)
+            raise ArgumentsInvalid(problems, located)
         return arguments
 
     def schema_problem(self) -> str | None:
@@ -171,14 +174,18 @@ def _without_titles(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _describe(error: Any) -> str:
-    where = _pointer(error["loc"])
+    return f"{_pointer(error['loc'])}: {_message(error)}"
+
+
+def _message(error: Any) -> str:
+    """Pydantic's message with the value it refused (``Input should be '==', ... (got '=>')``)."""
     message = error["msg"]
     if error["type"] in ("missing", "extra_forbidden"):
-        return f"{where}: {message}"
+        return str(message)
     shown = repr(error.get("input"))
     if len(shown) > _MAX_INPUT_REPR:
         shown = shown[: _MAX_INPUT_REPR - 3] + "..."
-    return f"{where}: {message} (got {shown})"
+    return f"{message} (got {shown})"
 
 
 def _pointer(path: Iterable[Any]) -> str:

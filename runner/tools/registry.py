@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from runner import untrusted_json
-from runner.errors import ConfigError, InvalidToolCall, RunnerError, ToolFailure
+from runner.errors import ArgumentsRefused, ConfigError, InvalidToolCall, RunnerError, ToolFailure
 from runner.redact import redact_secrets
 from runner.tools.arguments import ArgumentsInvalid
 from runner.tools.base import Tool, ToolContext, ToolResult, redact_result
@@ -126,9 +126,8 @@ class ToolRegistry:
         try:
             validated = tool.arguments.validate(arguments)
         except ArgumentsInvalid as invalid:
-            raise InvalidToolCall(
-                f"invalid arguments for tool '{tool.name}': {'; '.join(invalid.problems)}. {_expected(tool)}"
-            ) from None
+            short = f"invalid arguments for tool '{tool.name}': {'; '.join(invalid.problems)}"
+            raise ArgumentsRefused(f"{short}. {_expected(tool)}", short) from None
         # Sandboxed code names no files: what it wrote is found by listing the workspace.
         before = await asyncio.to_thread(take_snapshot, ctx.workspace) if tool.needs_sandbox else None
         try:

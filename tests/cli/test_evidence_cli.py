@@ -44,7 +44,7 @@ def test_a_hallucinated_answer_using_no_tool_ends_failed_with_the_reason(project
         calls = len(model.requests)
     assert result.returncode == 1, result.stderr
     assert calls == 2  # the answer, and one repair turn (max_repairs: 1) that changed nothing
-    assert "answer not supported by the run's evidence (no tool was called)" in result.stderr
+    assert "answer not supported by the run's evidence (the goal only: the agent called none of its tools)" in result.stderr
     assert "48210.55" in result.stderr and "Atlantis" in result.stderr and "Lemuria" in result.stderr
     assert "Traceback" not in result.stderr
     (report_dir,) = (project / "reports" / "data_question").iterdir()

@@ -296,3 +296,45 @@ def test_delivery_config_is_checked_at_validate_time(tmp_path: Path, certificate
     assert "a second delivery named 'email'" in out
     out = validate(original.replace("webhook: {url_env: REPORT_WEBHOOK_URL,", "webhook: {url_env: REPORT_WEBHOOK_URL, url: 'http://x',"))
     assert "/report/deliver/1/webhook" in out
+
+
+
+def test_the_subject_names_the_status_and_a_delivery_may_be_for_success_or_failure_only(
+    tmp_path: Path, smtp: tuple[Inbox, int], certificate: tuple[Path, Path]
+) -> None:
+    """A failed report must not look like a good one: ``{{ status }}`` in the subject, and
+    ``when: success | failure`` per delivery."""
+    from tests.support.project import run_cli
+
+    inbox, port = smtp
+    root = project_with_delivery(tmp_path, port, certificate[0], formats="[markdown, json]")
+    task = root / "tasks.d" / "daily_report.yaml"
+    shared = root / "shared"
+    text = task.read_text()
+    start, end = text.index("  deliver:\n"), text.index("  columns:")
+    deliver = f"""\
+  deliver:
+    - email:
+        to: [team@example.com]
+        from: {SMTP_USER}
+        subject: "[{{{{ status | upper }}}}] Sales {{{{ inputs.date }}}} (exit {{{{ exit_code }}}})"
+        smtp: {{host: 127.0.0.1, port: {port}, username_env: SMTP_USER, password_env: SMTP_PASSWORD, ca_file: certs/smtp.pem}}
+    - {{name: good, when: success, copy: {{to: "file://{shared}/good/{{{{ inputs.date }}}}"}}}}
+    - {{name: bad, when: failure, copy: {{to: "file://{shared}/{{{{ status }}}}/{{{{ inputs.date }}}}"}}}}
+"""
+    task.write_text(text[:start] + deliver + text[end:])
+    env = {"SMTP_USER": SMTP_USER, "SMTP_PASSWORD": SMTP_PASSWORD}
+    valid = run_cli(root, None, "validate")
+    assert valid.returncode == 0, valid.stdout + valid.stderr
+    with ScriptedServer({"fallback": NARRATIVE}) as model:
+        good = run_cli(root, model, "run", "daily_report", "--input", "date=2026-11-30", env=env)
+    with ScriptedServer({"fallback": {"fault": {"status": 401, "body": {"error": {"message": "bad key"}}}}}) as model:
+        bad = run_cli(root, model, "run", "daily_report", "--input", "date=2026-11-29", env=env)
+    assert good.returncode == 0 and bad.returncode == 1, good.stderr + bad.stderr
+    assert [message["Subject"] for message in inbox.messages] == [
+        "[COMPLETED] Sales 2026-11-30 (exit 0)", "[FAILED] Sales 2026-11-29 (exit 1)",
+    ]  # fmt: skip
+    assert [p.name for p in (shared / "good").iterdir()] == ["2026-11-30"]
+    assert [p.name for p in (shared / "failed").iterdir()] == ["2026-11-29"]
+    assert "delivery 'bad' not sent: it is for when: failure, and the run is completed" in good.stderr
+    assert "delivery 'good' not sent: it is for when: success, and the run is failed" in bad.stderr

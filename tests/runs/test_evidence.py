@@ -55,7 +55,7 @@ async def test_numbers_and_names_together_and_the_goal_counts_by_default() -> No
     assert await check.review("In November 2026, North led with 48,210.55.", Seen(goal, (TOOL_OUTPUT,))) is None
     rejection = await check.review("In November 2026, Atlantis led with 51,000.", Seen(goal, ()))
     assert rejection is not None and rejection.kind == "evidence" and rejection.back_to_tools
-    assert "no tool was called" in rejection.error and "51000" in rejection.error and "Atlantis" in rejection.error
+    assert "the goal only: the agent called none of its tools" in rejection.error and "51000" in rejection.error and "Atlantis" in rejection.error
     assert "51000, Atlantis" in rejection.request
 
 

@@ -8,7 +8,7 @@ Needs on the workers: ``RUNNER_ROOT`` (the runner project with ``tasks.d/``) and
 ``runner_model`` connection named ``runner_model_default`` (host = base URL, password = API
 key), or the agent's own ``model:`` settings / ``OPENAI_*`` variables. A retry of the task
 resumes the same runner run (see ``runner.airflow.execution.derive_run_id``), so completed
-steps are not paid for twice; with the shared store (``RUNNER_STORE_CONN_ID`` or
+steps are not paid for twice (a clear after the task succeeded computes the report again); with the shared store (``RUNNER_STORE_CONN_ID`` or
 ``RUNNER_STORE_URL``) also on another worker. Reports go to ``RUNNER_REPORTS_DIR`` when set. Trigger with ``{"task": "other_task"}`` to run another task
 (it must take a ``date`` input), ``{"date": "2026-11-30"}`` for another day, and
 ``{"max_cost_usd": 0.05}`` to tighten the cost cap.

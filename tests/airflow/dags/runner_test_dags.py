@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG
 
+from runner.airflow.assets import report_asset
 from runner.airflow.batch_operator import RunnerBatchOperator
 from runner.airflow.fanout import batch_fanout
 from runner.airflow.operator import RunnerTaskOperator
@@ -118,3 +119,31 @@ with DAG(
         task_id="classify_batch", task="classify", via="batch-api", deferrable=True, batch_poll_seconds=0.01,
         options={"id_column": "id"},
     ).expand(input_path=["rows_a.jsonl", "rows_b.jsonl"])  # fmt: skip
+
+with DAG(
+    dag_id="runner_test_templated_options",
+    schedule=None,
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
+    catchup=False,
+    params={"input_path": "", "options": {"id_column": "id", "concurrency": 2}},
+) as templated_options_dag:
+    # options as one template (rendered to the dict's text: this DAG does not render native objects),
+    # checked once rendered, in a live batch and in a fan-out's split, shards and merge.
+    RunnerBatchOperator(
+        task_id="classify_batch", task="classify", input_path="{{ params.input_path }}", via="live",
+        options="{{ params.options }}",
+    )  # fmt: skip
+    batch_fanout(task="classify", input_path="{{ params.input_path }}", num_shards=2, prefix="fan_",
+                 options="{{ params.options }}")
+
+
+CLASSIFY_REPORTS = report_asset("classify", "/srv/runner-test-reports")
+
+with DAG(
+    dag_id="runner_test_report_asset",
+    schedule=None,
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
+    catchup=False,
+) as report_asset_dag:
+    # a task whose report folder is an Asset: its event carries the run's manifest
+    RunnerTaskOperator(task_id="classify", task="classify", inputs={"text": "x"}, outlets=[CLASSIFY_REPORTS])

@@ -23,7 +23,8 @@ reached through fsspec. Each test asserts on one part of what it did:
 * the deployment is a deployer's: the runner comes from its built wheel, every process starts
   in ``/``, the project is on a read-only mount and the state in ``RUNNER_STATE_DIR``;
 * an operator's actions (:mod:`tests.airflow.deploy.operations`): a param only the runner can
-  refuse, a backfill of two logical dates, clearing a finished task (as the UI does), ``airflow tasks test``,
+  refuse, a backfill of two logical dates, clearing a successful task (as the UI does, and with ``airflow
+  tasks clear``: each recomputes its report as a new run), ``airflow tasks test``,
   and a fan-out with a row no retry can fix (its DAG run fails).
 """
 
@@ -520,7 +521,7 @@ def test_the_model_server_saw_each_row_once_plus_the_retried_one(outcome: Outcom
     plain = [p for p in daily if not any(day in p for day in _extra_dates())]
     assert len(plain) == len(_plain_daily_runs(outcome)) - 1  # every run but the resume_check one
     cleared, other, tested = (sum(day in p for p in prompts) for day in _extra_dates())
-    assert cleared == other == tested > 0  # the cleared run's calls were not made again
+    assert cleared == other == 2 * tested > 0  # both backfilled runs were cleared after they succeeded: computed again
     assert len(capped_calls) == len(set(capped_calls)), "a capped row is never sent twice"
 
 
@@ -694,19 +695,27 @@ def test_a_backfill_of_two_logical_dates_gives_each_its_own_run(outcome: Outcome
     assert len(ids) == 2 and len(set(ids.values())) == 2, found  # separate runner runs: no collision
 
 
-def test_clearing_a_finished_task_resumes_its_run_and_pays_nothing_twice(outcome: Outcome) -> None:
+def _recomputed_after_the_clear(outcome: Outcome, run_id: str, before: int, day: str) -> None:
+    """The cleared (successful) task's new try made a new runner run, the next generation of the
+    run id, and computed the report again: a clear after a success is a request to run again."""
+    assert outcome.states[run_id] == {("daily_report", -1): ("success", before + 1)}
+    rows = sorted((r, s) for r, i, s in _store("SELECT run_id, inputs_json, status FROM runs WHERE task = 'daily_report'")
+                  if json.loads(i)["date"] == day)  # fmt: skip
+    assert [s for _, s in rows] == ["completed", "completed"], rows
+    (first, _), (second, _) = rows
+    assert second == f"{first}-g2", rows
+    log = _task_log(outcome, "runner_daily_report", "daily_report", -1, before + 1, run_id)
+    assert "[summary] agent step started (report_writer)" in log and "reused from an earlier attempt" not in log
+    assert re.search(rf"run {re.escape(second)} completed \(exit 0\): [1-9]\d* model call", log)  # a new call was made
+
+
+def test_clearing_a_successful_task_recomputes_its_report(outcome: Outcome) -> None:
     answer, run_id, before = outcome.ops.cleared
     assert [(ti["task_id"], ti["dag_run_id"]) for ti in answer["task_instances"]] == [("daily_report", run_id)]
-    assert outcome.states[run_id] == {("daily_report", -1): ("success", before + 1)}
-    day, other = BACKFILL_DATES
+    _recomputed_after_the_clear(outcome, run_id, before, BACKFILL_DATES[0])
     prompts = _prompts(outcome)
-    assert sum(day in p for p in prompts) == sum(other in p for p in prompts) > 0, "run twice, paid once"
-    rows = [(a, s) for r, i, a, s in _store("SELECT run_id, inputs_json, attempts, status FROM runs WHERE task = 'daily_report'")
-            if json.loads(i)["date"] == day]  # fmt: skip
-    assert rows == [(before + 1, "completed")]
-    log = _task_log(outcome, "runner_daily_report", "daily_report", -1, before + 1, run_id)
-    assert "[summary] reused from an earlier attempt (completed)" in log  # the run's progress, in the task log
-    assert re.search(r"run daily_report-af-\w+ completed \(exit 0\): \d+ model call", log)  # its summary
+    summaries = sum(BACKFILL_DATES[0] in p for p in prompts)
+    assert summaries == 2 * sum(TASKS_TEST_DATE in p for p in prompts) > 0, "the model server saw a new call"
 
 
 def test_tasks_test_runs_a_task_and_shows_its_progress(outcome: Outcome) -> None:
@@ -756,16 +765,10 @@ def test_the_tasks_ran_as_the_non_root_worker_user(outcome: Outcome) -> None:
     assert keys[0].stat().st_mode & 0o077 == 0
 
 
-def test_airflow_tasks_clear_with_dates_reruns_a_backfilled_task_and_resumes_its_run(outcome: Outcome) -> None:
+def test_airflow_tasks_clear_with_dates_recomputes_a_backfilled_task(outcome: Outcome) -> None:
     done, run_id, before = outcome.ops.cli_cleared
     assert "Clearing" in done.stdout + done.stderr or done.returncode == 0, done.stderr[-2000:]
-    assert outcome.states[run_id] == {("daily_report", -1): ("success", before + 1)}
-    day = BACKFILL_DATES[1]
-    rows = [(a, s) for r, i, a, s in _store("SELECT run_id, inputs_json, attempts, status FROM runs WHERE task = 'daily_report'")
-            if json.loads(i)["date"] == day]  # fmt: skip
-    assert rows == [(before + 1, "completed")]  # the same runner run, resumed: nothing paid twice
-    log = _task_log(outcome, "runner_daily_report", "daily_report", -1, before + 1, run_id)
-    assert "[summary] reused from an earlier attempt (completed)" in log
+    _recomputed_after_the_clear(outcome, run_id, before, BACKFILL_DATES[1])
 
 
 # --- runs stopped from outside, and a pool of one slot (tests/airflow/deploy/stops.py) ------
