@@ -52,9 +52,8 @@ def page() -> str:
         doc = inspect.getdoc(value) or ""
         summary = doc.split("\n\n", 1)[0]
         lines += [" ".join(summary.split()), ""]
-        function = value.__init__ if inspect.isclass(value) else value
-        described = argument_docs(function, value)
-        rows = list(arguments(function))
+        described = argument_docs(*documented(value))
+        rows = list(arguments(value))
         if rows:
             lines += ["| argument | type | default | description |", "|---|---|---|---|"]
             for arg, annotation, default in rows:
@@ -66,11 +65,29 @@ def page() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def arguments(function: Callable[..., Any]) -> Iterator[tuple[str, str, str]]:
-    """``(name, annotation, default)`` of each argument of ``function`` but ``self`` and ``**kwargs``."""
-    for parameter in inspect.signature(function).parameters.values():
-        if parameter.name in _INHERITED or parameter.kind is parameter.VAR_KEYWORD:
+def constructors(value: Any) -> list[Callable[..., Any]]:
+    """The functions whose arguments ``value`` takes: a function itself; for a class, the
+    ``__init__`` of it and of each runner base class it passes ``**kwargs`` on to."""
+    if not inspect.isclass(value):
+        return [value]
+    return [cls.__init__ for cls in value.__mro__ if cls.__module__.startswith("runner.") and "__init__" in vars(cls)]
+
+
+def documented(value: Any) -> list[Any]:
+    """Where ``value``'s arguments are described: its docstring, its bases' and their ``__init__``'s."""
+    classes = [cls for cls in value.__mro__ if cls.__module__.startswith("runner.")] if inspect.isclass(value) else []
+    return [value, *classes, *constructors(value)]
+
+
+def arguments(value: Any) -> Iterator[tuple[str, str, str]]:
+    """``(name, annotation, default)`` of each argument ``value`` takes (but ``self`` and ``**kwargs``),
+    its own first, then its runner base classes'."""
+    seen: set[str] = set()
+    parameters = (p for function in constructors(value) for p in inspect.signature(function).parameters.values())
+    for parameter in parameters:
+        if parameter.name in _INHERITED or parameter.kind is parameter.VAR_KEYWORD or parameter.name in seen:
             continue
+        seen.add(parameter.name)
         annotation = "" if parameter.annotation is parameter.empty else _annotation(parameter.annotation)
         default = "required" if parameter.default is parameter.empty else f"`{parameter.default!r}`"
         yield parameter.name, annotation, default

@@ -116,7 +116,26 @@ class _Batch:
 
 
 class RunnerBatchOperator(BaseOperator):
-    """Run (or resume) the runner batch of ``task`` over ``input_path``; return its manifest."""
+    """Run (or resume) the runner batch of ``task`` over ``input_path``; return its manifest.
+
+    Args:
+        task: The task's name in the project; templated.
+        input_path: The CSV, JSONL or Parquet file of rows, relative to the project root.
+        output_path: The output records file (a path or URL); default a file in the run's work directory.
+        report_dir: Where the batch report goes; default next to the output.
+        via: ``batch-api`` (provider batches at batch prices; the task defers while they run) or ``live``.
+        deferrable: Wait for provider batches in the triggerer (True) or in the worker (False); default Airflow's ``[operators] default_deferrable``.
+        options: ``runner batch`` options by flag name (a mapping, or one template rendered to a mapping or its JSON).
+        batch_fallback: ``live``: rows a provider batch cannot take run as live calls; default none (they fail).
+        batch_poll_seconds: Seconds between status checks of a provider batch.
+        unreachable_seconds: How long the provider may stay unreachable before the task fails.
+        max_failed_rows: Failed rows the task tolerates before it fails (default 0: a failed row fails the task, so its retry runs the row again).
+        root: The project folder; default ``$RUNNER_ROOT``.
+        work_dir: The folder of journals and outputs shared by tries; default ``$RUNNER_AIRFLOW_WORK_DIR``.
+        conn_id: The ``runner_model`` connection holding the endpoint and API key.
+        store_conn_id: A postgres connection for the shared run store, journal and cap ledger.
+        store_path: A SQLite run store file instead of the project's.
+        cancel_on_kill: Cancel the provider batches at the provider when the task is killed (marked failed, cleared, timed out); False leaves them for the next try."""
 
     template_fields: Sequence[str] = (
         "task", "input_path", "output_path", "report_dir", "options", "via", "batch_fallback", "batch_poll_seconds",

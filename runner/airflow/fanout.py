@@ -65,7 +65,17 @@ MAX_SHARDS = 10_000
 
 
 class _FanoutStep(BaseOperator):
-    """What the split, shard and merge tasks of one fan-out share: the arguments of its plan."""
+    """What the split, shard and merge tasks of one fan-out share: the arguments of its plan.
+
+    Args:
+        task: The task's name in the project.
+        input_path: The CSV, JSONL or Parquet file of rows, relative to the project root.
+        options: ``runner batch`` options by flag name: a mapping, or one template rendered to a mapping or its JSON.
+        root: The project folder; default ``$RUNNER_ROOT``.
+        work_dir: The folder of the shards' journals and outputs; default ``$RUNNER_AIRFLOW_WORK_DIR``.
+        fanout_id: Names this fan-out's work among others of the same DAG run (``batch_fanout``'s ``prefix``).
+        store_conn_id: A postgres connection for the shared store and cap ledger; default ``$RUNNER_STORE_CONN_ID``.
+    """
 
     template_fields: Sequence[str] = ("task", "input_path", "options", "root", "work_dir", "store_conn_id")
     operator_extra_links = (RunnerReportLink(),)  # the shard's batch report, the merged report (none for the split)
@@ -111,7 +121,14 @@ class _FanoutStep(BaseOperator):
 
 
 class RunnerSplitOperator(_FanoutStep):
-    """Check the fan-out's arguments and input, count its rows, return one row range per shard."""
+    """Check the fan-out's arguments and input, count its rows, return one row range per shard.
+
+    Args:
+        num_shards: How many shards (mapped tasks) to make; give this or ``shard_size``.
+        shard_size: Rows per shard; give this or ``num_shards``.
+        output_path: The merged output file (checked before any shard runs).
+        strict_conf: Refuse dag run conf keys that are not DAG params (a typo).
+    """
 
     template_fields: Sequence[str] = (*_FanoutStep.template_fields, "num_shards", "shard_size", "output_path")
 
@@ -149,7 +166,13 @@ class RunnerSplitOperator(_FanoutStep):
 
 
 class RunnerShardOperator(_FanoutStep):
-    """Run (resuming) the batch over one shard's rows; map it over the split's output."""
+    """Run (resuming) the batch over one shard's rows; map it over the split's output.
+
+    Args:
+        shard: One row range from the split task (``expand(shard=split.output)``).
+        conn_id: The ``runner_model`` connection holding the endpoint and API key.
+        store_path: A SQLite run store file instead of the project's.
+    """
 
     template_fields: Sequence[str] = (*_FanoutStep.template_fields, "shard", "conn_id", "store_path")
 
@@ -222,7 +245,15 @@ class RunnerShardOperator(_FanoutStep):
 
 
 class RunnerMergeOperator(_FanoutStep):
-    """Write the merged output and batch report from the shard journals; fail on missing or failed rows."""
+    """Write the merged output and batch report from the shard journals; fail on missing or failed rows.
+
+    Args:
+        shards: The split task's row ranges (its XCom).
+        shard_results: The shard tasks' manifests (their XCom, read in one request).
+        output_path: The merged output file (a path or URL); default one in the work directory.
+        report_dir: Where the merged batch report goes.
+        max_failed_rows: Failed rows tolerated in the whole fan-out before the merge fails (default 0).
+    """
 
     template_fields: Sequence[str] = (
         *_FanoutStep.template_fields, "shards", "shard_results", "output_path", "report_dir", "max_failed_rows",
@@ -304,13 +335,27 @@ def batch_fanout(
     """Add split -> mapped shards -> merge to the current DAG; returns the merge task.
 
     The other keywords are ``runner batch``'s options by flag name (:data:`runner.airflow.options.OPTION_NAMES`);
-    or all of them in ``options``: a mapping, or one template (``options="{{ params.options }}"``)
-    rendered to a mapping or its JSON, checked when the tasks run.
-    ``strict_conf`` makes the split refuse dag run conf keys that are not DAG params (a typo).
-    ``outlets`` (Assets, see :mod:`runner.airflow.assets`) are the merge task's: updated when the
-    merged output and report are written.
-    ``store_conn_id`` names the postgres connection of the shared store (default
-    ``$RUNNER_STORE_CONN_ID``, then ``$RUNNER_STORE_URL``; see :mod:`runner.airflow.store`).
+    or all of them in ``options``.
+
+    Args:
+        task: The task's name in the project.
+        input_path: The CSV, JSONL or Parquet file of rows, relative to the project root.
+        num_shards: How many shards (mapped tasks); give this or ``shard_size``.
+        shard_size: Rows per shard; give this or ``num_shards``.
+        work_dir: The folder of the shards' journals and outputs; default ``$RUNNER_AIRFLOW_WORK_DIR``.
+        root: The project folder; default ``$RUNNER_ROOT``.
+        conn_id: The ``runner_model`` connection holding the endpoint and API key.
+        output_path: The merged output file (a path or URL).
+        report_dir: Where the merged batch report goes.
+        max_failed_rows: Failed rows tolerated in the whole fan-out before the merge fails (default 0).
+        store_path: A SQLite run store file instead of the project's (one machine only).
+        store_conn_id: The postgres connection of the shared store (default ``$RUNNER_STORE_CONN_ID``, then ``$RUNNER_STORE_URL``; see :mod:`runner.airflow.store`).
+        prefix: Prefix of the three tasks' ids, and this fan-out's name in the work directory.
+        pool: The Airflow pool of the shard tasks.
+        retries: Retries of the shard tasks (default the DAG's).
+        strict_conf: The split refuses dag run conf keys that are not DAG params (a typo).
+        outlets: Assets (see :mod:`runner.airflow.assets`) of the merge task: updated when the merged output and report are written.
+        options: ``runner batch`` options: a mapping, or one template (``options="{{ params.options }}"``) rendered to a mapping or its JSON, checked when the tasks run.
     """
     from runner.errors import UsageError
 

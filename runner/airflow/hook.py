@@ -46,7 +46,11 @@ def base_url_from_parts(
 
 
 class RunnerModelHook(BaseHook):
-    """Reads a ``runner_model`` connection: ``(base_url, api_key)`` for :func:`runner.api.run_task`."""
+    """Reads a ``runner_model`` connection: ``(base_url, api_key)`` for :func:`runner.api.run_task`.
+
+    Args:
+        runner_model_conn_id: The connection's id (host: the base URL; password: the API key).
+    """
 
     conn_name_attr = "runner_model_conn_id"
     default_conn_name = DEFAULT_CONN_ID

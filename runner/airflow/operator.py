@@ -129,7 +129,22 @@ def check_status(manifest: Mapping[str, Any], no_retry_statuses: Collection[str]
 
 
 class RunnerTaskOperator(BaseOperator):
-    """Run (or resume) the runner task ``task`` with ``inputs``; return a small manifest."""
+    """Run (or resume) the runner task ``task`` with ``inputs``; return a small manifest.
+
+    A try after a failed try resumes the same runner run (nothing finished is paid for again);
+    a try after a success (a clear) recomputes it as a new run.
+
+    Args:
+        task: The task's name in the project (``tasks.d/``); templated.
+        inputs: The task's inputs: a mapping, or its JSON text (each value is typed by the task's declared inputs).
+        caps: Caps that tighten the task's own (``max_cost_usd``, ``max_tokens``, ...), checked by type.
+        root: The project folder; default ``$RUNNER_ROOT``.
+        conn_id: The ``runner_model`` connection holding the endpoint (host) and API key (password); ``None``: no connection, the agents' own settings.
+        store_path: A SQLite run store file instead of the project's (``.runner/runs.sqlite3``).
+        reports_dir: Where reports go (a path or an fsspec URL); default ``$RUNNER_REPORTS_DIR``, else the project's ``reports/``.
+        store_conn_id: A postgres connection for the shared run store and cap ledger; default ``$RUNNER_STORE_CONN_ID``.
+        no_retry_statuses: Run statuses that fail the task without a retry (a retry would be refused again); default capped and stuck.
+    """
 
     template_fields: Sequence[str] = (
         "task", "inputs", "caps", "root", "store_path", "reports_dir", "conn_id", "store_conn_id",
