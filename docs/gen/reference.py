@@ -14,11 +14,11 @@ import mkdocs_gen_files
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import airflow_pages  # noqa: E402
-import schema_pages  # noqa: E402
-import tool_pages  # noqa: E402
+import airflow_pages
+import schema_pages
+import tool_pages
 
-from runner.config.schema import schema  # noqa: E402
+from runner.config.schema import schema
 
 schemas = {name: schema(name) for name in schema_pages.PAGES}
 for name in schema_pages.PAGES:

@@ -30,9 +30,9 @@ def page() -> str:
         lines += [f"## `{tool.name}`", "", " ".join(tool.description.split()), ""]
         if tool.needs_sandbox:
             lines += ["Runs in the sandbox (see [Safety](../safety.md)).", ""]
-        lines += ["**Arguments**", ""] + _table(_inline(tool.parameters), "argument")
+        lines += ["**Arguments**", "", *_table(_inline(tool.parameters), "argument")]
         if tool.settings_schema.get("properties"):
-            lines += ["**Settings**", ""] + _table(tool.settings_schema, "setting")
+            lines += ["**Settings**", "", *_table(tool.settings_schema, "setting")]
     return "\n".join(lines).rstrip() + "\n"
 
 
