@@ -28,8 +28,8 @@ from runner.errors import ModelError
 from runner.model.anthropic_wire import parse_message, request_body
 from runner.model.base import AttemptHook, ModelRequest, ModelResponse
 from runner.model.faults import Fault, RetryPolicy
-from runner.model.sdk_faults import classify_sdk
 from runner.model.response_cap import capped_anthropic_http_client
+from runner.model.sdk_faults import classify_sdk
 from runner.model.wire import InvalidResponse
 
 try:  # the SDK's httpx fork (as the openai SDK's)

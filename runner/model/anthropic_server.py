@@ -37,8 +37,8 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from runner.model.anthropic_protocol import cached_prefix, error_body, message_from, problems
@@ -78,7 +78,7 @@ class MessageBatch:
 
 
 def _stamp(at: float | None) -> str | None:
-    return datetime.fromtimestamp(at, timezone.utc).isoformat().replace("+00:00", "Z") if at is not None else None
+    return datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z") if at is not None else None
 
 
 class AnthropicServer(ScriptedServer):
