@@ -33,9 +33,9 @@ from runner.model.sdk_faults import classify_sdk
 from runner.model.wire import InvalidResponse
 
 try:  # the SDK's httpx fork (as the openai SDK's)
-    from httpx2 import Response as _HttpResponse
+    from httpx2 import Response as HttpResponse
 except ImportError:  # pragma: no cover - older SDKs
-    from httpx import Response as _HttpResponse  # type: ignore[assignment,no-redef]
+    from httpx import Response as HttpResponse  # type: ignore[assignment,no-redef]
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 """Where the anthropic SDK sends calls when no base URL is configured (paths start at /v1)."""
@@ -111,7 +111,7 @@ class AnthropicChatModel:
         try:
             async with asyncio.timeout(self._timeout):
                 # the raw response: the SDK's transport, auth and errors, our own parsing
-                response = await self._client.post("/v1/messages", body=body, cast_to=_HttpResponse)
+                response = await self._client.post("/v1/messages", body=body, cast_to=HttpResponse)
                 return parse_message(json_body(response))
         except TimeoutError:
             return Fault("timeout", f"no complete answer within {self._timeout:g} s (the model's timeout_seconds)")
