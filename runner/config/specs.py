@@ -88,6 +88,8 @@ class ModelSpec:
     retries: int = 3
     context_window: int = 32768
     prompt_cache_key: str | bool | None = None  # None: derived, sent to OpenAI's API only (runner.model.prompt_cache)
+    deployment: str | None = None  # provider azure: the deployment name (default: id)
+    api_version: str | None = None  # provider azure: the api-version (default: $OPENAI_API_VERSION, else 2024-10-21)
     source: str = field(default="", compare=False, repr=False)  # the agent file, for messages
 
 

@@ -21,6 +21,7 @@ from runner.endpoints import (
     STANDARD_KEY_VARIABLES,
     KeyCandidate,
     choose_key,
+    home_of_standard,
     safe_url,
     same_endpoint,
     shown_url,
@@ -44,11 +45,13 @@ LOCAL_NOTICE = (
 class Endpoint:
     """Where one agent's calls go. ``api_key`` is never logged or stored."""
 
-    provider: str  # openai | local
+    provider: str  # openai | azure | anthropic | local
     model_id: str
     base_url: str | None = None
     api_key: str | None = field(default=None, repr=False)
     tariff: Tariff = "live"  # batch: the calls go through the provider's Batch API (runner batch --via batch-api)
+    deployment: str | None = None  # azure: the deployment the calls go to
+    api_version: str | None = None  # azure: the api-version query parameter
 
 
 class BatchTransport(Protocol):
@@ -75,6 +78,10 @@ def resolve_endpoint(
     model_id = model_override or spec.id
     if spec.provider == "local":
         return Endpoint("local", LOCAL_MODEL_ID)
+    if spec.provider in ("anthropic", "azure"):
+        from runner.model.native_endpoints import resolve_native
+
+        return _header_checked(resolve_native(spec, model_id, base_url_override, api_key, env), spec.api_key_env or "the key")
     base_url = base_url_override or spec.base_url or env.get("OPENAI_BASE_URL") or None
     if base_url is not None:
         check_base_url(base_url, _base_url_setting(spec, base_url_override))
@@ -92,11 +99,21 @@ def resolve_endpoint(
         )
     if key is not None and not _header_safe(key):
         source = next(c.name for c in candidates if c.value == key)
-        raise ConfigError(
-            f"model '{model_id}': {source} holds a character an HTTP header cannot carry (a space or line break, "
-            "maybe at its end, a control or a non-ASCII character); set it to the key alone"
-        )
+        raise _header_refused(model_id, source)
     return Endpoint("openai", model_id, base_url, key or "not-needed")
+
+
+def _header_refused(model_id: str, source: str) -> ConfigError:
+    return ConfigError(
+        f"model '{model_id}': {source} holds a character an HTTP header cannot carry (a space or line break, "
+        "maybe at its end, a control or a non-ASCII character); set it to the key alone"
+    )
+
+
+def _header_checked(endpoint: Endpoint, source: str) -> Endpoint:
+    if endpoint.api_key is not None and not _header_safe(endpoint.api_key):
+        raise _header_refused(endpoint.model_id, source)
+    return endpoint
 
 
 def _header_safe(key: str) -> bool:
@@ -180,7 +197,8 @@ def _key_candidates(
     candidates = [KeyCandidate(api_key, standard, "the API key given by the caller (e.g. an Airflow connection)")]
     variable = spec.api_key_env
     if variable:
-        own_home = standard if variable in STANDARD_KEY_VARIABLES else spec.base_url or standard
+        home = home_of_standard(variable, env, base_url_override)  # a provider's standard key stays with its provider
+        own_home = home if home is not None else spec.base_url or standard
         candidates.append(KeyCandidate(env.get(variable), own_home, variable))
     candidates += [KeyCandidate(env.get(name), standard, name) for name in STANDARD_KEY_VARIABLES]
     return candidates
@@ -242,7 +260,8 @@ class ModelPool:
         endpoint = resolve_endpoint(
             spec, model_override=model_override, base_url_override=base_url_override, api_key=api_key
         )
-        return replace(endpoint, tariff="batch") if self.batch is not None and endpoint.provider == "openai" else endpoint
+        batched = self.batch is not None and endpoint.provider in ("openai", "anthropic")
+        return replace(endpoint, tariff="batch") if batched else endpoint
 
     def get(self, endpoint: Endpoint, spec: ModelSpec) -> ChatModel:
         if self.fixed is not None:
@@ -250,6 +269,7 @@ class ModelPool:
         key_hash = hashlib.sha256((endpoint.api_key or "").encode()).hexdigest()[:16]
         cache_key = (
             endpoint.provider, endpoint.model_id, endpoint.base_url, key_hash, spec.timeout_seconds, spec.retries, endpoint.tariff,
+            endpoint.deployment, endpoint.api_version,
         )
         if cache_key not in self._models:
             self._models[cache_key] = self._build(endpoint, spec)
@@ -265,8 +285,21 @@ class ModelPool:
                 self._noticed = True
                 self._notice(LOCAL_NOTICE.format(model=endpoint.model_id))
             return LocalChatModel()
+        if endpoint.provider == "anthropic":
+            from runner.model.anthropic_client import AnthropicChatModel
+
+            return AnthropicChatModel(
+                endpoint.model_id, base_url=endpoint.base_url, api_key=endpoint.api_key,
+                timeout_seconds=spec.timeout_seconds, max_retries=spec.retries, on_retry=self._on_retry,
+            )  # fmt: skip
         from runner.model.openai_client import OpenAIChatModel
 
+        if endpoint.provider == "azure":
+            return OpenAIChatModel(
+                endpoint.model_id, azure=(endpoint.deployment or endpoint.model_id, endpoint.api_version or ""),
+                base_url=endpoint.base_url, api_key=endpoint.api_key, timeout_seconds=spec.timeout_seconds,
+                max_retries=spec.retries, on_retry=self._on_retry,
+            )  # fmt: skip
         return OpenAIChatModel(
             endpoint.model_id,
             base_url=endpoint.base_url,
