@@ -2,7 +2,7 @@
 
 Used by the strict Anthropic server (:mod:`runner.model.anthropic_server`): the checks a
 request body must pass as Anthropic documents them (required ``model``, ``max_tokens`` and
-``messages``; no unknown top-level field; ``temperature`` in 0..1; alternating turns that
+``messages``; no top-level field the API does not define; alternating turns that
 start with the user's; every ``tool_use`` answered by a ``tool_result`` in the next user
 turn; at most four ``cache_control`` breakpoints), the error shape
 ``{"type": "error", "error": {"type": ..., "message": ...}}``, and the translation between an
@@ -19,10 +19,12 @@ from typing import Any
 from runner.model.replies import Reply
 
 TOP_LEVEL = frozenset({
-    "model", "max_tokens", "messages", "system", "tools", "tool_choice", "temperature", "top_p", "top_k",
-    "stop_sequences", "stream", "metadata", "thinking", "service_tier", "container", "mcp_servers",
+    "model", "max_tokens", "messages", "system", "tools", "tool_choice", "stop_sequences", "stream", "metadata",
+    "thinking", "service_tier", "container", "cache_control", "diagnostics", "inference_geo", "output_config", "speed",
+    "user_profile_id", "workspace_id",
 })  # fmt: skip
-"""The fields ``POST /v1/messages`` accepts (any other is a 400)."""
+"""The fields ``POST /v1/messages`` accepts, as the anthropic package's ``MessageCreateParams``
+defines them (2.x: no ``temperature``, ``top_p`` or ``top_k`` any more); any other is a 400."""
 ERROR_TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
     413: "request_too_large", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error",
@@ -47,9 +49,6 @@ def problems(body: Mapping[str, Any]) -> str | None:
     max_tokens = body["max_tokens"]
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
         return "max_tokens: Input should be a valid integer greater than or equal to 1"
-    temperature = body.get("temperature")
-    if temperature is not None and not (isinstance(temperature, (int, float)) and 0 <= temperature <= 1):
-        return "temperature: Input should be less than or equal to 1"
     if "system" in body and not isinstance(body["system"], (str, list)):
         return "system: Input should be a valid string or a list of text blocks"
     return _tool_problems(body) or _turn_problems(body["messages"]) or _cache_problems(body)

@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from runner.model.anthropic_protocol import cached_prefix, error_body, message_from, problems
+from runner.model.anthropic_protocol import cached_prefix, chat_body, error_body, message_from, problems
 from runner.model.batch_endpoints import BatchBehaviour
 from runner.model.script_rules import NoRuleMatched, Script
 from runner.model.server import RecordedRequest, ScriptedServer
@@ -151,7 +151,7 @@ class AnthropicServer(ScriptedServer):
         if problem is not None:
             return 400, error_body(400, problem), "invalid-request"
         try:
-            match = self.script.next(body)
+            match = self.script.next(chat_body(body))
         except NoRuleMatched as exc:
             return 400, error_body(400, str(exc)), "no-match"
         fault = match.reply.fault

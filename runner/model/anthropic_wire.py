@@ -10,7 +10,9 @@ an assistant's tool calls become ``tool_use`` blocks, and each ``tool`` message 
 ``tool_result`` block in the user turn that follows (consecutive results, and a user text
 after them, share one user turn, as the API requires). The static prefix (tools, then the
 system prompt) carries one ``cache_control`` breakpoint, so every row of a batch reads it
-from the prompt cache after the first wrote it.
+from the prompt cache after the first wrote it. ``temperature`` is not sent: the Messages API
+no longer defines it (the anthropic package's ``MessageCreateParams``), and the model profile
+refuses it at ``runner validate``.
 """
 
 from __future__ import annotations
@@ -47,8 +49,6 @@ def request_body(request: ModelRequest, default_model: str = "") -> dict[str, An
     prefix_end = system[-1] if system else tools[-1] if tools else None
     if prefix_end is not None:
         prefix_end["cache_control"] = dict(CACHE_CONTROL)
-    if request.temperature is not None:
-        body["temperature"] = request.temperature
     body["messages"] = _messages(request.messages)
     return body
 

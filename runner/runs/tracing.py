@@ -16,7 +16,7 @@ from runner.model.factory import ModelPool
 from runner.runs.options import RunOptions
 from runner.tracing import MISSING_SDK, sdk_installed, trace_settings
 
-PROVIDER_NAMES = {"openai": "openai", "local": "llama_cpp", "fixed": "_OTHER"}
+PROVIDER_NAMES = {"openai": "openai", "azure": "azure.ai.openai", "anthropic": "anthropic", "local": "llama_cpp", "fixed": "_OTHER"}
 """``gen_ai.provider.name`` per endpoint kind: any OpenAI-compatible endpoint is called through
 the OpenAI protocol (``server.address`` tells which one it is)."""
 
@@ -75,7 +75,7 @@ class ModelDescriber:
         }
         if agent.model.temperature is not None:
             found["gen_ai.request.temperature"] = float(agent.model.temperature)
-        if endpoint.provider == "openai":
+        if endpoint.provider in ("openai", "azure", "anthropic"):
             found.update(_server(endpoint.base_url or DEFAULT_BASE_URL))
         return found
 
