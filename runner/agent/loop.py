@@ -22,6 +22,7 @@ from runner.agent.ledger import CallLedger
 from runner.agent.stuck import StuckDetector
 from runner.caps.budget import Budget, Estimate, within_deadline
 from runner.caps.pricing import Pricer, needs_exact_prompt
+from runner.config.profiles import DEFAULT_PROFILE, ModelProfile
 from runner.config.specs import AgentSpec
 from runner.core.calls import CallStatus, Exchange, ModelCallEntry, ToolCallEntry
 from runner.core.ports import RateGate
@@ -30,6 +31,7 @@ from runner.core.status import Status
 from runner.core.usage import Usage
 from runner.errors import CapReached, InvalidToolCall, ModelError, ToolFailure
 from runner.model.base import ChatModel, Message, ModelRequest, ModelResponse, ToolCall
+from runner.model.call_settings import CallSettings, call_settings
 from runner.model.tokens import estimate_completion_tokens
 from runner.prompts import Prompts
 from runner.tools.base import ToolResult
@@ -66,10 +68,8 @@ class ModelBinding:
     model: ChatModel
     pricer: Pricer
     model_id: str
-    max_tokens: int
-    temperature: float | None = None
+    settings: CallSettings  # the request fields of every call (runner.model.call_settings)
     system_prompt: str = ""
-    prompt_cache_key: str | None = None  # sent with every call (runner.model.prompt_cache)
 
 
 @dataclass
@@ -88,6 +88,7 @@ class AgentEnv:
     model_id: str | None = None  # the model actually called (after overrides / embedded fallback)
     other_agent: Callable[[str], ModelBinding] | None = None  # another agent's model (a judge's), by name
     prompt_cache_key: str | None = None  # sent with every call (runner.model.prompt_cache)
+    profile: ModelProfile | None = None  # the model's profile (runner.config.profiles); None: the default one
     call_cache: CallAnswers | None = None  # the result cache (cache: {ttl}), or a provider batch's stored answers
     tool_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # by tool name: part of a cached tool call's key
 
@@ -160,10 +161,8 @@ class _AgentRun:
         self.agent, self.goal, self.env = agent, goal, env
         self.prompts = Prompts(agent.prompts)
         self.schema = env.output_schema or agent.output_schema
-        self.own = ModelBinding(
-            agent.name, env.model, env.pricer, env.model_id or agent.model.id, agent.model.max_tokens,
-            agent.model.temperature, prompt_cache_key=env.prompt_cache_key,
-        )
+        settings = call_settings(agent.model, env.profile or ModelProfile(DEFAULT_PROFILE), self.schema, env.prompt_cache_key)
+        self.own = ModelBinding(agent.name, env.model, env.pricer, env.model_id or agent.model.id, settings)
         self.checks: list[AnswerCheck] = build_checks(agent, self.schema, self.prompts, self.consult)
         self.outcome = AgentOutcome(status="running")
         self.observations: list[str] = []  # every tool result as the model first saw it (compaction keeps this whole)
@@ -177,25 +176,22 @@ class _AgentRun:
             await self.summarize(messages)
         messages[:] = compact(messages, history_budget(agent), agent.context.keep_last_messages, self.prompts)
         tools = env.tools.schemas() if allow_tools else ()
-        return await self.send(messages, self.own, tools=tools, tool_choice=agent.tool_choice)
+        return await self.send(messages, self.own, tools=tools, tool_choice=agent.tool_choice, structured=True)
 
     async def send(
-        self, messages: list[Message], binding: ModelBinding, *, tools: tuple[dict[str, Any], ...] = (), tool_choice: str = "none"
+        self, messages: list[Message], binding: ModelBinding, *, tools: tuple[dict[str, Any], ...] = (),
+        tool_choice: str = "none", structured: bool = False,
     ) -> ModelResponse:
         """Send ``messages`` to ``binding``'s model: reserved in every budget scope (durably)
-        before it is sent, cut off at the earliest wall-clock deadline around it."""
+        before it is sent, cut off at the earliest wall-clock deadline around it. ``structured``:
+        the agent's own turn, which carries the strict response format when there is one."""
         env = self.env
-        request = ModelRequest(
-            model=binding.model_id,
-            messages=tuple(messages),
-            tools=tools if binding.model.supports_tools else (),
-            tool_choice=tool_choice if tools else "none",
-            max_tokens=binding.max_tokens,
-            temperature=binding.temperature,
-            prompt_cache_key=binding.prompt_cache_key,
+        request = binding.settings.request(
+            binding.model_id, tuple(messages), tools=tools if binding.model.supports_tools else (),
+            tool_choice=tool_choice if tools else "none", structured=structured,
         )
         token_gate = env.rate_gate is not None and env.rate_gate.limits_tokens
-        estimate = binding.pricer.estimate(request, binding.max_tokens, exact=needs_exact_prompt(env.budget, token_gate))
+        estimate = binding.pricer.estimate(request, binding.settings.max_tokens, exact=needs_exact_prompt(env.budget, token_gate))
         async with within_deadline(env.budget):
             if env.rate_gate is not None:  # wait first, so the caps are checked after the wait
                 await env.rate_gate.acquire(estimate.input_tokens + estimate.output_tokens)

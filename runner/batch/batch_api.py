@@ -34,6 +34,7 @@ from runner.caps.budget import Budget
 from runner.caps.pricing import Pricer
 from runner.config.prices import find_price
 from runner.config.project import Project
+from runner.config.providers import Provider
 from runner.config.specs import AgentSpec, TaskSpec
 from runner.errors import UsageError
 from runner.model.factory import Endpoint, resolve_endpoint
@@ -54,7 +55,7 @@ def check_batch_api(
     endpoints: list[Endpoint] = []
     for agent in _agents(project, task):
         endpoint = resolve_endpoint(agent.model, model_override=model_override, base_url_override=base_url_override, api_key=api_key)
-        if endpoint.provider == "local":
+        if not endpoint.provider.has_batch_api:
             raise UsageError(
                 f"task '{task.name}' cannot run with --via batch-api: its agent '{agent.name}' uses the embedded local "
                 "model, which has no Batch API. Configure an OpenAI-compatible endpoint (OPENAI_API_KEY, OPENAI_BASE_URL "
@@ -71,7 +72,7 @@ def provider_endpoints(project: Project, task: TaskSpec, request: BatchRequest) 
                          api_key=request.api_key)
         for agent in _agents(project, task)
     ]  # fmt: skip
-    return [endpoint for endpoint in endpoints if endpoint.provider != "local"]
+    return [endpoint for endpoint in endpoints if endpoint.provider.has_batch_api]
 
 
 def batch_api_agent(project: Project, task: TaskSpec) -> AgentSpec:
@@ -79,7 +80,7 @@ def batch_api_agent(project: Project, task: TaskSpec) -> AgentSpec:
     or :class:`UsageError` (exit 2) when the task has none, or one of its agents is on the
     embedded local model, which has no Batch API."""
     agents = _agents(project, task)
-    local = [agent.name for agent in agents if agent.model.provider == "local"]
+    local = [agent.name for agent in agents if agent.model.provider is Provider.LOCAL]
     if not agents or local:
         why = f"its agent '{local[0]}' uses the embedded local model, which has no Batch API" if local else "it runs no agent"
         raise UsageError(f"task '{task.name}' cannot run with --via batch-api: {why}; run it live (--via live)")

@@ -198,7 +198,8 @@ class RoundCollector:
         custom_id = client.call_id(run_id, self.journal.batch_id, fingerprint)
         call = self._queue.get(custom_id)
         if call is None:
-            encoded = client.line(custom_id, request, endpoint.model_id)
+            # A batch line bills at the batch price: no service tier goes with it.
+            encoded = client.line(custom_id, replace(request, service_tier=None), endpoint.model_id)
             call = self._queue[custom_id] = _Call(run_id, fingerprint, custom_id, endpoint, encoded)
         return call
 

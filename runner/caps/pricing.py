@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runner.caps.budget import Budget, Estimate
-from runner.config.prices import batch_price, cost_usd
+from runner.config.prices import batch_price, cost_usd, tier_price
+from runner.config.profiles import TierBilling
 from runner.config.specs import Price
 from runner.model.base import ModelRequest, Tariff, Usage
 from runner.model.tokens import UTF8_BYTES_BOUND, estimate_prompt_tokens
@@ -22,10 +23,12 @@ class Pricer:
     model_id: str
     price: Price | None
     tariff: Tariff = "live"
+    tier: TierBilling = "standard"  # how a live call bills at the agent's service tier (flex: batch rates)
 
     @property
     def priced(self) -> bool:
-        return self.price is not None
+        """Whether this pricer's calls have a price (at its tariff and tier)."""
+        return self.rates(self.tariff) is not None
 
     def estimate(self, request: ModelRequest, max_output_tokens: int, *, exact: bool = True) -> Estimate:
         """The worst case of ``request``: its prompt tokens, never fewer than the endpoint
@@ -41,13 +44,14 @@ class Pricer:
         rates = self.rates(tariff or self.tariff)
         if rates is None:
             return 0.0
-        return cost_usd(rates, usage.input_tokens, usage.output_tokens, usage.cached_input_tokens)
+        return cost_usd(rates, usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.cache_write_tokens)
 
     def rates(self, tariff: Tariff) -> Price | None:
-        """The price per million tokens at ``tariff``."""
-        if self.price is None or tariff == "live":
-            return self.price
-        return batch_price(self.price)
+        """The price per million tokens at ``tariff``: a live call at this pricer's service
+        tier (:func:`~runner.config.prices.tier_price`), a provider batch's line at the batch price."""
+        if self.price is None:
+            return None
+        return tier_price(self.price, self.tier) if tariff == "live" else batch_price(self.price)
 
     def reprice(self, estimate: Estimate, tariff: Tariff) -> Estimate:
         """The same worst case billed at ``tariff`` (a provider batch's call sent live instead)."""

@@ -73,6 +73,7 @@ class CachedProject:
     documents: tuple[Document, ...]
     prices: Mapping[str, tuple[float | None, ...]]  # a Price's fields in order
     prompts_digest: str
+    profiles: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)  # profiles.profile_entry of each
 
 
 def cache_file(root: Path) -> Path:
@@ -117,7 +118,8 @@ def read_cache(root: Path, key: str) -> CachedProject | None:
 
 
 def write_cache(
-    root: Path, key: str, documents: Sequence[Document], prices: Mapping[str, Any], prompts: str
+    root: Path, key: str, documents: Sequence[Document], prices: Mapping[str, Any], prompts: str,
+    profiles: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
     """Store the entry for ``key`` (best effort: a project the runner cannot write to, or no
     usable user key, just goes without a cache). The cache goes into an existing state directory
@@ -133,6 +135,7 @@ def write_cache(
         "documents": [_encode_document(doc) for doc in documents],
         "prices": {model: list(dataclasses.astuple(p)) for model, p in prices.items()},
         "prompts": prompts,
+        "profiles": dict(profiles or {}),
     }
     try:
         body = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -273,10 +276,10 @@ def _encode_document(doc: Document) -> dict[str, Any]:
 def _decode(payload: Mapping[str, Any]) -> CachedProject:
     documents = tuple(_decode_document(item) for item in payload["documents"])
     prices = {str(model): tuple(None if v is None else float(v) for v in values) for model, values in payload["prices"].items()}
-    prompts = payload["prompts"]
-    if not isinstance(prompts, str):
-        raise TypeError("prompts digest")
-    return CachedProject(documents, prices, prompts)
+    prompts, profiles = payload["prompts"], payload["profiles"]
+    if not isinstance(prompts, str) or not isinstance(profiles, dict):
+        raise TypeError("prompts digest or profiles")
+    return CachedProject(documents, prices, prompts, profiles)
 
 
 def _decode_document(item: Mapping[str, Any]) -> Document:

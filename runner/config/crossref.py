@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from runner.config.graph import ancestors, find_cycle
 from runner.config.prices import find_price, unpriced_message
 from runner.config.project_files import workspace_file_problem
+from runner.config.providers import Provider
 from runner.config.schema import check_schema, validate_part
 from runner.config.sources import Document, escape_pointer_token
 from runner.config.specs import AgentSpec, StepSpec, TaskSpec, ToolRef
@@ -155,7 +156,7 @@ def _check_schema_field(doc: Document, pointer: str, value: dict[str, Any] | Non
 
 
 def _check_price(project: Project, doc: Document, agent: AgentSpec, pointer: str) -> list[Problem]:
-    if agent.model.provider == "local" or find_price(project.prices, agent.model.id):
+    if agent.model.provider is Provider.LOCAL or find_price(project.prices, agent.model.id):
         return []
     return [doc.problem(pointer, unpriced_message(agent.model.id, agent.name))]
 
@@ -221,7 +222,7 @@ class TaskChecker:
             return
         names = list(self.task.agents_used())
         names += [judge.agent for n in list(names) if n in self.project.agents and (judge := self.project.agents[n].judge)]
-        local = [n for n in dict.fromkeys(names) if n in self.project.agents and self.project.agents[n].model.provider == "local"]
+        local = [n for n in dict.fromkeys(names) if n in self.project.agents and self.project.agents[n].model.provider is Provider.LOCAL]
         if local:
             agents = ", ".join(f"'{n}'" for n in local)
             self._add("/mode", f"mode batch_api sends the model calls through the endpoint's Batch API, but agent(s) {agents} "

@@ -5,8 +5,12 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.config.specs import Price, build_prices
+
+if TYPE_CHECKING:
+    from runner.config.profiles import TierBilling
 
 LOCAL_MODEL_ID = "smollm2-135m"
 
@@ -35,12 +39,19 @@ def find_price(prices: dict[str, Price], model_id: str) -> Price | None:
     return prices[max(candidates, key=len)] if candidates else None
 
 
-def cost_usd(price: Price, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0) -> float:
-    """USD for one call. Cached input tokens are billed at the cached rate when known."""
+def cost_usd(
+    price: Price, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0, cache_write_tokens: int = 0
+) -> float:
+    """USD for one call. ``input_tokens`` counts every prompt token; of them, cached ones are
+    billed at the cached rate and ones written to the cache at the cache-write rate, when
+    known (else the input rate). Output tokens include reasoning tokens."""
     cached_rate = price.cached_input_per_mtok if price.cached_input_per_mtok is not None else price.input_per_mtok
-    uncached = max(input_tokens - cached_input_tokens, 0)
+    write_rate = price.cache_write_per_mtok if price.cache_write_per_mtok is not None else price.input_per_mtok
+    cached = cached_input_tokens
+    written = max(min(cache_write_tokens, input_tokens - cached), 0)
+    uncached = max(input_tokens - cached - written, 0)
     return (
-        uncached * price.input_per_mtok + cached_input_tokens * cached_rate + output_tokens * price.output_per_mtok
+        uncached * price.input_per_mtok + cached * cached_rate + written * write_rate + output_tokens * price.output_per_mtok
     ) / 1_000_000
 
 
@@ -59,7 +70,31 @@ def batch_price(price: Price) -> Price:
         input_per_mtok=given_in if given_in is not None else price.input_per_mtok * BATCH_DISCOUNT,
         output_per_mtok=given_out if given_out is not None else price.output_per_mtok * BATCH_DISCOUNT,
         cached_input_per_mtok=half(price.cached_input_per_mtok),
+        cache_write_per_mtok=half(price.cache_write_per_mtok),
     )
+
+
+def priority_price(price: Price) -> Price | None:
+    """``price`` at the priority service tier: its ``priority_*`` rates (``None`` when it has
+    none: the tier is unpriced, which a money cap refuses)."""
+    if price.priority_input_per_mtok is None or price.priority_output_per_mtok is None:
+        return None
+    cached = price.priority_cached_input_per_mtok
+    return Price(
+        input_per_mtok=price.priority_input_per_mtok,
+        output_per_mtok=price.priority_output_per_mtok,
+        cached_input_per_mtok=cached if cached is not None else price.priority_input_per_mtok,
+        cache_write_per_mtok=price.cache_write_per_mtok,
+    )
+
+
+def tier_price(price: Price | None, billing: TierBilling) -> Price | None:
+    """The live price of a call at a service tier that bills as ``billing`` (a profile's
+    ``service_tiers`` value): the standard price, the Batch API's (OpenAI's flex tier), or
+    the priority rates; ``None`` when unknown."""
+    if price is None or billing == "standard":
+        return price
+    return batch_price(price) if billing == "batch" else priority_price(price)
 
 
 def unpriced_message(model_id: str, agent: str) -> str:

@@ -16,6 +16,14 @@ from urllib.parse import urlsplit
 from runner.config import specs
 from runner.config.compiled import CachedProject, ConfigFile, cache_key, prompts_digest, read_cache, write_cache
 from runner.config.prices import default_prices
+from runner.config.profiles import (
+    ModelProfile,
+    build_profiles,
+    merge_profiles,
+    new_profiles_without_match,
+    profile_entry,
+    shipped_profiles,
+)
 from runner.config.project_files import workspace_file_problem
 from runner.config.sources import Document, YamlError, read_config_bytes
 from runner.config.specs import AgentSpec, Price, TaskSpec, TelemetrySpec, ToolSpec
@@ -44,6 +52,8 @@ class Project:
     documents: dict[tuple[str, str], Document] = field(default_factory=dict)
     task_files: dict[Path, str] = field(default_factory=dict)
     price_documents: list[Document] = field(default_factory=list)
+    profiles: dict[str, ModelProfile] = field(default_factory=shipped_profiles)  # runner.config.profiles
+    profile_documents: list[Document] = field(default_factory=list)  # kind: ModelProfiles, in load order
     hashes: dict[str, str] = field(default_factory=dict)  # task name -> resolved config hash
     telemetry: TelemetrySpec | None = None  # a kind: Telemetry document (one per project)
     evals: dict[str, EvalSpec] = field(default_factory=dict)
@@ -113,8 +123,9 @@ def load_project(root: Path, extra: list[Path] | None = None, *, use_cache: bool
     project, found = _load(root, files)
     problems += found
     if key is not None and not problems:
-        documents = list(project.documents.values()) + project.price_documents
-        write_cache(root, key, documents, project.prices, _prompts_digest(project))
+        documents = list(project.documents.values()) + project.price_documents + project.profile_documents
+        profiles = {name: profile_entry(profile) for name, profile in project.profiles.items()}
+        write_cache(root, key, documents, project.prices, _prompts_digest(project), profiles)
     return project, problems
 
 
@@ -168,7 +179,11 @@ def _from_cache(root: Path, cached: CachedProject) -> Project | None:
     with it (a prompt file refused or changed, a workspace file refused): the caller then
     loads in full, which reports why."""
     prices = {model: Price(*values) for model, values in cached.prices.items()}  # type: ignore[arg-type]  # as written by Price
-    project = Project(root=root, prices=prices)
+    try:
+        profiles = merge_profiles({}, cached.profiles)
+    except (KeyError, TypeError, ValueError):  # an entry of another shape: load in full
+        return None
+    project = Project(root=root, prices=prices, profiles=profiles)
     if _build(project, list(cached.documents)) or _prompts_digest(project) != cached.prompts_digest:
         return None
     refused = any(workspace_file_problem(rel, root) for task in project.tasks.values() for rel in task.workspace_files)
@@ -243,6 +258,11 @@ def _build(project: Project, documents: list[Document]) -> list[Problem]:
             continue
         if kind == "Telemetry":
             problems.extend(_set_telemetry(project, doc))
+            continue
+        if kind == "ModelProfiles":
+            problems.extend(new_profiles_without_match(doc, project.profiles))
+            project.profiles = build_profiles(doc, project.profiles)
+            project.profile_documents.append(doc)
             continue
         if (kind, name) in project.documents:
             first = project.documents[(kind, name)]

@@ -7,11 +7,13 @@ keys without re-checking them; defaults live here, allowed keys live in the sche
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from runner.config.project_files import FileRefused, boundary_for, read_prompt_file
+from runner.config.providers import Provider, declared_provider
 from runner.config.report_options import ColumnFormat, Delivery, build_columns, build_deliveries
 from runner.config.sources import Document, escape_pointer_token
 from runner.config.sql_sources import task_sources
@@ -79,7 +81,7 @@ class ModelSpec:
     """Which model to call and how to reach it."""
 
     id: str
-    provider: str = "auto"
+    provider: Provider | None = None  # None: auto (openai when an endpoint is configured, else local)
     base_url: str | None = None
     api_key_env: str | None = None
     temperature: float | None = None
@@ -90,6 +92,15 @@ class ModelSpec:
     prompt_cache_key: str | bool | None = None  # None: derived, sent to OpenAI's API only (runner.model.prompt_cache)
     deployment: str | None = None  # provider azure: the deployment name (default: id)
     api_version: str | None = None  # provider azure: the api-version (default: $OPENAI_API_VERSION, else 2024-10-21)
+    profile: str | None = None  # a model profile by name (runner.config.profiles); None: matched by id
+    reasoning_effort: str | None = None
+    service_tier: str | None = None  # auto | default | flex | priority, billed as the profile says
+    seed: int | None = None
+    top_p: float | None = None
+    stop: tuple[str, ...] = ()
+    structured_output: Literal["auto", "off"] = "auto"  # auto: strict response_format when the profile supports it
+    extra_body: Mapping[str, Any] = field(default_factory=dict)  # merged into the request body (never over runner's fields)
+    extra_headers: Mapping[str, str] = field(default_factory=dict)  # sent with every call (never a key: profile_checks)
     source: str = field(default="", compare=False, repr=False)  # the agent file, for messages
 
 
@@ -350,6 +361,10 @@ class Price:
     cached_input_per_mtok: float | None = None
     batch_input_per_mtok: float | None = None  # through the provider's Batch API; default half the live price
     batch_output_per_mtok: float | None = None
+    cache_write_per_mtok: float | None = None  # prompt tokens written to the provider's cache; default the input price
+    priority_input_per_mtok: float | None = None  # service_tier: priority (a profile's tier billing "priority")
+    priority_output_per_mtok: float | None = None
+    priority_cached_input_per_mtok: float | None = None
 
 
 @dataclass(frozen=True)
@@ -401,7 +416,7 @@ def build_agent(doc: Document, prompts: dict[str, str]) -> AgentSpec:
     network = d.get("network", {})
     return AgentSpec(
         name=d["name"],
-        model=ModelSpec(**d["model"], source=doc.source.file),
+        model=build_model(d["model"], doc.source.file),
         description=d.get("description", ""),
         system_prompt=prompts["system_prompt"],
         next_step_prompt=prompts["next_step_prompt"],
@@ -575,6 +590,14 @@ def build_tool(doc: Document) -> ToolSpec:
     d = doc.data
     line = doc.source.locate("").line
     return ToolSpec(name=d["name"], type=d["type"], data=d, source=f"{doc.source.file}:{line}")
+
+
+def build_model(data: Mapping[str, Any], source: str) -> ModelSpec:
+    """An agent's ``model:`` block (schema-checked) as a :class:`ModelSpec`."""
+    d = dict(data)
+    stop = d.pop("stop", ())
+    provider = declared_provider(d.pop("provider", None))
+    return ModelSpec(**d, provider=provider, stop=(stop,) if isinstance(stop, str) else tuple(stop), source=source)
 
 
 def build_prices(doc: Document) -> dict[str, Price]:

@@ -14,7 +14,9 @@ from typing import Any
 @dataclass(frozen=True)
 class Usage:
     """Tokens (``cached_input_tokens`` is the part of ``input_tokens`` the endpoint served from
-    its prompt cache), US dollars, model calls and tool calls."""
+    its prompt cache, ``cache_write_tokens`` the part it wrote to it; ``reasoning_tokens`` is
+    the part of ``output_tokens`` a reasoning model spent thinking), US dollars, model calls
+    and tool calls."""
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -22,6 +24,8 @@ class Usage:
     cost_usd: float = 0.0
     model_calls: int = 0
     tool_calls: int = 0
+    reasoning_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -41,12 +45,14 @@ class Usage:
             self.cost_usd + other.cost_usd,
             self.model_calls + other.model_calls,
             self.tool_calls + other.tool_calls,
+            self.reasoning_tokens + other.reasoning_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
         )
 
     def __sub__(self, other: Usage) -> Usage:
         return self + Usage(
             -other.input_tokens, -other.output_tokens, -other.cached_input_tokens,
-            -other.cost_usd, -other.model_calls, -other.tool_calls,
+            -other.cost_usd, -other.model_calls, -other.tool_calls, -other.reasoning_tokens, -other.cache_write_tokens,
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -6,6 +6,7 @@ model) implements :class:`ChatModel`. The agent loop only sees these types.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -61,6 +62,14 @@ class ModelRequest:
     max_tokens: int | None = None
     temperature: float | None = None
     prompt_cache_key: str | None = None  # sent as ``prompt_cache_key`` (see runner.model.prompt_cache)
+    tokens_field: str = "max_tokens"  # the profile's: max_tokens | max_completion_tokens
+    top_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    reasoning_effort: str | None = None
+    service_tier: str | None = None
+    response_format: dict[str, Any] | None = None  # a strict json_schema format (model.structured_output: auto)
+    extra_body: Mapping[str, Any] = field(default_factory=dict)  # model.extra_body: fields runner does not set itself
 
 
 @dataclass(frozen=True)

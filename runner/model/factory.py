@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from runner.config.prices import LOCAL_MODEL_ID
+from runner.config.providers import Provider
 from runner.config.specs import ModelSpec
 from runner.endpoints import (
     DEFAULT_BASE_URL,
@@ -45,7 +46,7 @@ LOCAL_NOTICE = (
 class Endpoint:
     """Where one agent's calls go. ``api_key`` is never logged or stored."""
 
-    provider: str  # openai | azure | anthropic | local
+    provider: Provider
     model_id: str
     base_url: str | None = None
     api_key: str | None = field(default=None, repr=False)
@@ -76,9 +77,9 @@ def resolve_endpoint(
     """
     env = os.environ if environ is None else environ
     model_id = model_override or spec.id
-    if spec.provider == "local":
-        return Endpoint("local", LOCAL_MODEL_ID)
-    if spec.provider in ("anthropic", "azure"):
+    if spec.provider is Provider.LOCAL:
+        return Endpoint(Provider.LOCAL, LOCAL_MODEL_ID)
+    if spec.provider is Provider.ANTHROPIC or spec.provider is Provider.AZURE:
         from runner.model.native_endpoints import resolve_native
 
         return _header_checked(resolve_native(spec, model_id, base_url_override, api_key, env), spec.api_key_env or "the key")
@@ -90,8 +91,8 @@ def resolve_endpoint(
     key, withheld = choose_key(target, candidates)
     if key is None and withheld:  # sending none could hide the mistake behind a 401; one would leak
         raise KeyRefused(spec, *_refusal(spec, target, standard_endpoint(base_url_override, env), withheld))
-    if spec.provider == "auto" and base_url is None and key is None:
-        return Endpoint("local", LOCAL_MODEL_ID)
+    if spec.provider is None and base_url is None and key is None:
+        return Endpoint(Provider.LOCAL, LOCAL_MODEL_ID)
     if key is None and base_url is None:
         raise ConfigError(
             f"model '{model_id}': no API key found; set {spec.api_key_env or 'OPENAI_API_KEY'} "
@@ -100,7 +101,7 @@ def resolve_endpoint(
     if key is not None and not _header_safe(key):
         source = next(c.name for c in candidates if c.value == key)
         raise _header_refused(model_id, source)
-    return Endpoint("openai", model_id, base_url, key or "not-needed")
+    return Endpoint(Provider.OPENAI, model_id, base_url, key or "not-needed")
 
 
 def _header_refused(model_id: str, source: str) -> ConfigError:
@@ -256,12 +257,11 @@ class ModelPool:
         """Where an agent's calls go; with a ``fixed`` model, that model under the agent's model id
         (so prices and records name the model the agent asked for)."""
         if self.fixed is not None:
-            return Endpoint("fixed", model_override or spec.id)
+            return Endpoint(Provider.FIXED, model_override or spec.id)
         endpoint = resolve_endpoint(
             spec, model_override=model_override, base_url_override=base_url_override, api_key=api_key
         )
-        batched = self.batch is not None and endpoint.provider in ("openai", "anthropic")
-        return replace(endpoint, tariff="batch") if batched else endpoint
+        return replace(endpoint, tariff="batch") if self.batch is not None and endpoint.provider.has_batch_api else endpoint
 
     def get(self, endpoint: Endpoint, spec: ModelSpec) -> ChatModel:
         if self.fixed is not None:
@@ -278,14 +278,14 @@ class ModelPool:
     def _build(self, endpoint: Endpoint, spec: ModelSpec) -> ChatModel:
         if endpoint.tariff == "batch" and self.batch is not None:
             return self.batch.model(endpoint, self.get(replace(endpoint, tariff="live"), spec))
-        if endpoint.provider == "local":
+        if endpoint.provider is Provider.LOCAL:
             from runner.model.local import LocalChatModel
 
             if self._notice and not self._noticed:
                 self._noticed = True
                 self._notice(LOCAL_NOTICE.format(model=endpoint.model_id))
             return LocalChatModel()
-        if endpoint.provider == "anthropic":
+        if endpoint.provider is Provider.ANTHROPIC:
             from runner.model.anthropic_client import AnthropicChatModel
 
             return AnthropicChatModel(
@@ -294,7 +294,7 @@ class ModelPool:
             )  # fmt: skip
         from runner.model.openai_client import OpenAIChatModel
 
-        if endpoint.provider == "azure":
+        if endpoint.provider is Provider.AZURE:
             return OpenAIChatModel(
                 endpoint.model_id, azure=(endpoint.deployment or endpoint.model_id, endpoint.api_version or ""),
                 base_url=endpoint.base_url, api_key=endpoint.api_key, timeout_seconds=spec.timeout_seconds,

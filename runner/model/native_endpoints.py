@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from runner.config.providers import Provider
 from runner.endpoints import PROVIDER_KEYS, KeyCandidate, choose_key, home_of_standard, safe_url
 from runner.errors import ConfigError
 
@@ -36,7 +37,8 @@ def resolve_native(
     """The endpoint of an ``anthropic`` or ``azure`` agent, with the key that belongs to it."""
     from runner.model.factory import Endpoint, KeyRefused, check_base_url
 
-    keys = PROVIDER_KEYS[spec.provider]
+    assert spec.provider is not None
+    keys = PROVIDER_KEYS[spec.provider.value]
     standard = base_url_override or env.get(keys.base_variable) or keys.default_url
     target = base_url_override or spec.base_url or standard
     if target is None:
@@ -61,7 +63,7 @@ def resolve_native(
     if key is None:
         variable = spec.api_key_env or keys.key_variable
         raise ConfigError(f"model '{model_id}' (provider {spec.provider}): no API key found; set {variable}")
-    if spec.provider == "azure":
+    if spec.provider is Provider.AZURE:
         version = spec.api_version or env.get("OPENAI_API_VERSION") or DEFAULT_AZURE_API_VERSION
-        return Endpoint("azure", model_id, target, key, deployment=spec.deployment or model_id, api_version=version)
-    return Endpoint("anthropic", model_id, target, key)
+        return Endpoint(Provider.AZURE, model_id, target, key, deployment=spec.deployment or model_id, api_version=version)
+    return Endpoint(Provider.ANTHROPIC, model_id, target, key)

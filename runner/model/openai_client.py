@@ -66,7 +66,6 @@ class OpenAIChatModel:
         retry_policy: RetryPolicy | None = None,
         default_headers: Mapping[str, str] | None = None,
         stream: bool = False,
-        max_tokens_field: str = "max_tokens",
         azure: tuple[str, str] | None = None,
         sleep: Sleep = asyncio.sleep,
         on_retry: OnRetry | None = None,
@@ -76,7 +75,6 @@ class OpenAIChatModel:
         self.model = model
         self.name = name or model
         self.stream = stream
-        self.max_tokens_field = max_tokens_field
         self.retry_policy = retry_policy or RetryPolicy()
         if max_retries is not None:
             self.retry_policy = dataclasses.replace(self.retry_policy, max_retries=max_retries)
@@ -91,7 +89,7 @@ class OpenAIChatModel:
     async def complete(self, request: ModelRequest, attempts: AttemptHook | None = None) -> ModelResponse:
         """Call the endpoint, retrying per the policy; ``latency_seconds`` is the successful attempt's.
         ``attempts`` hears of each failed attempt before its retry (and may stop the retries)."""
-        body = wire_body(request, self.model, self.max_tokens_field)
+        body = wire_body(request, self.model)
         for attempt in itertools.count(1):
             started = time.monotonic()
             outcome = await self._attempt(body)
@@ -146,9 +144,10 @@ class OpenAIChatModel:
         return accumulator.result()
 
 
-def wire_body(request: ModelRequest, default_model: str, max_tokens_field: str = "max_tokens") -> dict[str, Any]:
-    """The body sent for ``request``: its model, else ``default_model`` (also a provider batch line's body)."""
-    body = request_body(request, max_tokens_field=max_tokens_field)
+def wire_body(request: ModelRequest, default_model: str) -> dict[str, Any]:
+    """The body sent for ``request``: its model, else ``default_model`` (also a provider batch
+    line's body, so both paths send the profile's tokens field and parameters)."""
+    body = request_body(request)
     body["model"] = request.model or default_model
     return body
 

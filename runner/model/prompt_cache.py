@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 
+from runner.config.providers import Provider
 from runner.config.specs import AgentSpec
 from runner.endpoints import DEFAULT_BASE_URL, same_endpoint
 
@@ -31,12 +32,12 @@ def derived_key(agent: AgentSpec, model_id: str) -> str:
     return KEY_PREFIX + digest[:24]
 
 
-def accepts_prompt_cache_key(provider: str, base_url: str | None) -> bool:
+def accepts_prompt_cache_key(provider: Provider, base_url: str | None) -> bool:
     """Whether an endpoint is known to accept ``prompt_cache_key``: OpenAI's API."""
-    return provider == "openai" and same_endpoint(base_url or DEFAULT_BASE_URL, DEFAULT_BASE_URL)
+    return provider is Provider.OPENAI and same_endpoint(base_url or DEFAULT_BASE_URL, DEFAULT_BASE_URL)
 
 
-def prompt_cache_key(agent: AgentSpec, model_id: str, provider: str, base_url: str | None) -> str | None:
+def prompt_cache_key(agent: AgentSpec, model_id: str, provider: Provider, base_url: str | None) -> str | None:
     """The key ``agent``'s calls carry to the endpoint ``(provider, base_url)``, or ``None``."""
     setting = agent.model.prompt_cache_key
     if setting is False:

@@ -20,12 +20,14 @@ class InvalidResponse(ValueError):
     """A 200 answer that is not a usable chat completion (missing choices, bad tool call)."""
 
 
-def request_body(request: ModelRequest, *, max_tokens_field: str = "max_tokens") -> dict[str, Any]:
+def request_body(request: ModelRequest) -> dict[str, Any]:
     """Build the ``chat.completions.create`` arguments for ``request``.
 
     Fields that are ``None`` are left out so the endpoint's defaults apply; ``tools`` and
     ``tool_choice`` are sent only when tools are offered (some servers reject an empty
-    list). ``max_tokens_field`` may be ``"max_completion_tokens"`` for newer OpenAI models.
+    list). The completion bound goes in ``request.tokens_field`` (the model profile's:
+    ``max_completion_tokens`` for OpenAI's current models, which refuse ``max_tokens`` on
+    reasoning models). ``extra_body`` adds fields runner does not set (never over one it does).
 
     The order is the cache order: what every call of an agent shares (model, tools, the
     parameters, ``prompt_cache_key``) comes first and the messages last, so the bodies of
@@ -37,11 +39,15 @@ def request_body(request: ModelRequest, *, max_tokens_field: str = "max_tokens")
         body["tools"] = [dict(tool) for tool in request.tools]
         body["tool_choice"] = request.tool_choice
     if request.max_tokens is not None:
-        body[max_tokens_field] = request.max_tokens
-    if request.temperature is not None:
-        body["temperature"] = request.temperature
-    if request.prompt_cache_key is not None:
-        body["prompt_cache_key"] = request.prompt_cache_key
+        body[request.tokens_field] = request.max_tokens
+    optional = {
+        "temperature": request.temperature, "top_p": request.top_p, "seed": request.seed,
+        "stop": list(request.stop) or None, "reasoning_effort": request.reasoning_effort,
+        "service_tier": request.service_tier, "response_format": request.response_format,
+        "prompt_cache_key": request.prompt_cache_key,
+    }  # fmt: skip
+    body.update((name, value) for name, value in optional.items() if value is not None)
+    body.update((name, value) for name, value in request.extra_body.items() if name not in body and name != "messages")
     body["messages"] = [message.to_openai() for message in request.messages]
     return body
 

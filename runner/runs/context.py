@@ -10,6 +10,7 @@ from typing import Any
 from runner.caps.budget import Budget
 from runner.caps.pricing import Pricer
 from runner.config.prices import find_price
+from runner.config.profiles import ModelProfile, find_profile
 from runner.config.project import Project
 from runner.config.specs import AgentSpec, TaskSpec
 from runner.core.steps import StepRecord
@@ -64,8 +65,14 @@ class RunContext:
         options = self.options
         return self.pool.endpoint(agent.model, options.model_override, options.base_url_override, options.api_key)
 
-    def pricer(self, endpoint: Endpoint) -> Pricer:
-        return Pricer(endpoint.model_id, find_price(self.project.prices, endpoint.model_id), endpoint.tariff)
+    def profile(self, agent: AgentSpec, endpoint: Endpoint) -> ModelProfile:
+        """The profile of the model ``agent`` calls at ``endpoint`` (after ``--model``)."""
+        return find_profile(self.project.profiles, endpoint.model_id, agent.model.profile)
+
+    def pricer(self, endpoint: Endpoint, agent: AgentSpec | None = None) -> Pricer:
+        """How ``endpoint``'s calls are priced; with ``agent``, at its service tier's rates."""
+        tier = self.profile(agent, endpoint).tier_billing(agent.model.service_tier) if agent is not None else "standard"
+        return Pricer(endpoint.model_id, find_price(self.project.prices, endpoint.model_id), endpoint.tariff, tier)
 
 
 def template_context(

@@ -16,6 +16,7 @@ from runner.agent.call_cache import CallAnswers, CallCache
 from runner.agent.loop import AgentEnv, ModelBinding, run_agent
 from runner.caps.budget import within_deadline
 from runner.config.prices import find_price, unpriced_message
+from runner.config.providers import Provider
 from runner.config.specs import AgentSpec, Caps, ToolRef
 from runner.config.templates import TemplateError, render
 from runner.core.sources import unique_sources
@@ -23,6 +24,7 @@ from runner.core.status import Status
 from runner.core.steps import StepKind, StepRecord, ToolCallSummary
 from runner.core.usage import Usage
 from runner.errors import CapReached, ConfigError, ToolFailure
+from runner.model.call_settings import call_settings
 from runner.model.prompt_cache import prompt_cache_key
 from runner.redact import redact_secrets
 from runner.runs.context import RunContext
@@ -107,7 +109,8 @@ async def run_agent_step(
         model=ctx.pool.get(endpoint, agent.model),
         tools=ToolBox(ctx.registry, agent, _agent_tools(ctx, agent, step_id) if agent.tools else None),
         budget=ctx.budget.child(agent.caps.tighten(caps or Caps()), scope=f"step '{step_id}'"),
-        pricer=ctx.pricer(endpoint),
+        pricer=ctx.pricer(endpoint, agent),
+        profile=ctx.profile(agent, endpoint),
         recorder=ctx.recorder,
         step_id=step_id,
         rate_gate=ctx.options.rate_gate,
@@ -232,10 +235,10 @@ def model_binding(ctx: RunContext, name: str) -> ModelBinding:
     """Another declared agent's model (a judge's), called from within a step's loop."""
     agent = ctx.project.agents[name]
     endpoint = ctx.endpoint(agent)
+    key = prompt_cache_key(agent, endpoint.model_id, endpoint.provider, endpoint.base_url)
+    settings = call_settings(agent.model, ctx.profile(agent, endpoint), None, key)
     return ModelBinding(
-        agent.name, ctx.pool.get(endpoint, agent.model), ctx.pricer(endpoint), endpoint.model_id,
-        agent.model.max_tokens, agent.model.temperature, agent.system_prompt,
-        prompt_cache_key(agent, endpoint.model_id, endpoint.provider, endpoint.base_url),
+        agent.name, ctx.pool.get(endpoint, agent.model), ctx.pricer(endpoint, agent), endpoint.model_id, settings, agent.system_prompt,
     )  # fmt: skip
 
 
@@ -248,7 +251,7 @@ def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:
         agent = ctx.project.agents[name]
         endpoint = ctx.endpoint(agent)
         capped = money_capped or agent.caps.max_cost_usd is not None
-        if capped and endpoint.provider != "local" and not ctx.pricer(endpoint).priced:
+        if capped and endpoint.provider is not Provider.LOCAL and not ctx.pricer(endpoint, agent).priced:
             raise ConfigError(unpriced_message(endpoint.model_id, name))
     for base in ctx.services.knowledge:  # embeddings requests are paid from the same caps
         spec = ctx.project.knowledge[base].embeddings

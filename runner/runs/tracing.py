@@ -10,13 +10,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from runner.config.project import Project
+from runner.config.providers import Provider
 from runner.config.specs import AgentSpec
 from runner.endpoints import DEFAULT_BASE_URL
 from runner.model.factory import ModelPool
 from runner.runs.options import RunOptions
 from runner.tracing import MISSING_SDK, sdk_installed, trace_settings
 
-PROVIDER_NAMES = {"openai": "openai", "azure": "azure.ai.openai", "anthropic": "anthropic", "local": "llama_cpp", "fixed": "_OTHER"}
+PROVIDER_NAMES = {Provider.OPENAI: "openai", Provider.AZURE: "azure.ai.openai", Provider.ANTHROPIC: "anthropic",
+                  Provider.LOCAL: "llama_cpp", Provider.FIXED: "_OTHER"}
 """``gen_ai.provider.name`` per endpoint kind: any OpenAI-compatible endpoint is called through
 the OpenAI protocol (``server.address`` tells which one it is)."""
 
@@ -75,7 +77,7 @@ class ModelDescriber:
         }
         if agent.model.temperature is not None:
             found["gen_ai.request.temperature"] = float(agent.model.temperature)
-        if endpoint.provider in ("openai", "azure", "anthropic"):
+        if endpoint.provider.remote:
             found.update(_server(endpoint.base_url or DEFAULT_BASE_URL))
         return found
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.config.project import load_project
+from runner.config.providers import Provider
 from runner.config.specs import AgentSpec, ModelSpec, ToolRef
 from runner.model.base import Message, ModelRequest
 from runner.model.prompt_cache import accepts_prompt_cache_key, derived_key, prompt_cache_key
@@ -54,8 +55,8 @@ def test_the_derived_key_is_stable_and_follows_the_configuration() -> None:
     ],
 )
 def test_only_openais_api_is_known_to_accept_the_key(provider: str, base_url: str | None, accepted: bool) -> None:
-    assert accepts_prompt_cache_key(provider, base_url) is accepted
-    sent = prompt_cache_key(AGENT, "gpt-4o-mini", provider, base_url)
+    assert accepts_prompt_cache_key(Provider(provider), base_url) is accepted
+    sent = prompt_cache_key(AGENT, "gpt-4o-mini", Provider(provider), base_url)
     assert sent == (derived_key(AGENT, "gpt-4o-mini") if accepted else None)
 
 
