@@ -120,7 +120,10 @@ class MessageBatchesClient:
         return BatchView.of(await self._json("POST", f"/v1/messages/batches/{provider_id}/cancel", {}))
 
     async def find_settled(self, part: BatchPart, metadata: dict[str, str], file_id: str | None, expected: set[str], known: set[str]) -> str | None:
-        """The batch a create of ``part`` that outlived its process made, or ``None`` (module doc)."""
+        """The batch a create of ``part`` that outlived its process made, or ``None`` (module doc;
+        ``None`` too without ``expected``: nothing to tell it from another client's by)."""
+        if not expected:
+            return None
         for batch in await self._since(part.at - CLOCK_SKEW_SECONDS):
             if batch.id in known or (part.requests and batch.request_counts.total != part.requests):
                 continue

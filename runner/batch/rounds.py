@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 from runner.agent.ledger import BILLABLE_FAULTS
-from runner.batch.batch_flavours import BatchClient, batch_client, split_limits
+from runner.batch.batch_flavours import BatchClient, BatchTarget, batch_client, split, split_limits
 from runner.batch.journal import BatchJournal
 from runner.batch.provider_api import FINISHED, PollPolicy
 from runner.batch.provider_state import BatchPart, ProviderState, UnneededFile
@@ -113,7 +113,7 @@ class RoundCollector:
     row's task with :meth:`enter` / :meth:`leave` (:class:`~runner.batch.round_model.RoundRows`)."""
 
     def __init__(
-        self, journal: BatchJournal, store: RunStore, *, endpoints: Iterable[Endpoint], prices: Callable[[str], Pricer],
+        self, journal: BatchJournal, store: RunStore, *, endpoints: Iterable[BatchTarget], prices: Callable[[str], Pricer],
         deadline: Budget, limits: BatchApiLimits | None = None, poll: PollPolicy | None = None, wait: bool = True,
         fallback_live: bool = False, secrets: list[str] | None = None, log: IO[str] | None = None,
         notices: IO[str] | None = None,
@@ -121,7 +121,9 @@ class RoundCollector:
         self.journal, self.store, self.state = journal, store, ProviderState(journal)
         self.answers = ProviderAnswers(store.database)
         ProviderToolResults(store.database)  # the rows' tool results are kept there (runner.agent.replay)
-        self.endpoints = {endpoint_key(e): e for e in endpoints}
+        endpoints = list(endpoints)
+        self.endpoints = {endpoint_key(t.endpoint): t.endpoint for t in endpoints}
+        self.apis = {(endpoint_key(t.endpoint), t.endpoint.model_id): t.api for t in endpoints}
         self.prices, self.deadline, self.limits = prices, deadline, limits
         self.poll, self.wait, self.fallback_live = poll or PollPolicy(), wait, fallback_live
         self.secrets, self.log, self.notices = secrets or [], log, notices
@@ -343,28 +345,25 @@ class RoundCollector:
         await self.delete_unneeded_files()
 
     def _parts(self, number: int, calls: list[_Call]) -> list[tuple[BatchPart, list[_Call]]]:
-        """The round's calls by model and endpoint, each group split within its provider's limits
-        (lowered by the task's ``batch_api:`` block or the flags)."""
+        """The round's calls by model and endpoint, each group split within its Batch API's limits
+        (the model profile's, lowered by the task's ``batch_api:`` block or the flags)."""
         groups: dict[tuple[str, str], list[_Call]] = defaultdict(list)
         for call in calls:
             groups[call.group].append(call)
         parts: list[tuple[BatchPart, list[_Call]]] = []
         for (endpoint, model), members in groups.items():
-            max_requests, max_bytes = split_limits(members[0].endpoint, self.limits)
-            chunk: list[_Call] = []
-            size = 0
+            api = self.apis.get((endpoint, model)) or next(a for (e, _), a in self.apis.items() if e == endpoint)
+            max_requests, max_bytes = split_limits(api, self.limits)
+            fitting = []
             for call in members:
                 if len(call.line) > max_bytes:
                     message = f"the request is {len(call.line)} bytes, more than a provider batch may hold ({max_bytes})"
                     self._answer(call, LineError("batch_too_large", message))
-                    continue
-                if chunk and (len(chunk) >= max_requests or size + len(call.line) > max_bytes):
-                    parts.append((BatchPart(number, len(parts) + 1, model, endpoint, requests=len(chunk)), chunk))
-                    chunk, size = [], 0
-                chunk.append(call)
-                size += len(call.line)
-            if chunk:
-                parts.append((BatchPart(number, len(parts) + 1, model, endpoint, requests=len(chunk)), chunk))
+                else:
+                    fitting.append(call)
+            for chunk in split([len(call.line) for call in fitting], max_requests, max_bytes):
+                part = BatchPart(number, len(parts) + 1, model, endpoint, requests=len(chunk))
+                parts.append((part, fitting[chunk.start : chunk.stop]))
         return parts
 
     async def _submit(self, part: BatchPart, members: list[_Call]) -> str | None:

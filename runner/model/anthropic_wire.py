@@ -12,7 +12,9 @@ after them, share one user turn, as the API requires). The static prefix (tools,
 system prompt) carries one ``cache_control`` breakpoint, so every row of a batch reads it
 from the prompt cache after the first wrote it. ``temperature`` is not sent: the Messages API
 no longer defines it (the anthropic package's ``MessageCreateParams``), and the model profile
-refuses it at ``runner validate``.
+refuses it at ``runner validate`` (as it does ``top_p``, ``seed`` and a reasoning effort, none
+of which the API defines). ``stop`` goes as ``stop_sequences``, the service tier as Anthropic's
+(``auto``, ``standard_only``), ``extra_body`` under the fields set here.
 """
 
 from __future__ import annotations
@@ -49,8 +51,18 @@ def request_body(request: ModelRequest, default_model: str = "") -> dict[str, An
     prefix_end = system[-1] if system else tools[-1] if tools else None
     if prefix_end is not None:
         prefix_end["cache_control"] = dict(CACHE_CONTROL)
+    if request.stop:
+        body["stop_sequences"] = list(request.stop)
+    if request.service_tier is not None:
+        body["service_tier"] = _SERVICE_TIERS.get(request.service_tier, request.service_tier)
     body["messages"] = _messages(request.messages)
+    for name, value in request.extra_body.items():  # model.extra_body: never over a field set here
+        body.setdefault(name, value)
     return body
+
+
+_SERVICE_TIERS = {"auto": "auto", "default": "standard_only"}
+"""runner's service tiers in Anthropic's words (the claude profile offers only these two)."""
 
 
 def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
@@ -155,11 +167,7 @@ def parse_usage(usage: object) -> Usage:
     fresh = as_count(usage.get("input_tokens"))
     read = as_count(usage.get("cache_read_input_tokens"))
     written = as_count(usage.get("cache_creation_input_tokens"))
-    return _usage(fresh + read + written, as_count(usage.get("output_tokens")), read, written)
-
-
-def _usage(input_tokens: int, output_tokens: int, cached: int, written: int) -> Usage:
-    fields = {"input_tokens": input_tokens, "output_tokens": output_tokens, "cached_input_tokens": cached}
-    if "cache_write_tokens" in Usage.__dataclass_fields__:
-        fields["cache_write_tokens"] = written
-    return Usage(**fields)
+    return Usage(
+        input_tokens=fresh + read + written, output_tokens=as_count(usage.get("output_tokens")),
+        cached_input_tokens=read, cache_write_tokens=written,
+    )  # fmt: skip
