@@ -98,6 +98,8 @@ class AnthropicServer(ScriptedServer):
         self._state = threading.Condition()
         self._holding: dict[str, int] = {}
         self._drop = False
+        self._ending = threading.Lock()
+        self._creates = 0
 
     @property
     def base_url(self) -> str:
@@ -198,7 +200,8 @@ class AnthropicServer(ScriptedServer):
         if not self._hold("create"):
             return 503, error_body(529, "dropped")
         with self._lock:
-            if self.behaviour.refuse_creates > sum(1 for _ in self.message_batches):
+            self._creates += 1
+            if self._creates <= self.behaviour.refuse_creates:
                 return 429, error_body(429, "Number of batch requests exceeds the rate limit for your organization")
             batch = MessageBatch(f"msgbatch_{next(self._ids):06d}", requests, time.time())
             self.message_batches[batch.id] = batch
@@ -207,27 +210,33 @@ class AnthropicServer(ScriptedServer):
         return 200, created
 
     def batch(self, batch_id: str) -> tuple[int, Any]:
-        with self._lock:
-            batch = self.message_batches.get(batch_id)
-            if batch is None:
-                return 404, error_body(404, f"no message batch {batch_id}")
-            if batch.status != "ended":
-                batch.polls += 1
-                if batch.status == "canceling" or batch.polls >= self.behaviour.polls:
-                    self._end(batch)
-            return 200, batch.as_dict(self.base_url)
+        with self._ending:  # one retrieve at a time ends a batch
+            with self._lock:
+                batch = self.message_batches.get(batch_id)
+                if batch is None:
+                    return 404, error_body(404, f"no message batch {batch_id}")
+                ends = False
+                if batch.status != "ended":
+                    batch.polls += 1
+                    ends = batch.status == "canceling" or batch.polls >= self.behaviour.polls
+            if ends:
+                self._end(batch)  # answers from the script (which bills, under the lock)
+            with self._lock:
+                return 200, batch.as_dict(self.base_url)
 
     def _end(self, batch: MessageBatch) -> None:
         outcome = "canceled" if batch.status == "canceling" else {"cancelled": "canceled", "expired": "expired"}.get(self.behaviour.outcome)
         answered = len(batch.requests) if outcome is None else self.behaviour.partial
+        results = []
         for index, request in enumerate(batch.requests):
             if index < answered:
                 status, answer, _ = self.message(request["params"])
                 result = {"type": "succeeded", "message": answer} if status == 200 else {"type": "errored", "error": answer}
             else:
                 result = {"type": outcome}
-            batch.results.append({"custom_id": request["custom_id"], "result": result})
-        batch.status, batch.ended_at = "ended", time.time()
+            results.append({"custom_id": request["custom_id"], "result": result})
+        with self._lock:
+            batch.results, batch.status, batch.ended_at = results, "ended", time.time()
 
     def list_batches(self, query: dict[str, str]) -> tuple[int, Any]:
         with self._lock:
