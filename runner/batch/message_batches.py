@@ -178,13 +178,14 @@ class MessageBatchesClient:
 
     def outcome(self, line: dict[str, Any] | None, batch: BatchView) -> dict[str, Any] | ModelError:
         """A result line as the message it holds, or the error a live call would have raised."""
-        result = line.get("result") if isinstance(line, dict) else None
-        kind = result.get("type") if isinstance(result, dict) else None
-        if kind == "succeeded" and isinstance(result.get("message"), dict):  # type: ignore[union-attr]
-            return dict(result["message"])  # type: ignore[index]
+        found = line.get("result") if isinstance(line, dict) else None
+        result: dict[str, Any] = found if isinstance(found, dict) else {}
+        kind = result.get("type")
+        if kind == "succeeded" and isinstance(result.get("message"), dict):
+            return dict(result["message"])
         if kind == "errored":
-            error = result.get("error") if isinstance(result.get("error"), dict) else {}  # type: ignore[union-attr]
-            inner = error.get("error") if isinstance(error.get("error"), dict) else error
+            error: dict[str, Any] = result["error"] if isinstance(result.get("error"), dict) else {}
+            inner: dict[str, Any] = error["error"] if isinstance(error.get("error"), dict) else error
             code = _ERROR_KINDS.get(str(inner.get("type")), "server_error")
             return ModelError(code, f"provider batch {batch.id}: {str(inner.get('message') or inner.get('type'))[:500]}")
         if kind in ("canceled", "expired"):
@@ -208,7 +209,7 @@ class MessageBatchesClient:
         """One call; an endpoint failure becomes a :class:`ModelError` (redacted, nothing chained)."""
         from runner.model.anthropic_client import ENDPOINT_EXCEPTIONS, HttpResponse, classify
 
-        options = {"params": params} if params else {}
+        options: Any = {"params": params} if params else {}
         try:
             if method == "GET":
                 return await self._client.get(path, cast_to=HttpResponse, options=options)

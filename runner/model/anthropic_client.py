@@ -134,7 +134,8 @@ def make_client(base_url: str | None, api_key: str | None, timeout_seconds: floa
     if api_key:
         return anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url or ANTHROPIC_BASE_URL, timeout=timeout_seconds, max_retries=max_retries,
-            default_headers={"x-api-key": api_key, "Authorization": anthropic.Omit()}, http_client=capped_anthropic_http_client(),
+            default_headers={"x-api-key": api_key, "Authorization": anthropic.Omit()},  # type: ignore[dict-item]
+            http_client=capped_anthropic_http_client(),
         )
     raise ModelError("auth", "no API key: set ANTHROPIC_API_KEY, or the environment variable named by the agent's model api_key_env")
 

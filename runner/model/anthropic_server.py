@@ -231,7 +231,7 @@ class AnthropicServer(ScriptedServer):
         for index, request in enumerate(batch.requests):
             if index < answered:
                 status, answer, _ = self.message(request["params"])
-                result = {"type": "succeeded", "message": answer} if status == 200 else {"type": "errored", "error": answer}
+                result: dict[str, Any] = {"type": "succeeded", "message": answer} if status == 200 else {"type": "errored", "error": answer}
             else:
                 result = {"type": outcome}
             results.append({"custom_id": request["custom_id"], "result": result})

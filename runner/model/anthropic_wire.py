@@ -44,7 +44,7 @@ def request_body(request: ModelRequest, default_model: str = "") -> dict[str, An
     if tools:
         body["tools"] = tools
         body["tool_choice"] = dict(_TOOL_CHOICE.get(request.tool_choice, _TOOL_CHOICE["auto"]))
-    system = [{"type": "text", "text": m.content} for m in request.messages if m.role == "system" and m.content]
+    system: list[dict[str, Any]] = [{"type": "text", "text": m.content} for m in request.messages if m.role == "system" and m.content]
     if system:
         body["system"] = system
     # one breakpoint at the end of the static prefix: it caches the tools and the system prompt
@@ -67,7 +67,8 @@ _SERVICE_TIERS = {"auto": "auto", "default": "standard_only"}
 
 def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
     """An OpenAI function tool as an Anthropic client tool."""
-    function = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+    nested = tool.get("function")
+    function: Mapping[str, Any] = nested if isinstance(nested, Mapping) else tool
     out: dict[str, Any] = {"name": function["name"]}
     if function.get("description"):
         out["description"] = function["description"]
