@@ -169,3 +169,28 @@ def _params() -> Any:
     from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
     return MessageCreateParamsNonStreaming
+
+
+def test_cache_reads_and_writes_are_counted_in_the_prompt_and_priced_at_their_rates() -> None:
+    from runner.config.prices import cost_usd, default_prices, find_price
+    from runner.model.anthropic_wire import parse_usage
+
+    usage = parse_usage({"input_tokens": 100, "output_tokens": 50, "cache_read_input_tokens": 2000, "cache_creation_input_tokens": 1000})
+    assert (usage.input_tokens, usage.cached_input_tokens, usage.cache_write_tokens) == (3100, 2000, 1000)
+    price = find_price(default_prices(), "claude-sonnet-4-5-20250929")
+    assert price is not None
+    cost = cost_usd(price, usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.cache_write_tokens)
+    assert cost == pytest.approx((100 * 3.00 + 2000 * 0.30 + 1000 * 3.75 + 50 * 15.00) / 1_000_000)  # writes at 1.25x
+
+
+async def test_a_prefix_written_once_is_billed_as_a_cache_write_then_read() -> None:
+    with AnthropicServer({"fallback": "ok"}, api_key=KEY, min_cache_tokens=100) as server:
+        model = AnthropicChatModel(MODEL, base_url=server.base_url, api_key=KEY)
+        try:
+            first = await model.complete(_request(Message("user", "one"), tools=()))
+            second = await model.complete(_request(Message("user", "two"), tools=()))
+        finally:
+            await model.aclose()
+        _checked(server)
+    assert first.usage.cache_write_tokens > 100 and first.usage.cached_input_tokens == 0
+    assert second.usage.cached_input_tokens == first.usage.cache_write_tokens and second.usage.cache_write_tokens == 0
