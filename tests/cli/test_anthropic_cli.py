@@ -114,3 +114,25 @@ def test_kill_9_with_a_message_batch_out_then_the_same_command_resumes_onto_it(p
     rows = records(out)
     assert sorted(rows) == ["t1", "t2", "t3"] and all(r["status"] == "done" and r["output"] == TRIAGE for r in rows.values())
     assert all(r["cost_usd"] == pytest.approx(LIVE_COST / 2) for r in rows.values())
+
+
+def test_a_tool_using_agent_runs_its_rounds_through_message_batches() -> None:
+    """Three rounds per row (a sandboxed python tool call, a refused answer, its repair), each
+    round one Message Batch; the tool results go back as tool_result blocks."""
+    from tests.cli.rounds_project import AGENT, ROUNDS, numbers, rounds_project
+    from tests.cli.rounds_project import SCRIPT as ROUNDS_SCRIPT
+
+    with rounds_project() as root:
+        agent = AGENT.replace("model: {id: gpt-4o-mini, max_tokens: 50}", "model: {id: claude-haiku-4-5, provider: anthropic, max_tokens: 50}")
+        (root / "agents.d/calc.yaml").write_text(agent)
+        source, out = numbers(root, 3), root / "out.jsonl"
+        with AnthropicServer(ROUNDS_SCRIPT, api_key=ANTHROPIC_KEY, batch=BatchBehaviour(polls=1)) as server:
+            argv = [arg if arg != "triage_ticket" else "compute" for arg in _via_api(source, out)]
+            result = runner(root, anthropic_env(server), *argv)
+            assert result.returncode == 0, result.stderr
+            requests = checked_requests(server)
+            assert len(server.message_batches) == ROUNDS and len(server.billed) == 3 * ROUNDS
+        rows = records(out)
+    assert all(r["status"] == "done" and r["output"] == {"answer": 42} for r in rows.values())
+    results = [block for r in requests for m in r["params"]["messages"] for block in m["content"] if block["type"] == "tool_result"]
+    assert results and all("42" in str(block["content"]) for block in results)
