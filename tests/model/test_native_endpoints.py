@@ -26,7 +26,7 @@ def test_the_openai_key_never_goes_to_anthropic() -> None:
 
 
 def test_the_anthropic_key_never_goes_to_another_endpoint() -> None:
-    with pytest.raises(KeyRefused, match="ANTHROPIC_API_KEY does not belong to https://proxy.example"):
+    with pytest.raises(KeyRefused, match=r"ANTHROPIC_API_KEY does not belong to https://proxy\.example"):
         resolve_endpoint(ModelSpec("claude-haiku-4-5", provider=Provider.ANTHROPIC, base_url="https://proxy.example"),
                          environ={"ANTHROPIC_API_KEY": "sk-ant-1"})  # fmt: skip
     with pytest.raises(KeyRefused):  # named by an OpenAI agent, it still belongs to Anthropic's endpoint
