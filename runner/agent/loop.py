@@ -413,7 +413,11 @@ def _trusted_usage(response: ModelResponse, estimate: Estimate) -> Usage:
     if input_tokens == 0 and output_tokens == 0:
         calls = tuple((c.name, c.arguments) for c in response.tool_calls)
         return Usage(estimate.input_tokens, estimate_completion_tokens(response.content, calls))
-    return Usage(input_tokens, output_tokens, min(max(usage.cached_input_tokens, 0), input_tokens))
+    cached = min(max(usage.cached_input_tokens, 0), input_tokens)
+    return Usage(
+        input_tokens, output_tokens, cached, reasoning_tokens=min(max(usage.reasoning_tokens, 0), output_tokens),
+        cache_write_tokens=min(max(usage.cache_write_tokens, 0), input_tokens - cached),
+    )
 
 
 def _termination(result: ToolResult) -> Termination:

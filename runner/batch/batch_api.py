@@ -33,8 +33,9 @@ from runner.batch.summary import BatchSummary
 from runner.caps.budget import Budget
 from runner.caps.pricing import Pricer
 from runner.config.prices import find_price
+from runner.config.profiles import find_profile
 from runner.config.project import Project
-from runner.config.providers import Provider
+from runner.config.providers import Provider, no_batch_api_message
 from runner.config.specs import AgentSpec, TaskSpec
 from runner.errors import UsageError
 from runner.model.factory import Endpoint, resolve_endpoint
@@ -56,8 +57,6 @@ def check_batch_api(
     one of them has none: the embedded local model, a provider runner does not batch through,
     or a model whose profile says ``batch_api: null``."""
     from runner.batch.batch_flavours import batch_target
-    from runner.config.profiles import find_profile
-    from runner.config.providers import no_batch_api_message
 
     targets: list[BatchTarget] = []
     for agent in _agents(project, task):
@@ -69,10 +68,13 @@ def check_batch_api(
                 "or --base-url), or run it live (--via live)"
             )
         profile = find_profile(project.profiles, endpoint.model_id, named=agent.model.profile)
+        if profile.batch_api is None:
+            raise UsageError(f"task '{task.name}' cannot run with --via batch-api: " + no_batch_api_message(
+                f"its agent '{agent.name}' calls model '{endpoint.model_id}' (profile '{profile.name}', batch_api: null)"
+            ))  # fmt: skip
         target = batch_target(endpoint, profile)
         if target is None:
-            what = (f"its agent '{agent.name}' calls {endpoint.model_id} through provider {endpoint.provider.value}"
-                    + (f" (model profile '{profile.name}' says batch_api: null)" if profile.batch_api is None else ""))  # fmt: skip
+            what = f"its agent '{agent.name}' calls {endpoint.model_id} through provider {endpoint.provider.value}"
             raise UsageError(f"task '{task.name}' cannot run with --via batch-api: {no_batch_api_message(what)}")
         targets.append(target)
     return targets

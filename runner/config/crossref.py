@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from runner.config.graph import ancestors, find_cycle
 from runner.config.prices import find_price, unpriced_message
+from runner.config.profile_checks import check_model_settings, check_tier_price
+from runner.config.profiles import find_profile
 from runner.config.project_files import workspace_file_problem
 from runner.config.providers import Provider
 from runner.config.schema import check_schema, validate_part
@@ -67,6 +69,10 @@ def _check_references(project: Project) -> list[Problem]:
         problems += _check_tool_refs(doc, agent.tools, tools)
         problems += _check_schema_field(doc, "/output_schema", agent.output_schema)
         problems += _check_networks(doc, agent.allow_private_networks)
+        profile = find_profile(project.profiles, agent.model.id, agent.model.profile)
+        problems += _check_profile_name(project, doc, agent)
+        problems += check_model_settings(doc, agent, profile)
+        problems += check_tier_price(doc, agent, profile, project.prices)
         if agent.caps.max_cost_usd is not None:
             problems += _check_price(project, doc, agent, "/caps/max_cost_usd")
         problems += _check_knowledge_refs(project, doc, agent.knowledge)
@@ -80,6 +86,15 @@ def _check_references(project: Project) -> list[Problem]:
 
     problems += source_document_problems(project)
     return problems
+
+
+def _check_profile_name(project: Project, doc: Document, agent: AgentSpec) -> list[Problem]:
+    """``model.profile`` names a profile the project knows."""
+    name = agent.model.profile
+    if name is None or name in project.profiles:
+        return []
+    hint = did_you_mean(name, project.profiles) or f"; known: {', '.join(project.profiles)} (or add it in a kind: ModelProfiles document)"
+    return [doc.problem("/model/profile", f"unknown model profile '{name}'{hint}")]
 
 
 def _check_knowledge_refs(project: Project, doc: Document, names: Iterable[str]) -> list[Problem]:

@@ -65,6 +65,8 @@ class Usage:
             "cost_usd": round(self.cost_usd, 8),
             "model_calls": self.model_calls,
             "tool_calls": self.tool_calls,
+            "reasoning_tokens": self.reasoning_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
         }
 
     @classmethod

@@ -125,9 +125,12 @@ class BatchEndpoints:
     """The files and batches a server holds (thread-safe); answers with ``(status, JSON)``."""
 
     def __init__(
-        self, script: Script, behaviour: BatchBehaviour, bill: Callable[[dict[str, Any]], None], closing: threading.Event | None = None
+        self, script: Script, behaviour: BatchBehaviour, bill: Callable[[dict[str, Any]], None], closing: threading.Event | None = None,
+        refuse: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
     ) -> None:
-        self.script, self.behaviour, self._bill = script, behaviour, bill
+        """``refuse``: the API's error body for a line's body it would refuse, else ``None``
+        (the server's conformance check: such a line is answered 400, not from the script)."""
+        self.script, self.behaviour, self._bill, self.refuse = script, behaviour, bill, refuse
         self.files: dict[str, _File] = {}
         self.batches: dict[str, _Batch] = {}
         self.deleted: list[str] = []  # file ids deleted, in order (each stays in files, marked deleted)
@@ -347,6 +350,9 @@ class BatchEndpoints:
 
     def _answer(self, line: dict[str, Any]) -> dict[str, Any]:
         body = line["body"]
+        refused = self.refuse(body) if self.refuse is not None else None
+        if refused is not None:  # as the API answers the same body live (runner.model.strict_openai)
+            return _line(line["custom_id"], {"status_code": 400, "body": refused}, None)
         try:
             match = self.script.next(body)
         except NoRuleMatched as exc:

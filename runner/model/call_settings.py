@@ -52,14 +52,18 @@ def call_settings(
     """``spec``'s settings as ``profile`` takes them: its tokens field; a strict response format
     when ``model.structured_output`` is ``auto``, there is an output schema, the profile supports
     strict JSON Schema output and the schema is in the strict subset (else none is sent and the
-    answer is checked and repaired as before). What the profile refuses never gets here:
-    ``runner validate`` and the run's preflight refuse it (:mod:`runner.config.profile_checks`)."""
+    answer is checked and repaired as before). A setting the profile does not take is left out:
+    ``runner validate`` refuses it for the agent's own model id, so this only happens to a
+    model given by ``--model``, and the run says so (:func:`runner.runs.steps.preflight_prices`)."""
     response_format = None
     if spec.structured_output == "auto" and output_schema is not None and profile.strict_json_schema:
         response_format = strict_response_format(output_schema)
     return CallSettings(
-        max_tokens=spec.max_tokens, tokens_field=profile.tokens_field, temperature=spec.temperature, top_p=spec.top_p,
-        seed=spec.seed, stop=spec.stop, reasoning_effort=spec.reasoning_effort, service_tier=spec.service_tier,
+        max_tokens=spec.max_tokens, tokens_field=profile.tokens_field,
+        temperature=spec.temperature if profile.temperature else None, top_p=spec.top_p if profile.top_p else None,
+        seed=spec.seed, stop=spec.stop,
+        reasoning_effort=spec.reasoning_effort if spec.reasoning_effort in profile.reasoning_efforts else None,
+        service_tier=spec.service_tier if spec.service_tier in profile.service_tiers else None,
         response_format=response_format, extra_body=dict(spec.extra_body), prompt_cache_key=prompt_cache_key,
     )  # fmt: skip
 

@@ -270,6 +270,7 @@ class ModelPool:
         cache_key = (
             endpoint.provider, endpoint.model_id, endpoint.base_url, key_hash, spec.timeout_seconds, spec.retries, endpoint.tariff,
             endpoint.deployment, endpoint.api_version,
+            tuple(sorted(spec.extra_headers.items())),
         )
         if cache_key not in self._models:
             self._models[cache_key] = self._build(endpoint, spec)
@@ -306,6 +307,7 @@ class ModelPool:
             api_key=endpoint.api_key,
             timeout_seconds=spec.timeout_seconds,
             max_retries=spec.retries,
+            default_headers=spec.extra_headers,  # model.extra_headers (no key: config/profile_checks.py)
             on_retry=self._on_retry,
         )
 

@@ -133,12 +133,18 @@ class Reply:
             "completion_tokens",
             counter.completion_tokens(self.content, [(c.name, c.arguments) for c in self.tool_calls]),
         )
-        return {
+        details = {"cached_tokens": override.get("cached_tokens", 0)}
+        if "cache_write_tokens" in override:
+            details["cache_write_tokens"] = override["cache_write_tokens"]
+        usage = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": override.get("cached_tokens", 0)},
+            "prompt_tokens_details": details,
         }
+        if "reasoning_tokens" in override:
+            usage["completion_tokens_details"] = {"reasoning_tokens": override["reasoning_tokens"]}
+        return usage
 
 
 def usage_counter(tokenizer: str, model: str) -> TokenCounter:
@@ -234,7 +240,7 @@ def _fault_from_obj(obj: object, where: str) -> HttpFault:
 def _usage_from_obj(obj: object, where: str) -> tuple[tuple[str, int], ...]:
     if obj is None:
         return ()
-    data = check_keys(obj, ("prompt_tokens", "completion_tokens", "cached_tokens"), where)
+    data = check_keys(obj, ("prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens", "reasoning_tokens"), where)
     for key, value in data.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ConfigError(f"{where}.{key}: expected a non-negative integer, got {value!r}")

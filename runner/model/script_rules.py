@@ -40,7 +40,8 @@ Usage is counted from the request and reply text unless given: by default as the
 estimates it (:mod:`runner.model.tokens`), so what is billed equals what was reserved;
 with ``tokenizer`` set, as an honest endpoint with that tokenizer would count it
 (:func:`runner.model.replies.usage_counter`). ``usage`` may override any of
-``prompt_tokens``, ``completion_tokens``, ``cached_tokens``.
+``prompt_tokens``, ``completion_tokens``, ``cached_tokens``, ``cache_write_tokens``
+(``prompt_tokens_details``), ``reasoning_tokens`` (``completion_tokens_details``).
 """
 
 from __future__ import annotations

@@ -11,6 +11,11 @@ or as a process (prints the base URL as its first line, serves until killed)::
 
     python -m runner.model.server --script script.yaml [--port 8000] [--record requests.jsonl]
 
+Every chat request body and batch line body is checked against the ``openai`` package's
+request types (:mod:`runner.model.strict_openai`) and answered 400 as the API would when it
+does not conform; ``strict=True`` (``--strict``) also refuses what OpenAI refuses per model
+(``max_tokens`` or ``temperature`` on a reasoning model, ...).
+
 Endpoints: ``POST /v1/chat/completions`` (JSON or, with ``"stream": true``, server-sent
 events, with a final usage chunk when ``stream_options.include_usage``),
 the Files and Batch APIs (:mod:`runner.model.batch_endpoints`, each batch line answered
@@ -77,7 +82,11 @@ class ScriptedServer:
         record_path: str | Path | None = None,
         batch: BatchBehaviour | None = None,
         api_key: str | None = None,
+        strict: bool = False,
     ) -> None:
+        """``strict``: also refuse what OpenAI refuses per model (:func:`~runner.model.strict_openai.model_error`);
+        every body is checked against the API's request types either way."""
+        self.strict = strict
         self.script = script if isinstance(script, Script) else Script.from_obj(script or [])
         self.api_key = api_key  # when set, any other key (or none) is answered 401, as OpenAI answers a bad key
         self._address = (host, port)
@@ -86,7 +95,7 @@ class ScriptedServer:
         self._billed: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
         self.closing = threading.Event()
-        self.batches = BatchEndpoints(self.script, batch or BatchBehaviour(), self.bill, self.closing)
+        self.batches = BatchEndpoints(self.script, batch or BatchBehaviour(), self.bill, self.closing, self.refusal)
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -122,6 +131,12 @@ class ScriptedServer:
     def bill(self, completion: dict[str, Any]) -> None:
         with self._lock:
             self._billed.append((str(completion.get("model")), dict(completion.get("usage") or {})))
+
+    def refusal(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The API's 400 error body for ``body`` (a chat request or a batch line's body), or ``None``."""
+        from runner.model.strict_openai import conformance_error, model_error
+
+        return conformance_error(body) or (model_error(body) if self.strict else None)
 
     @staticmethod
     def key_fingerprint(key: str) -> str:
@@ -229,6 +244,10 @@ class _Handler(BaseHTTPRequestHandler):
         if body is None:
             owner.record(self, raw.decode(errors="replace"), "invalid-request")
             return self._send_json(400, {"error": {"message": "body is not a JSON object", "type": "bad_request"}})
+        refused = owner.refusal(body)
+        if refused is not None:
+            owner.record(self, body, "refused")
+            return self._send_json(400, refused)
         try:
             match = owner.script.next(body)
         except NoRuleMatched as exc:
@@ -395,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", help="append each request as a JSON line to this file")
     parser.add_argument("--batch-polls", type=int, default=2, help="retrieves before a batch ends (at least 1)")
     parser.add_argument("--batch-outcome", choices=["completed", "expired", "cancelled"], default="completed")
+    parser.add_argument("--strict", action="store_true", help="answer 400 to what OpenAI refuses per model (max_tokens, temperature on o-series ...)")
     args = parser.parse_args(argv)
     try:
         script = Script.load(args.script) if args.script else Script()
@@ -407,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --batch-polls must be at least 1", file=sys.stderr)
         return 2
     batch = BatchBehaviour(polls=args.batch_polls, outcome=args.batch_outcome)
-    with ScriptedServer(script, host=args.host, port=args.port, record_path=args.record, batch=batch) as server:
+    with ScriptedServer(script, host=args.host, port=args.port, record_path=args.record, batch=batch, strict=args.strict) as server:
         print(server.base_url, flush=True)
         try:
             while not stop.wait(0.2):

@@ -80,18 +80,27 @@ def parse_completion(data: object) -> ModelResponse:
 
 
 def parse_usage(usage: object) -> Usage:
-    """Read ``prompt_tokens``, ``completion_tokens`` and cached prompt tokens (0 when absent):
-    OpenAI's ``prompt_tokens_details.cached_tokens``, else DeepSeek's ``prompt_cache_hit_tokens``."""
+    """Read ``prompt_tokens``, ``completion_tokens``, cached prompt tokens (OpenAI's
+    ``prompt_tokens_details.cached_tokens``, else DeepSeek's ``prompt_cache_hit_tokens``),
+    prompt tokens written to the cache (``prompt_tokens_details.cache_write_tokens``) and
+    reasoning tokens (``completion_tokens_details.reasoning_tokens``, part of the completion
+    tokens); 0 when absent. A part is never more than its whole."""
     if not isinstance(usage, Mapping):
         return Usage()
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    prompt = usage.get("prompt_tokens_details")
+    prompt = prompt if isinstance(prompt, Mapping) else {}
+    completion = usage.get("completion_tokens_details")
+    completion = completion if isinstance(completion, Mapping) else {}
+    cached = prompt.get("cached_tokens")
     if cached is None:
         cached = usage.get("prompt_cache_hit_tokens")
+    input_tokens, output_tokens = _as_int(usage.get("prompt_tokens")), _as_int(usage.get("completion_tokens"))
     return Usage(
-        input_tokens=_as_int(usage.get("prompt_tokens")),
-        output_tokens=_as_int(usage.get("completion_tokens")),
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
         cached_input_tokens=_as_int(cached),
+        reasoning_tokens=min(_as_int(completion.get("reasoning_tokens")), output_tokens),
+        cache_write_tokens=min(_as_int(prompt.get("cache_write_tokens")), input_tokens),
     )
 
 

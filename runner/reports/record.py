@@ -25,6 +25,8 @@ USAGE_KEYS = (
     "cost_usd",
     "model_calls",
     "tool_calls",
+    "reasoning_tokens",
+    "cache_write_tokens",
 )
 
 

@@ -169,11 +169,15 @@ def _sources(record: Mapping[str, Any]) -> Table | None:
 def _facts(record: Mapping[str, Any]) -> list[tuple[str, str]]:
     total = record["usage"]["total"]
     cache = [("Prompt cache", _cache_fact(total))] if total["cached_input_tokens"] else []  # as the batch report: only when used
+    reasoning, written = total.get("reasoning_tokens") or 0, total.get("cache_write_tokens") or 0
+    details = [("Reasoning tokens", f"{formatting.count(reasoning)} of {formatting.count(total['output_tokens'])} output tokens")] if reasoning else []
+    details += [("Cache writes", f"{formatting.count(written)} input tokens")] if written else []
     return [
         ("Duration", formatting.seconds(record["duration_seconds"])),
         ("Cost", formatting.usd(total["cost_usd"])),
         ("Tokens", formatting.count(total["total_tokens"])),
         *cache,
+        *details,
         ("Steps", formatting.count(len(record["steps"]))),
         ("Model calls", formatting.count(total["model_calls"])),
         ("Tool calls", formatting.count(total["tool_calls"])),

@@ -16,6 +16,7 @@ from runner.agent.call_cache import CallAnswers, CallCache
 from runner.agent.loop import AgentEnv, ModelBinding, run_agent
 from runner.caps.budget import within_deadline
 from runner.config.prices import find_price, unpriced_message
+from runner.config.profile_checks import refused_settings
 from runner.config.providers import Provider
 from runner.config.specs import AgentSpec, Caps, ToolRef
 from runner.config.templates import TemplateError, render
@@ -244,12 +245,17 @@ def model_binding(ctx: RunContext, name: str) -> ModelBinding:
 
 def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:
     """A money cap on a model with no known price refuses to start, saying how to fix it
-    (for the agents' judges too: their calls are paid from the same caps)."""
+    (for the agents' judges too: their calls are paid from the same caps). A setting the
+    profile of a model given by ``--model`` does not take is not sent, and the run warns
+    (``runner validate`` refuses it for the agents' own model ids)."""
     money_capped = any(b.caps.max_cost_usd is not None for b in ctx.budget.chain())
     judges = [j.agent for n in agent_names if (j := ctx.project.agents[n].judge) and j.agent in ctx.project.agents]
     for name in dict.fromkeys([*agent_names, *judges]):
         agent = ctx.project.agents[name]
         endpoint = ctx.endpoint(agent)
+        if endpoint.model_id != agent.model.id and endpoint.provider.remote:
+            for setting, why in refused_settings(agent.model, ctx.profile(agent, endpoint), endpoint.model_id):
+                ctx.warnings.append(f"agent '{name}': {why.split(';')[0]}: model.{setting} is not sent")
         capped = money_capped or agent.caps.max_cost_usd is not None
         if capped and endpoint.provider is not Provider.LOCAL and not ctx.pricer(endpoint, agent).priced:
             raise ConfigError(unpriced_message(endpoint.model_id, name))

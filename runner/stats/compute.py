@@ -35,6 +35,7 @@ class Item:
     cost: float = 0.0
     tokens: int = 0
     cap: str | None = None
+    reasoning: int = 0  # the part of the output tokens spent reasoning
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class Summary:
     tool_calls: int | None = None
     tool_failure_rate: float | None = None
     cap_hits: dict[str, int] = field(default_factory=dict)
+    reasoning_tokens: int = 0  # of the tokens, output spent reasoning (reasoning models), in total
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,7 @@ def summarise(name: str, items: list[Item], tool_items: list[Item] | None = None
         tool_calls=len(tool_items) if tool_items is not None else None,
         tool_failure_rate=_rate(failures, len(tool_items)) if tool_items is not None else None,
         cap_hits=dict(Counter(i.cap for i in items if i.cap).most_common()),
+        reasoning_tokens=sum(i.reasoning for i in items),
     )
 
 
@@ -193,6 +196,7 @@ def _run_item(row: Row) -> Item:
     return Item(
         row["status"], row["status"] == "completed" if finished else None, duration, float(row["cost_usd"] or 0),
         int(row["input_tokens"] or 0) + int(row["output_tokens"] or 0), row["error_kind"] if row["status"] == "capped" else None,
+        int(row.get("reasoning_tokens") or 0),
     )
 
 
@@ -201,14 +205,14 @@ def _step_item(row: Row) -> Item:
     return Item(
         row["status"], row["status"] == "completed" if finished else None, row["duration_seconds"],
         float(row["cost_usd"] or 0), int(row["input_tokens"] or 0) + int(row["output_tokens"] or 0),
-        row["error_kind"] if row["status"] == "capped" else None,
+        row["error_kind"] if row["status"] == "capped" else None, int(row.get("reasoning_tokens") or 0),
     )
 
 
 def _call_item(row: Row) -> Item:
     ok = None if row["status"] == "reserved" else row["status"] == "ok"
     return Item(row["status"], ok, row["latency_seconds"], float(row["cost_usd"] or 0),
-                int(row["input_tokens"] or 0) + int(row["output_tokens"] or 0))
+                int(row["input_tokens"] or 0) + int(row["output_tokens"] or 0), reasoning=int(row.get("reasoning_tokens") or 0))
 
 
 def _tool_item(row: Row) -> Item:

@@ -49,7 +49,8 @@ class RunRecorder:
         self.emit(
             "model_call", step_id=call.step_id, agent=call.agent, model=call.model, seq=call.seq,
             input_tokens=call.usage.input_tokens, output_tokens=call.usage.output_tokens,
-            cached_input_tokens=call.usage.cached_input_tokens, cost_usd=call.usage.cost_usd,
+            cached_input_tokens=call.usage.cached_input_tokens, reasoning_tokens=call.usage.reasoning_tokens,
+            cache_write_tokens=call.usage.cache_write_tokens, cost_usd=call.usage.cost_usd,
             latency_seconds=call.latency_seconds, status=call.status, error=call.error, error_kind=call.error_kind,
             finish_reason=call.finish_reason, tool_calls=call.tool_calls, content_excerpt=(call.content or "")[:300], cached=call.cached,
         )

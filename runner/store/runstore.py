@@ -42,6 +42,8 @@ CREATE TABLE IF NOT EXISTS runs (
   input_tokens {bigint} NOT NULL DEFAULT 0,
   output_tokens {bigint} NOT NULL DEFAULT 0,
   cached_input_tokens {bigint} NOT NULL DEFAULT 0,
+  reasoning_tokens {bigint} NOT NULL DEFAULT 0,
+  cache_write_tokens {bigint} NOT NULL DEFAULT 0,
   model_calls {int} NOT NULL DEFAULT 0,
   tool_calls {int} NOT NULL DEFAULT 0,
   error TEXT,
@@ -71,6 +73,8 @@ CREATE TABLE IF NOT EXISTS steps (
   input_tokens {bigint} NOT NULL DEFAULT 0,
   output_tokens {bigint} NOT NULL DEFAULT 0,
   cached_input_tokens {bigint} NOT NULL DEFAULT 0,
+  reasoning_tokens {bigint} NOT NULL DEFAULT 0,
+  cache_write_tokens {bigint} NOT NULL DEFAULT 0,
   model_calls {int} NOT NULL DEFAULT 0,
   tool_calls {int} NOT NULL DEFAULT 0,
   model TEXT,
@@ -88,6 +92,8 @@ CREATE TABLE IF NOT EXISTS model_calls (
   input_tokens {bigint} NOT NULL,
   output_tokens {bigint} NOT NULL,
   cached_input_tokens {bigint} NOT NULL,
+  reasoning_tokens {bigint} NOT NULL DEFAULT 0,
+  cache_write_tokens {bigint} NOT NULL DEFAULT 0,
   cost_usd {real} NOT NULL,
   latency_seconds {real} NOT NULL,
   status TEXT NOT NULL,
@@ -130,6 +136,8 @@ CREATE TABLE IF NOT EXISTS plans (
         AddedColumn("runs", "cached_input_tokens", "{bigint} NOT NULL DEFAULT 0"),
         AddedColumn("steps", "cached_input_tokens", "{bigint} NOT NULL DEFAULT 0"),
         AddedColumn("model_calls", "cached", "{int} NOT NULL DEFAULT 0"),  # answered from the result cache
+        *(AddedColumn(table, column, "{bigint} NOT NULL DEFAULT 0")  # usage details: reasoning (output), cache writes (input)
+          for table in ("runs", "steps", "model_calls") for column in ("reasoning_tokens", "cache_write_tokens")),
         AddedColumn("tool_calls", "cached", "{int} NOT NULL DEFAULT 0"),
         # write tokens: a write repeated after a lost connection finds its first try by them
         AddedColumn("runs", "attempt_token", "TEXT"),
@@ -279,6 +287,7 @@ class RunStore:
             "status": result.status, "error": result.error, "error_kind": result.error_kind,
             "cost_usd": usage.cost_usd, "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
             "cached_input_tokens": usage.cached_input_tokens, "model_calls": usage.model_calls,
+            "reasoning_tokens": usage.reasoning_tokens, "cache_write_tokens": usage.cache_write_tokens,
             "tool_calls": usage.tool_calls, "output_json": dumps(result.output), "record_json": dumps(record),
             "report_dir": str(result.report_dir) if result.report_dir else None,
         })
@@ -317,6 +326,7 @@ class RunStore:
             calls = db.row(
                 "SELECT COALESCE(SUM(cost_usd), 0) AS c, COALESCE(SUM(input_tokens), 0) AS i,"
                 " COALESCE(SUM(output_tokens), 0) AS o, COALESCE(SUM(cached_input_tokens), 0) AS k,"
+                " COALESCE(SUM(reasoning_tokens), 0) AS r, COALESCE(SUM(cache_write_tokens), 0) AS w,"
                 " COALESCE(SUM(CASE WHEN status != 'error' OR input_tokens + output_tokens > 0 THEN 1 ELSE 0 END), 0) AS n"
                 " FROM model_calls WHERE run_id = ?",
                 (run_id,),
@@ -325,7 +335,9 @@ class RunStore:
 
         row, tools = self._db.atomic(read)
         assert row is not None and tools is not None
-        return Usage(int(row["i"]), int(row["o"]), int(row["k"]), float(row["c"]), int(row["n"]), int(tools["n"]))
+        return Usage(
+            int(row["i"]), int(row["o"]), int(row["k"]), float(row["c"]), int(row["n"]), int(tools["n"]), int(row["r"]), int(row["w"]),
+        )
 
     # -- steps ----------------------------------------------------------------------
 
@@ -346,6 +358,7 @@ class RunStore:
             "finished_at": step.finished_at, "duration_seconds": step.duration_seconds, "cost_usd": usage.cost_usd,
             "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
             "cached_input_tokens": usage.cached_input_tokens, "model_calls": usage.model_calls,
+            "reasoning_tokens": usage.reasoning_tokens, "cache_write_tokens": usage.cache_write_tokens,
             "tool_calls": len(step.tool_calls), "model": step.model, "record_json": dumps(step.as_dict()),
         }
         columns = ", ".join(row)
@@ -386,9 +399,10 @@ class RunStore:
         usage = call.usage
         self._db.execute(
             "UPDATE model_calls SET input_tokens = ?, output_tokens = ?, cached_input_tokens = ?, cost_usd = ?,"
-            " latency_seconds = ?, status = ?, error = ? WHERE id = ?",
+            " reasoning_tokens = ?, cache_write_tokens = ?, latency_seconds = ?, status = ?, error = ? WHERE id = ?",
             (
                 usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.cost_usd,
+                usage.reasoning_tokens, usage.cache_write_tokens,
                 call.latency_seconds, call.status, call.error, call_id,
             ),
             idempotent=True,
@@ -433,7 +447,7 @@ class RunStore:
         """Runs started in ``[since, until)`` (ISO-8601 UTC), oldest first, without their records."""
         return self._window(
             "SELECT r.run_id, r.task, r.status, r.started_at, r.finished_at, r.attempts, r.cost_usd, r.input_tokens,"
-            " r.output_tokens, r.cached_input_tokens, r.model_calls, r.tool_calls, r.error_kind FROM runs r",
+            " r.output_tokens, r.cached_input_tokens, r.reasoning_tokens, r.model_calls, r.tool_calls, r.error_kind FROM runs r",
             since, until, task, order="r.started_at",
         )
 
@@ -441,7 +455,7 @@ class RunStore:
         """The steps of the runs started in ``[since, until)``, with their run's task."""
         return self._window(
             "SELECT s.run_id, r.task, s.step_id, s.kind, s.agent, s.tool, s.model, s.status, s.error_kind,"
-            " s.duration_seconds, s.cost_usd, s.input_tokens, s.output_tokens, s.model_calls, s.tool_calls"
+            " s.duration_seconds, s.cost_usd, s.input_tokens, s.output_tokens, s.reasoning_tokens, s.model_calls, s.tool_calls"
             " FROM steps s JOIN runs r ON r.run_id = s.run_id",
             since, until, task, order="s.started_at",
         )
@@ -449,7 +463,7 @@ class RunStore:
     def model_calls_between(self, since: str, until: str, task: str | None = None) -> list[dict[str, Any]]:
         """The model calls of the runs started in ``[since, until)``, with their run's task."""
         return self._window(
-            "SELECT m.run_id, r.task, m.agent, m.model, m.status, m.input_tokens, m.output_tokens, m.cost_usd,"
+            "SELECT m.run_id, r.task, m.agent, m.model, m.status, m.input_tokens, m.output_tokens, m.reasoning_tokens, m.cost_usd,"
             " m.latency_seconds FROM model_calls m JOIN runs r ON r.run_id = m.run_id",
             since, until, task, order="m.id",
         )

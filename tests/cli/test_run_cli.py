@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from runner.model.server import ScriptedServer
-from tests.support.project import copy_shipped, run_cli
+from tests.support.project import copy_shipped, run_cli, runner_env
 
 REPO = Path(__file__).resolve().parents[2]
 CANARY = "sk-canary-cli-0123456789"
@@ -87,12 +87,12 @@ def test_json_event_stream_and_runs_commands(project: Path) -> None:
     assert events[0]["event"] == "run_started" and events[-1]["event"] == "run_finished"
     run_id = events[-1]["run_id"]
     assert events[-1]["status"] == "completed"
-    listing = subprocess.run([sys.executable, "-m", "runner", "runs"], cwd=project, capture_output=True, text=True, timeout=60)
+    listing = subprocess.run([sys.executable, "-m", "runner", "runs"], cwd=project, env=runner_env(), capture_output=True, text=True, timeout=60)
     assert run_id in listing.stdout
-    show = subprocess.run([sys.executable, "-m", "runner", "runs", "show", run_id[:20]], cwd=project, capture_output=True, text=True, timeout=60)
+    show = subprocess.run([sys.executable, "-m", "runner", "runs", "show", run_id[:20]], cwd=project, env=runner_env(), capture_output=True, text=True, timeout=60)
     assert show.returncode == 0 and "summary" in show.stdout and "query_table" in show.stdout
     out = project / "rerendered"
-    rerender = subprocess.run([sys.executable, "-m", "runner", "report", run_id, "--out", str(out)], cwd=project, capture_output=True, text=True, timeout=60)
+    rerender = subprocess.run([sys.executable, "-m", "runner", "report", run_id, "--out", str(out)], cwd=project, env=runner_env(), capture_output=True, text=True, timeout=60)
     assert rerender.returncode == 0, rerender.stderr
     assert (out / "report.html").exists() and (out / "report.json").exists()
 

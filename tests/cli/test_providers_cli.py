@@ -1,0 +1,180 @@
+"""Today's OpenAI models through the real CLI, against the loopback server in strict mode
+(it answers 400 where the real API does: ``max_tokens`` or ``temperature`` on a reasoning
+model, a field the specification does not have), and ``runner validate`` refusing, at
+``file:line:col``, a setting the model's profile does not take."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.model.server import ScriptedServer
+from runner.model.strict_openai import conformance_error, model_error
+from tests.cli.batch_api_project import TRIAGE, TRIAGE_SCRIPT, records, tickets, triage, uploaded_lines, via_api
+from tests.support.project import copy_shipped, run_cli, tool_call, write_project
+
+TICKET = ("-i", "subject=Printer on fire", "-i", "body=It crashes when I print.")
+
+
+def chat_bodies(server: ScriptedServer) -> list[dict[str, Any]]:
+    return [r.body for r in server.requests if r.path.endswith("/chat/completions")]
+
+
+def report(root: Path) -> dict[str, Any]:
+    (found,) = root.glob("reports/**/report.json")
+    return dict(json.loads(found.read_text()))
+
+
+@pytest.mark.parametrize("model", ["o4-mini", "gpt-5-mini", "gpt-4o-mini"])
+def test_the_shipped_triage_task_runs_on_each_openai_profile(tmp_path: Path, model: str) -> None:
+    root = copy_shipped(tmp_path / "project")
+    with ScriptedServer(TRIAGE_SCRIPT, strict=True) as server:
+        done = run_cli(root, server, "run", "triage_ticket", "--model", model, *TICKET)
+        bodies = chat_bodies(server)
+    assert done.returncode == 0, done.stderr
+    (body,) = bodies
+    assert "max_tokens" not in body and body["max_completion_tokens"] == 200
+    assert body["response_format"]["json_schema"]["strict"] is True  # every OpenAI profile takes strict schemas
+    assert conformance_error(body) is None and model_error(body) is None
+    if model == "gpt-4o-mini":
+        assert body["temperature"] == 0  # the agent's own model: its temperature is sent
+    else:  # a reasoning model given by --model: the agent's temperature is left out, and the run says so
+        assert "temperature" not in body
+        assert "model.temperature is not sent" in done.stderr + json.dumps(report(root)["warnings"])
+    assert report(root)["final_output"] == TRIAGE
+
+
+def test_a_plain_compatible_model_gets_max_tokens_and_no_response_format(tmp_path: Path) -> None:
+    root = copy_shipped(tmp_path / "project")
+    with ScriptedServer(TRIAGE_SCRIPT, strict=True) as server:
+        done = run_cli(root, server, "run", "triage_ticket", "--model", "deepseek-chat", *TICKET)
+        (body,) = chat_bodies(server)
+    assert done.returncode == 0, done.stderr  # the answer is checked against the schema as before
+    assert body["max_tokens"] == 200 and "response_format" not in body and body["temperature"] == 0
+
+
+def agent_file(model: str, extra: str = "") -> dict[str, str]:
+    return {
+        "agents.d/a.yaml": f"apiVersion: runner/v1\nkind: Agent\nname: a\nmodel: {{id: {model}{extra}}}\nsystem_prompt: Hi.\n",
+        "tasks.d/t.yaml": "apiVersion: runner/v1\nkind: Task\nname: t\nagent: a\ngoal: Say hi.\n",
+    }
+
+
+@pytest.mark.parametrize(
+    ("extra", "pointer", "message"),
+    [
+        (", temperature: 0.2", "/model/temperature", "model 'o4-mini' (profile 'o-series') does not accept temperature"),
+        (", top_p: 0.9", "/model/top_p", "model 'o4-mini' (profile 'o-series') does not accept top_p"),
+        (", reasoning_effort: hihg", "/model/reasoning_effort", "'hihg' is not a reasoning effort of model 'o4-mini' (profile 'o-series'): use one of low, medium, high. Did you mean 'high'?"),
+        (", service_tier: scale", None, None),  # not a tier at all: the schema refuses it
+        (", extra_headers: {Authorization: Bearer x}", "/model/extra_headers/Authorization", "header 'Authorization' carries the API key"),
+        (", extra_headers: {X-Team: sk-model-key-web-0123456789}", "/model/extra_headers/X-Team", "this value is the API key in $OPENAI_API_KEY"),
+        (", extra_body: {max_tokens: 5}", "/model/extra_body/max_tokens", "runner sets 'max_tokens' itself"),
+    ],
+)  # fmt: skip
+def test_validate_refuses_what_the_profile_does_not_take(tmp_path: Path, extra: str, pointer: str | None, message: str | None) -> None:
+    root = write_project(tmp_path / "project", agent_file("o4-mini", extra))
+    done = run_cli(root, None, "validate", env={"OPENAI_API_KEY": "sk-model-key-web-0123456789"})
+    assert done.returncode == 2, done.stdout + done.stderr
+    shown = done.stdout + done.stderr
+    if pointer is not None:
+        assert re.search(rf"agents\.d/a\.yaml:4:\d+: error: {re.escape(pointer)}: {re.escape(str(message))}", shown), shown
+    assert "Traceback" not in shown
+
+
+def test_validate_refuses_a_tier_the_profile_lacks_and_accepts_flex_where_it_exists(tmp_path: Path) -> None:
+    refused = write_project(tmp_path / "refused", agent_file("gpt-4o-mini", ", service_tier: flex"))
+    accepted = write_project(tmp_path / "accepted", agent_file("o4-mini", ", service_tier: flex, reasoning_effort: low"))
+    bad, good = run_cli(refused, None, "validate"), run_cli(accepted, None, "validate")
+    assert bad.returncode == 2 and "model 'gpt-4o-mini' (profile 'gpt-4o') has no service tier 'flex'; use one of auto, default, priority" in bad.stdout + bad.stderr
+    assert good.returncode == 0, good.stdout + good.stderr
+
+
+FLEX_AGENT = """\
+apiVersion: runner/v1
+kind: Agent
+name: calc
+model: {id: o4-mini, max_tokens: 1000, service_tier: flex, retries: 0}
+system_prompt: Use the calculator, then answer with the number.
+tools: [calculator]
+caps: {max_cost_usd: 0.0038}
+---
+apiVersion: runner/v1
+kind: Task
+name: sum
+agent: calc
+goal: What is 2+3?
+"""
+USAGE = {"prompt_tokens": 1000, "completion_tokens": 200, "reasoning_tokens": 150}
+FLEX_IN, FLEX_OUT = 0.55, 2.20  # o4-mini at batch prices (half of 1.10 / 4.40)
+
+
+def test_flex_runs_a_tool_using_agent_reserved_and_billed_at_flex_prices(tmp_path: Path) -> None:
+    """max_cost_usd 0.0038 is below one call's worst case at standard prices (1000 output
+    tokens x $4.40/M = $0.0044), so the run only starts when reserved at flex prices."""
+    root = write_project(tmp_path / "project", {"agents.d/calc.yaml": FLEX_AGENT})
+    script = [
+        {"when": {"last_role": "user"}, "times": 1, "reply": {**tool_call("calculator", expression="2+3"), "usage": USAGE}},
+        {"when": {"last_role": "tool"}, "reply": {"content": "5", "usage": USAGE}},
+    ]
+    with ScriptedServer(script, strict=True) as server:
+        done = run_cli(root, server, "run", "sum")
+        bodies = chat_bodies(server)
+    assert done.returncode == 0, done.stderr
+    assert [b["service_tier"] for b in bodies] == ["flex", "flex"] and all("max_completion_tokens" in b for b in bodies)
+    total = report(root)["usage"]["total"]
+    assert total["cost_usd"] == pytest.approx(2 * (1000 * FLEX_IN + 200 * FLEX_OUT) / 1e6)
+    assert total["reasoning_tokens"] == 300 and total["output_tokens"] == 400
+    stats = run_cli(root, None, "stats", "--json")
+    assert stats.returncode == 0, stats.stderr
+    (model,) = json.loads(stats.stdout)["models"]
+    assert model["name"] == "o4-mini" and model["reasoning_tokens"] == 300
+    assert model["cost_total"] == pytest.approx(total["cost_usd"])
+
+
+def test_without_flex_the_same_cap_stops_before_the_first_call(tmp_path: Path) -> None:
+    root = write_project(tmp_path / "project", {"agents.d/calc.yaml": FLEX_AGENT.replace(", service_tier: flex", "")})
+    with ScriptedServer([{"reply": {"content": "5", "usage": USAGE}}], strict=True) as server:
+        done = run_cli(root, server, "run", "sum")
+        bodies = chat_bodies(server)
+    assert done.returncode == 3, done.stderr  # capped: the standard-price worst case is over the cap
+    assert bodies == []
+
+
+def test_batch_api_lines_are_built_from_the_profile(tmp_path: Path) -> None:
+    root = copy_shipped(tmp_path / "project")
+    source, out = tickets(root, 3), root / "out.jsonl"
+    with ScriptedServer(TRIAGE_SCRIPT, strict=True) as server:
+        done = triage(root, server, *via_api(source, out, "--model", "o4-mini"))
+        lines = uploaded_lines(server)
+    assert done.returncode == 0, done.stderr
+    assert len(lines) == 3 and {r["status"] for r in records(out).values()} == {"done"}
+    for line in lines:  # the strict server answers a line it would refuse live with a 400 line
+        body = line["body"]
+        assert body["max_completion_tokens"] == 200 and "max_tokens" not in body and "temperature" not in body
+        assert conformance_error(body) is None and model_error(body) is None
+
+
+def test_a_profile_without_a_batch_api_is_refused_naming_what_to_use(tmp_path: Path) -> None:
+    no_batches = "apiVersion: runner/v1\nkind: ModelProfiles\nprofiles:\n  gpt-4o: {batch_api: null}\n"
+    root = copy_shipped(tmp_path / "project", files={"agents.d/profiles.yaml": no_batches})
+    source, out = tickets(root, 2), root / "out.jsonl"
+    with ScriptedServer(TRIAGE_SCRIPT, strict=True) as server:
+        done = triage(root, server, *via_api(source, out))
+        sent = server.requests
+    assert done.returncode == 2, done.stderr
+    assert "model 'gpt-4o-mini' (profile 'gpt-4o', batch_api: null), which has no Batch API; run it live (--via live)" in done.stderr
+    assert "service_tier: flex" in done.stderr and sent == []
+
+
+def test_a_money_cap_at_a_tier_the_price_does_not_give_is_a_located_error(tmp_path: Path) -> None:
+    files = agent_file("gpt-5-nano", ", service_tier: priority")  # no priority rates for gpt-5-nano in prices.yaml
+    files["agents.d/a.yaml"] += "caps: {max_cost_usd: 0.5}\n"
+    done = run_cli(write_project(tmp_path / "project", files), None, "validate")
+    assert done.returncode == 2
+    assert re.search(r"agents\.d/a\.yaml:4:\d+: error: /model/service_tier: service_tier 'priority' bills model 'gpt-5-nano' at "
+                     r"priority rates, which its price does not give", done.stdout + done.stderr), done.stdout + done.stderr
