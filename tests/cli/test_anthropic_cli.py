@@ -136,3 +136,15 @@ def test_a_tool_using_agent_runs_its_rounds_through_message_batches() -> None:
     assert all(r["status"] == "done" and r["output"] == {"answer": 42} for r in rows.values())
     results = [block for r in requests for m in r["params"]["messages"] for block in m["content"] if block["type"] == "tool_result"]
     assert results and all("42" in str(block["content"]) for block in results)
+
+
+def test_temperature_on_claude_is_a_located_validate_error(tmp_path: Path) -> None:
+    """The Messages API no longer defines temperature: refused at validate, not as a 400 on row 1."""
+    from tests.cli.anthropic_project import triage_agent
+    from tests.support.project import copy_shipped, runner_env
+
+    agent = triage_agent("{id: claude-haiku-4-5, provider: anthropic, temperature: 0, max_tokens: 200}")
+    root = copy_shipped(tmp_path / "project", files={"agents.d/triage.yaml": agent})
+    result = runner(root, runner_env(None, extra={"ANTHROPIC_API_KEY": ANTHROPIC_KEY}), "validate")
+    assert result.returncode == 2
+    assert "agents.d/triage.yaml:6:" in result.stdout and "/model/temperature" in result.stdout and "claude" in result.stdout
