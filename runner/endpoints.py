@@ -25,6 +25,39 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 STANDARD_KEY_VARIABLES = ("OPENAI_API_KEY",)
 """Variables whose key belongs to the standard endpoint only."""
 
+ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+"""Where the anthropic SDK sends calls when no base URL is configured."""
+
+
+@dataclass(frozen=True)
+class ProviderKeys:
+    """A provider's standard variables: its key, and the endpoint that key belongs to
+    (``base_variable`` when set, else ``default_url``; ``None``: no default endpoint)."""
+
+    key_variable: str
+    base_variable: str
+    default_url: str | None
+
+
+PROVIDER_KEYS = {
+    "openai": ProviderKeys("OPENAI_API_KEY", "OPENAI_BASE_URL", DEFAULT_BASE_URL),
+    "anthropic": ProviderKeys("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", ANTHROPIC_BASE_URL),
+    "azure": ProviderKeys("AZURE_OPENAI_API_KEY", "AZURE_OPENAI_ENDPOINT", None),
+}
+"""Each provider's standard key goes only to that provider's standard endpoint: ANTHROPIC_API_KEY
+never to OpenAI's, OPENAI_API_KEY never to Anthropic's."""
+
+
+def home_of_standard(variable: str, environ: Mapping[str, str], base_url_override: str | None = None) -> str | None:
+    """The endpoint a provider's standard key variable belongs to (``None``: not a standard
+    variable). ``base_url_override`` (``--base-url``) replaces OpenAI's standard endpoint."""
+    for provider, keys in PROVIDER_KEYS.items():
+        if keys.key_variable == variable:
+            if provider == "openai":
+                return standard_endpoint(base_url_override, environ)
+            return environ.get(keys.base_variable) or keys.default_url or f"${keys.base_variable}"
+    return None
+
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 

@@ -32,9 +32,10 @@ from typing import Any
 from runner.agent.call_cache import CallAnswers
 from runner.core.sources import Source
 from runner.errors import InvalidToolCall, ToolFailure
+from runner.model.answers import parse_answer
 from runner.model.base import ModelRequest, ModelResponse
 from runner.model.fingerprint import request_fingerprint
-from runner.model.wire import InvalidResponse, parse_completion
+from runner.model.wire import InvalidResponse
 from runner.redact import redact_secrets
 from runner.store.provider_answers import ProviderAnswers
 from runner.store.provider_tools import ProviderToolResults
@@ -69,7 +70,7 @@ class ReplayCache:
         body = self.answers.answer(self.run_id, self._last)
         if body is not None:
             try:
-                return replace(parse_completion(body), tariff="batch")
+                return replace(parse_answer(body), tariff="batch")
             except InvalidResponse:
                 pass  # never stored so (only answers that parsed are kept); ask again
         return self.inner.model_response(request, endpoint) if self.inner is not None else None

@@ -43,6 +43,7 @@ from runner.runs.options import RunOptions
 from runner.runs.secrets import known_secrets
 
 if TYPE_CHECKING:
+    from runner.batch.batch_flavours import BatchTarget
     from runner.batch.file_batch import BatchRequest
 
 TODO_STATUSES = ("pending", "running", "failed", "not_run")
@@ -50,26 +51,33 @@ TODO_STATUSES = ("pending", "running", "failed", "not_run")
 
 def check_batch_api(
     project: Project, task: TaskSpec, model_override: str | None, base_url_override: str | None, api_key: str | None
-) -> list[Endpoint]:
-    """The endpoints the task's agents call, or :class:`UsageError` (exit 2, before any call)
-    when one of them has no Batch API: the embedded local model, or a model whose profile
-    says ``batch_api: null`` (the refusal says what to use instead)."""
-    endpoints: list[Endpoint] = []
+) -> list[BatchTarget]:
+    """The endpoints the task's agents call, each with its Batch API (flavour and limits,
+    :mod:`runner.batch.batch_flavours`), or :class:`UsageError` (exit 2, before any call) when
+    one of them has none: the embedded local model, a provider runner does not batch through,
+    or a model whose profile says ``batch_api: null``."""
+    from runner.batch.batch_flavours import batch_target
+
+    targets: list[BatchTarget] = []
     for agent in _agents(project, task):
         endpoint = resolve_endpoint(agent.model, model_override=model_override, base_url_override=base_url_override, api_key=api_key)
-        if not endpoint.provider.has_batch_api:
+        if endpoint.provider is Provider.LOCAL:
             raise UsageError(
                 f"task '{task.name}' cannot run with --via batch-api: its agent '{agent.name}' uses the embedded local "
                 "model, which has no Batch API. Configure an OpenAI-compatible endpoint (OPENAI_API_KEY, OPENAI_BASE_URL "
                 "or --base-url), or run it live (--via live)"
             )
-        profile = find_profile(project.profiles, endpoint.model_id, agent.model.profile)
+        profile = find_profile(project.profiles, endpoint.model_id, named=agent.model.profile)
         if profile.batch_api is None:
             raise UsageError(f"task '{task.name}' cannot run with --via batch-api: " + no_batch_api_message(
                 f"its agent '{agent.name}' calls model '{endpoint.model_id}' (profile '{profile.name}', batch_api: null)"
             ))  # fmt: skip
-        endpoints.append(endpoint)
-    return endpoints
+        target = batch_target(endpoint, profile)
+        if target is None:
+            what = f"its agent '{agent.name}' calls {endpoint.model_id} through provider {endpoint.provider.value}"
+            raise UsageError(f"task '{task.name}' cannot run with --via batch-api: {no_batch_api_message(what)}")
+        targets.append(target)
+    return targets
 
 
 def provider_endpoints(project: Project, task: TaskSpec, request: BatchRequest) -> list[Endpoint]:

@@ -10,11 +10,13 @@ call's (:mod:`runner.model.openai_faults`), its message redacted, no SDK object 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from runner.batch.provider_state import BatchPart
 from runner.errors import ModelError
+from runner.model.base import ModelRequest
 from runner.model.factory import Endpoint
 from runner.model.faults import kind_for_status
 
@@ -43,10 +45,37 @@ class PollPolicy:
 
 
 class ProviderClient:
-    """The Files and Batch APIs of one endpoint."""
+    """The Files and Batch APIs of one endpoint (the OpenAI flavour; Anthropic's is
+    :class:`~runner.batch.message_batches.MessageBatchesClient`, with the same methods)."""
+
+    files = True  # a round's requests are uploaded as a file, then the batch made of it
 
     def __init__(self, endpoint: Endpoint, timeout_seconds: float = 120.0):
         self._client = _sdk_client(endpoint, timeout_seconds)
+
+    def call_id(self, run_id: str, batch_id: str, fingerprint: str) -> str:
+        """A call's ``custom_id``: ``<row id>.<request fingerprint>``."""
+        return f"{run_id.removeprefix(batch_id + '-')}.{fingerprint}"
+
+    def line(self, call_id: str, request: ModelRequest, model_id: str) -> bytes:
+        """One line of a batch's input file: the Chat Completions request as a live call sends it."""
+        from runner.model.openai_client import wire_body
+
+        line = {"custom_id": call_id, "method": "POST", "url": CHAT_COMPLETIONS, "body": wire_body(request, model_id)}
+        return (json.dumps(line, ensure_ascii=False) + "\n").encode()
+
+    async def submit(self, content: bytes, part: BatchPart, metadata: dict[str, str], batch_id: str, uploaded: Callable[[str], None]) -> str:
+        """Upload ``content`` and create the batch of it; ``uploaded(file_id)`` is told in between."""
+        file_id = await self.upload(part.filename(batch_id), content)
+        uploaded(file_id)
+        return await self.create(file_id, metadata)
+
+    async def collected_lines(self, batch: Any) -> list[dict[str, Any]]:
+        """Every line of an ended batch: its output file's, then its error file's."""
+        return [*await self.lines(batch.output_file_id), *await self.lines(batch.error_file_id)]
+
+    def outcome(self, line: dict[str, Any] | None, batch: Any) -> dict[str, Any] | ModelError:
+        return line_outcome(line, batch)
 
     async def upload(self, name: str, content: bytes) -> str:
         uploaded = await self._call(self._client.files.create(file=(name, content), purpose="batch"))
@@ -71,14 +100,18 @@ class ProviderClient:
                 return str(batch.id)
         return None
 
-    async def find_settled(self, metadata: dict[str, str], since: float, file_id: str | None) -> str | None:
+    async def find_settled(
+        self, part: BatchPart, metadata: dict[str, str], file_id: str | None, expected: set[str], known: set[str]
+    ) -> str | None:
         """The batch created with ``metadata``, or ``None`` when none exists *and none can appear
         later*. A create sent by a process that died may still be in flight at the provider and
         land after any search; so when the first search finds nothing, the input file it would
         read (``file_id``) is deleted first, and a create that lands afterwards fails for want of
         it; then the search is made again (a create that landed in between is found). Without a
         ``file_id`` no create was sent (runner records the id before it creates), so one search
-        is enough. A failed delete raises :class:`ModelError`: it cannot be told yet."""
+        is enough. A failed delete raises :class:`ModelError`: it cannot be told yet. (``expected``,
+        ``known``: the calls' ids and the batches recorded, which the metadata makes unneeded here.)"""
+        since = part.at - 600
         found = await self.find(metadata, since)
         if found is not None or file_id is None:
             return found

@@ -28,7 +28,8 @@ import threading
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
-from runner.batch.provider_api import FINISHED, ProviderClient
+from runner.batch.batch_flavours import BatchClient, batch_client
+from runner.batch.provider_api import FINISHED
 from runner.batch.provider_state import BatchPart, ProviderState, UnneededFile, recorded
 from runner.errors import ModelError
 
@@ -78,7 +79,7 @@ async def cancel_out(
 ) -> tuple[list[str], list[UnneededFile]]:
     """Cancel the batches ``out`` and those ``intents`` became (found by metadata); returns the ids
     cancelled and the input files of them all (to delete once they have ended)."""
-    clients: dict[str, ProviderClient] = {}
+    clients: dict[str, BatchClient] = {}
     cancelled: list[str] = []
     files: list[UnneededFile] = []
     try:
@@ -144,28 +145,30 @@ def _state(meta: dict[str, str]) -> dict[str, Any]:
     return state if isinstance(state, dict) else {}
 
 
-def _client(clients: dict[str, ProviderClient], endpoints: dict[str, Endpoint], key: str) -> ProviderClient | None:
+def _client(clients: dict[str, BatchClient], endpoints: dict[str, Endpoint], key: str) -> BatchClient | None:
     """The client for the endpoint a batch is at; ``None`` when it cannot be reached from here."""
     if key not in endpoints:
         return None
     if key not in clients:
         try:
-            clients[key] = ProviderClient(endpoints[key])
+            clients[key] = batch_client(endpoints[key])
         except ModelError:  # no API key for it
             return None
     return clients[key]
 
 
-async def _find(client: ProviderClient | None, part: BatchPart, batch_id: str) -> str | None:
+async def _find(client: BatchClient | None, part: BatchPart, batch_id: str) -> str | None:
+    """The batch an intent became (a Message Batch, which has no metadata, is not looked for
+    here: without its calls' ids it could be told from another client's only by chance)."""
     if client is None:
         return None
     try:  # a create still in flight cannot land after this look (its input file goes first)
-        return await client.find_settled(part.metadata(batch_id), part.at - 600, part.file_id)
+        return await client.find_settled(part, part.metadata(batch_id), part.file_id, set(), set())
     except ModelError:
         return None
 
 
-async def _cancel(client: ProviderClient | None, provider_id: str, part: BatchPart, say: Say, whose: str) -> bool:
+async def _cancel(client: BatchClient | None, provider_id: str, part: BatchPart, say: Say, whose: str) -> bool:
     """Cancel one batch, saying so (or why not, and what to do)."""
     how = f"cancel it at the provider (POST {part.endpoint}/batches/{provider_id}/cancel) so it is not paid for twice"
     if client is None:

@@ -35,6 +35,7 @@ class BatchPart:
     endpoint: str  # the endpoint's base URL without credentials (runner.endpoints.safe_url)
     at: float = 0.0  # when it was intended (seconds since the epoch): a resume looks no further back
     file_id: str | None = None  # its input file, once uploaded
+    requests: int = 0  # how many requests it holds (0: not recorded); a Message Batch is recognised by it
 
     @property
     def key(self) -> str:
@@ -91,7 +92,7 @@ class ProviderState:
 
     def intend(self, part: BatchPart) -> BatchPart:
         """Note (durably) that ``part`` is about to be created; returns it with its time."""
-        stamped = BatchPart(part.round, part.part, part.model, part.endpoint, time.time())
+        stamped = replace(part, at=time.time(), file_id=None)
         self.intents.append(stamped)
         self._save()
         return stamped
@@ -169,7 +170,7 @@ def _part(found: Any) -> BatchPart:
     file_id = found.get("file_id")
     return BatchPart(
         int(found["round"]), int(found["part"]), str(found["model"]), str(found["endpoint"]), float(found.get("at", 0)),
-        None if file_id is None else str(file_id),
+        None if file_id is None else str(file_id), int(found.get("requests") or 0),
     )
 
 

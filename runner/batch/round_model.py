@@ -23,9 +23,9 @@ from runner.batch.executor import RowDeferred, RowExecutor
 from runner.batch.provider_api import NOT_FOR_LIVE
 from runner.batch.rounds import CURRENT_RUN, LineError, RoundCollector
 from runner.core.results import RunResult
+from runner.model.answers import parse_answer
 from runner.model.base import AttemptHook, ChatModel, ModelRequest, ModelResponse
 from runner.model.factory import Endpoint
-from runner.model.wire import parse_completion
 from runner.runs.options import RunOptions
 
 
@@ -46,7 +46,7 @@ class BatchRoundModel:
             if attempts is not None:  # settles the unanswered line (not billed), reserves the live call
                 attempts.retry(answer.kind, answer.message, tariff="live")
             return await self.live.complete(request, attempts)
-        return replace(parse_completion(answer), tariff="batch")
+        return replace(parse_answer(answer), tariff="batch")
 
     async def aclose(self) -> None:
         """Nothing of its own to close (the pool closes ``live``, the collector its clients)."""

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -35,8 +34,9 @@ from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 from runner.agent.ledger import BILLABLE_FAULTS
+from runner.batch.batch_flavours import BatchClient, BatchTarget, batch_client, split, split_limits
 from runner.batch.journal import BatchJournal
-from runner.batch.provider_api import FINISHED, PollPolicy, ProviderClient, line_outcome
+from runner.batch.provider_api import FINISHED, PollPolicy
 from runner.batch.provider_state import BatchPart, ProviderState, UnneededFile
 from runner.caps.budget import Budget
 from runner.caps.pricing import Pricer
@@ -45,11 +45,12 @@ from runner.core.calls import ModelCallEntry
 from runner.core.usage import Usage
 from runner.endpoints import DEFAULT_BASE_URL, safe_url
 from runner.errors import ModelError
+from runner.model.answers import parse_answer
 from runner.model.base import ModelRequest
 from runner.model.factory import Endpoint
 from runner.model.faults import RETRYABLE_KINDS
 from runner.model.fingerprint import request_fingerprint
-from runner.model.wire import InvalidResponse, parse_completion
+from runner.model.wire import InvalidResponse
 from runner.redact import redact_secrets
 from runner.store.provider_answers import ProviderAnswers
 from runner.store.provider_tools import ProviderToolResults
@@ -112,7 +113,7 @@ class RoundCollector:
     row's task with :meth:`enter` / :meth:`leave` (:class:`~runner.batch.round_model.RoundRows`)."""
 
     def __init__(
-        self, journal: BatchJournal, store: RunStore, *, endpoints: Iterable[Endpoint], prices: Callable[[str], Pricer],
+        self, journal: BatchJournal, store: RunStore, *, endpoints: Iterable[BatchTarget], prices: Callable[[str], Pricer],
         deadline: Budget, limits: BatchApiLimits | None = None, poll: PollPolicy | None = None, wait: bool = True,
         fallback_live: bool = False, secrets: list[str] | None = None, log: IO[str] | None = None,
         notices: IO[str] | None = None,
@@ -120,8 +121,10 @@ class RoundCollector:
         self.journal, self.store, self.state = journal, store, ProviderState(journal)
         self.answers = ProviderAnswers(store.database)
         ProviderToolResults(store.database)  # the rows' tool results are kept there (runner.agent.replay)
-        self.endpoints = {endpoint_key(e): e for e in endpoints}
-        self.prices, self.deadline, self.limits = prices, deadline, limits or BatchApiLimits()
+        endpoints = list(endpoints)
+        self.endpoints = {endpoint_key(t.endpoint): t.endpoint for t in endpoints}
+        self.apis = {(endpoint_key(t.endpoint), t.endpoint.model_id): t.api for t in endpoints}
+        self.prices, self.deadline, self.limits = prices, deadline, limits
         self.poll, self.wait, self.fallback_live = poll or PollPolicy(), wait, fallback_live
         self.secrets, self.log, self.notices = secrets or [], log, notices
         self.deferral: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -133,7 +136,7 @@ class RoundCollector:
         self._gone = asyncio.Event()  # a caller stopped waiting
         self._version = 0
         self._settled: set[str] = set()  # runs whose calls were settled after their caller had gone
-        self._clients: dict[str, ProviderClient] = {}
+        self._clients: dict[str, BatchClient] = {}
         self._driver: asyncio.Task[None] | None = None
         self._closing = False
         self._command = asyncio.current_task()  # cancelled: the command is interrupted (Ctrl-C, SIGTERM)
@@ -193,15 +196,12 @@ class RoundCollector:
                 self._gone.set()
 
     def _queued(self, run_id: str, fingerprint: str, endpoint: Endpoint, request: ModelRequest) -> _Call:
-        from runner.model.openai_client import wire_body
-
-        custom_id = f"{run_id.removeprefix(self.journal.batch_id + '-')}.{fingerprint}"
+        client = self._client(endpoint_key(endpoint))
+        custom_id = client.call_id(run_id, self.journal.batch_id, fingerprint)
         call = self._queue.get(custom_id)
         if call is None:
             # A batch line bills at the batch price: no service tier goes with it.
-            body = wire_body(replace(request, service_tier=None), endpoint.model_id)
-            line = {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
-            encoded = (json.dumps(line, ensure_ascii=False) + "\n").encode()
+            encoded = client.line(custom_id, replace(request, service_tier=None), endpoint.model_id)
             call = self._queue[custom_id] = _Call(run_id, fingerprint, custom_id, endpoint, encoded)
         return call
 
@@ -237,7 +237,9 @@ class RoundCollector:
         for intent in list(self.state.intents):
             client = self._client(intent.endpoint)
             try:
-                found = await client.find_settled(intent.metadata(self.journal.batch_id), intent.at - 600, intent.file_id)
+                found = await client.find_settled(
+                    intent, intent.metadata(self.journal.batch_id), intent.file_id, self._expected(client, intent), set(self.state.out_ids)
+                )
             except ModelError as exc:  # its create may still land: the intent stays, the next run looks again
                 self._notice(f"could not tell yet whether provider batch round {intent.round} part {intent.part} was "
                              f"created ({exc}); the next run looks for it again")  # fmt: skip
@@ -271,7 +273,7 @@ class RoundCollector:
                 names = ", ".join(f.id or f.name for f in files)
                 self._notice(f"could not delete uploaded input file(s) {names} yet ({exc}); the next run tries again")
 
-    async def _delete_files(self, client: ProviderClient, files: list[UnneededFile]) -> None:
+    async def _delete_files(self, client: BatchClient, files: list[UnneededFile]) -> None:
         since = min(f.at for f in files) - 600
         in_use = await client.files_in_use(since)
         copies = await client.uploaded({f.name for f in files}, since)
@@ -343,25 +345,25 @@ class RoundCollector:
         await self.delete_unneeded_files()
 
     def _parts(self, number: int, calls: list[_Call]) -> list[tuple[BatchPart, list[_Call]]]:
-        """The round's calls by model and endpoint, each group split within the limits."""
+        """The round's calls by model and endpoint, each group split within its Batch API's limits
+        (the model profile's, lowered by the task's ``batch_api:`` block or the flags)."""
         groups: dict[tuple[str, str], list[_Call]] = defaultdict(list)
         for call in calls:
-            if len(call.line) > self.limits.max_file_bytes:
-                message = f"the request is {len(call.line)} bytes, more than a provider batch file may hold ({self.limits.max_file_bytes})"
-                self._answer(call, LineError("batch_too_large", message))
-            else:
-                groups[call.group].append(call)
+            groups[call.group].append(call)
         parts: list[tuple[BatchPart, list[_Call]]] = []
         for (endpoint, model), members in groups.items():
-            chunk: list[_Call] = []
-            size = 0
+            api = self.apis.get((endpoint, model)) or next(a for (e, _), a in self.apis.items() if e == endpoint)
+            max_requests, max_bytes = split_limits(api, self.limits)
+            fitting = []
             for call in members:
-                if chunk and (len(chunk) >= self.limits.max_requests or size + len(call.line) > self.limits.max_file_bytes):
-                    parts.append((BatchPart(number, len(parts) + 1, model, endpoint), chunk))
-                    chunk, size = [], 0
-                chunk.append(call)
-                size += len(call.line)
-            parts.append((BatchPart(number, len(parts) + 1, model, endpoint), chunk))
+                if len(call.line) > max_bytes:
+                    message = f"the request is {len(call.line)} bytes, more than a provider batch may hold ({max_bytes})"
+                    self._answer(call, LineError("batch_too_large", message))
+                else:
+                    fitting.append(call)
+            for chunk in split([len(call.line) for call in fitting], max_requests, max_bytes):
+                part = BatchPart(number, len(parts) + 1, model, endpoint, requests=len(chunk))
+                parts.append((part, fitting[chunk.start : chunk.stop]))
         return parts
 
     async def _submit(self, part: BatchPart, members: list[_Call]) -> str | None:
@@ -371,10 +373,12 @@ class RoundCollector:
         self.answers.in_part([(c.run_id, c.fingerprint) for c in members], self._part_key(part))
         intent = self.state.intend(part)
         metadata = part.metadata(self.journal.batch_id)
+        def uploaded(file_id: str) -> None:  # so a file whose batch is never made can be deleted
+            nonlocal intent
+            intent = self.state.uploaded(intent, file_id)
+
         try:
-            file_id = await client.upload(intent.filename(self.journal.batch_id), b"".join(c.line for c in members))
-            intent = self.state.uploaded(intent, file_id)  # so a file whose batch is never made can be deleted
-            provider_id = await client.create(file_id, metadata)
+            provider_id = await client.submit(b"".join(c.line for c in members), intent, metadata, self.journal.batch_id, uploaded)
         except ModelError as exc:
             found = await self._created_anyway(client, metadata, intent)
             if found is None:
@@ -392,6 +396,14 @@ class RoundCollector:
     def _part_key(self, part: BatchPart) -> str:
         return f"{self.journal.batch_id}:{part.key}"
 
+    def _expected(self, client: BatchClient, part: BatchPart) -> set[str]:
+        """The ``custom_id`` of every call ``part`` holds."""
+        return {client.call_id(run_id, self.journal.batch_id, fp) for run_id, fp in self.answers.calls_in(self._part_key(part))}
+
+    def _calls_of(self, client: BatchClient, part: BatchPart) -> dict[str, tuple[str, str]]:
+        """``custom_id -> (run id, fingerprint)`` of the calls ``part`` holds."""
+        return {client.call_id(run_id, self.journal.batch_id, fp): (run_id, fp) for run_id, fp in self.answers.calls_in(self._part_key(part))}
+
     def _never_sent(self, intent: BatchPart) -> None:
         """The calls of a batch that was never created (its process died first) were not sent:
         settle their reservations at nothing."""
@@ -399,13 +411,15 @@ class RoundCollector:
             self._settle(ledger_id, intent.model, None, LineError("batch_not_created", "its provider batch was never created"))
             self._settled.add(run_id)
 
-    async def _created_anyway(self, client: ProviderClient, metadata: dict[str, str], intent: BatchPart) -> str | None:
+    async def _created_anyway(self, client: BatchClient, metadata: dict[str, str], intent: BatchPart) -> str | None:
         """The batch a failed upload or create may still have made, or ``None`` (the intent is
         dropped when it surely made none and none can appear later: its input file is deleted
         before the last look, :meth:`ProviderClient.find_settled`; kept when that cannot be told:
         a resume looks again)."""
         try:
-            found = await client.find_settled(metadata, intent.at - 600, self.state.file_of(intent))
+            found = await client.find_settled(
+                intent, metadata, self.state.file_of(intent), self._expected(client, intent), set(self.state.out_ids)
+            )
         except ModelError:
             return None
         if found is None:
@@ -504,19 +518,24 @@ class RoundCollector:
         process cancelled the batch); then it is no longer out."""
         client = self._client(part.endpoint)
         try:
-            found = [*await client.lines(batch.output_file_id), *await client.lines(batch.error_file_id)]
+            found = await client.collected_lines(batch)
         except ModelError as exc:
             for call in members or ():
                 self._answer(call, LineError.of(exc))
             return  # still out: a rerun collects it
         lines = {str(line.get("custom_id")): line for line in found}
+        calls = self._calls_of(client, part)
+        unknown = sorted(set(lines) - set(calls))
+        if unknown:  # not this part's calls: never kept, never billed to a row
+            self._notice(f"provider batch {batch.id} answered {len(unknown)} request(s) it was not sent ({', '.join(unknown[:3])}"
+                         f"{'...' if len(unknown) > 3 else ''}): ignored")  # fmt: skip
         if members is None:  # re-attached: every line, none waited on
             for custom_id, line in lines.items():
-                run = self._run_of(custom_id)
-                if run is not None:
-                    self._keep(run[0], run[1], part.model, line_outcome(line, batch), waited=False, keep_failure=keep_failures)
+                if custom_id in calls:
+                    run_id, fingerprint = calls[custom_id]
+                    self._keep(run_id, fingerprint, part.model, client.outcome(line, batch), waited=False, keep_failure=keep_failures)
         for call in members or ():
-            outcome = line_outcome(lines.get(call.custom_id), batch)
+            outcome = client.outcome(lines.get(call.custom_id), batch)
             answer = self._keep(call.run_id, call.fingerprint, part.model, outcome, call.waited(), keep_failure=keep_failures)
             self._answer(call, answer)
         self.state.collected(batch.id, getattr(batch, "input_file_id", None))
@@ -535,7 +554,7 @@ class RoundCollector:
         else:
             body: dict[str, Any] = redact_secrets(outcome, self.secrets)
             try:
-                usage = parse_completion(body).usage
+                usage = parse_answer(body).usage
             except InvalidResponse as exc:
                 answer = LineError("invalid_response", f"the provider batch's answer is not a chat completion: {exc}")
             else:
@@ -566,10 +585,6 @@ class RoundCollector:
                 waiter.set_result(answer)
                 self._waits(call.run_id, -1)
 
-    def _run_of(self, custom_id: str) -> tuple[str, str] | None:
-        row_id, dot, fingerprint = custom_id.rpartition(".")
-        return (f"{self.journal.batch_id}-{row_id}", fingerprint) if dot and row_id else None
-
     def _correct_rows(self) -> None:
         """Rows no longer running whose calls were settled late get their run's spend from the
         store (a row still running records its own when it ends)."""
@@ -582,12 +597,12 @@ class RoundCollector:
 
     # --- helpers -----------------------------------------------------------------------
 
-    def _client(self, key: str) -> ProviderClient:
+    def _client(self, key: str) -> BatchClient:
         if key not in self._clients:
             endpoint = self.endpoints.get(key)
             if endpoint is None:
                 raise ModelError("config", f"a provider batch at {key} is recorded, but no agent of this task calls that endpoint now")
-            self._clients[key] = ProviderClient(endpoint)
+            self._clients[key] = batch_client(endpoint)
         return self._clients[key]
 
     def _say(self, text: str) -> None:

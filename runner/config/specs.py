@@ -90,6 +90,8 @@ class ModelSpec:
     retries: int = 3
     context_window: int = 32768
     prompt_cache_key: str | bool | None = None  # None: derived, sent to OpenAI's API only (runner.model.prompt_cache)
+    deployment: str | None = None  # provider azure: the deployment name (default: id)
+    api_version: str | None = None  # provider azure: the api-version (default: $OPENAI_API_VERSION, else 2024-10-21)
     profile: str | None = None  # a model profile by name (runner.config.profiles); None: matched by id
     reasoning_effort: str | None = None
     service_tier: str | None = None  # auto | default | flex | priority, billed as the profile says
@@ -289,10 +291,12 @@ class ReportSpec:
 @dataclass(frozen=True)
 class BatchApiLimits:
     """What one provider batch may hold (a task's ``batch_api:`` block): a round with more
-    requests, or a larger input file, is split over several batches. OpenAI's limits by default."""
+    requests, or a larger input file, is split over several batches. ``None``: the provider's
+    own limit (:mod:`runner.batch.batch_flavours`; OpenAI 50,000 requests and 200 MB, Anthropic
+    100,000 and 256 MB); a value may only lower it."""
 
-    max_requests: int = 50_000
-    max_file_bytes: int = 200_000_000
+    max_requests: int | None = None
+    max_file_bytes: int | None = None
 
     @classmethod
     def from_config(cls, data: dict[str, Any] | None) -> BatchApiLimits:

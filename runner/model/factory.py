@@ -22,6 +22,7 @@ from runner.endpoints import (
     STANDARD_KEY_VARIABLES,
     KeyCandidate,
     choose_key,
+    home_of_standard,
     safe_url,
     same_endpoint,
     shown_url,
@@ -50,6 +51,8 @@ class Endpoint:
     base_url: str | None = None
     api_key: str | None = field(default=None, repr=False)
     tariff: Tariff = "live"  # batch: the calls go through the provider's Batch API (runner batch --via batch-api)
+    deployment: str | None = None  # azure: the deployment the calls go to
+    api_version: str | None = None  # azure: the api-version query parameter
 
 
 class BatchTransport(Protocol):
@@ -76,8 +79,10 @@ def resolve_endpoint(
     model_id = model_override or spec.id
     if spec.provider is Provider.LOCAL:
         return Endpoint(Provider.LOCAL, LOCAL_MODEL_ID)
-    if spec.provider is not None and spec.provider is not Provider.OPENAI:
-        raise ConfigError(f"model '{model_id}': provider '{spec.provider}' is not available in this build")
+    if spec.provider is Provider.ANTHROPIC or spec.provider is Provider.AZURE:
+        from runner.model.native_endpoints import resolve_native
+
+        return _header_checked(resolve_native(spec, model_id, base_url_override, api_key, env), spec.api_key_env or "the key")
     base_url = base_url_override or spec.base_url or env.get("OPENAI_BASE_URL") or None
     if base_url is not None:
         check_base_url(base_url, _base_url_setting(spec, base_url_override))
@@ -95,11 +100,21 @@ def resolve_endpoint(
         )
     if key is not None and not _header_safe(key):
         source = next(c.name for c in candidates if c.value == key)
-        raise ConfigError(
-            f"model '{model_id}': {source} holds a character an HTTP header cannot carry (a space or line break, "
-            "maybe at its end, a control or a non-ASCII character); set it to the key alone"
-        )
+        raise _header_refused(model_id, source)
     return Endpoint(Provider.OPENAI, model_id, base_url, key or "not-needed")
+
+
+def _header_refused(model_id: str, source: str) -> ConfigError:
+    return ConfigError(
+        f"model '{model_id}': {source} holds a character an HTTP header cannot carry (a space or line break, "
+        "maybe at its end, a control or a non-ASCII character); set it to the key alone"
+    )
+
+
+def _header_checked(endpoint: Endpoint, source: str) -> Endpoint:
+    if endpoint.api_key is not None and not _header_safe(endpoint.api_key):
+        raise _header_refused(endpoint.model_id, source)
+    return endpoint
 
 
 def _header_safe(key: str) -> bool:
@@ -183,7 +198,8 @@ def _key_candidates(
     candidates = [KeyCandidate(api_key, standard, "the API key given by the caller (e.g. an Airflow connection)")]
     variable = spec.api_key_env
     if variable:
-        own_home = standard if variable in STANDARD_KEY_VARIABLES else spec.base_url or standard
+        home = home_of_standard(variable, env, base_url_override)  # a provider's standard key stays with its provider
+        own_home = home if home is not None else spec.base_url or standard
         candidates.append(KeyCandidate(env.get(variable), own_home, variable))
     candidates += [KeyCandidate(env.get(name), standard, name) for name in STANDARD_KEY_VARIABLES]
     return candidates
@@ -253,6 +269,7 @@ class ModelPool:
         key_hash = hashlib.sha256((endpoint.api_key or "").encode()).hexdigest()[:16]
         cache_key = (
             endpoint.provider, endpoint.model_id, endpoint.base_url, key_hash, spec.timeout_seconds, spec.retries, endpoint.tariff,
+            endpoint.deployment, endpoint.api_version,
             tuple(sorted(spec.extra_headers.items())),
         )
         if cache_key not in self._models:
@@ -269,8 +286,21 @@ class ModelPool:
                 self._noticed = True
                 self._notice(LOCAL_NOTICE.format(model=endpoint.model_id))
             return LocalChatModel()
+        if endpoint.provider is Provider.ANTHROPIC:
+            from runner.model.anthropic_client import AnthropicChatModel
+
+            return AnthropicChatModel(
+                endpoint.model_id, base_url=endpoint.base_url, api_key=endpoint.api_key,
+                timeout_seconds=spec.timeout_seconds, max_retries=spec.retries, on_retry=self._on_retry,
+            )  # fmt: skip
         from runner.model.openai_client import OpenAIChatModel
 
+        if endpoint.provider is Provider.AZURE:
+            return OpenAIChatModel(
+                endpoint.model_id, azure=(endpoint.deployment or endpoint.model_id, endpoint.api_version or ""),
+                base_url=endpoint.base_url, api_key=endpoint.api_key, timeout_seconds=spec.timeout_seconds,
+                max_retries=spec.retries, on_retry=self._on_retry,
+            )  # fmt: skip
         return OpenAIChatModel(
             endpoint.model_id,
             base_url=endpoint.base_url,

@@ -49,7 +49,8 @@ class OpenAIChatModel:
     ``OPENAI_BASE_URL``). ``timeout_seconds`` bounds each attempt. ``max_retries``
     overrides ``retry_policy.max_retries``. With ``stream=True`` answers are streamed
     and accumulated (usage via ``stream_options.include_usage``); the result is the same
-    :class:`ModelResponse`.
+    :class:`ModelResponse`. ``azure=(deployment, api_version)``: an Azure OpenAI resource at
+    ``base_url``, through the SDK's Azure client.
     """
 
     supports_tools = True
@@ -65,6 +66,7 @@ class OpenAIChatModel:
         retry_policy: RetryPolicy | None = None,
         default_headers: Mapping[str, str] | None = None,
         stream: bool = False,
+        azure: tuple[str, str] | None = None,
         sleep: Sleep = asyncio.sleep,
         on_retry: OnRetry | None = None,
         rng: random.Random | None = None,
@@ -81,7 +83,7 @@ class OpenAIChatModel:
         self._rng = rng or random.Random()
         headers = dict(default_headers or {})
         self._timeout = timeout_seconds
-        self._client = _make_client(base_url, api_key, timeout_seconds, headers)
+        self._client = _make_client(base_url, api_key, timeout_seconds, headers, azure)
         self._secrets = (self._client.api_key, *(v for k, v in headers.items() if _SECRET_HEADER.search(k)))
 
     async def complete(self, request: ModelRequest, attempts: AttemptHook | None = None) -> ModelResponse:
@@ -151,8 +153,11 @@ def wire_body(request: ModelRequest, default_model: str) -> dict[str, Any]:
 
 
 def _make_client(
-    base_url: str | None, api_key: str | None, timeout_seconds: float, headers: dict[str, str]
+    base_url: str | None, api_key: str | None, timeout_seconds: float, headers: dict[str, str],
+    azure: tuple[str, str] | None = None,
 ) -> openai.AsyncOpenAI:
+    if azure is not None:
+        return _azure_client(base_url, api_key, timeout_seconds, headers, *azure)
     try:
         return openai.AsyncOpenAI(
             api_key=api_key,
@@ -169,6 +174,19 @@ def _make_client(
         "auth",
         "no API key: set the environment variable named by the agent's model api_key_env, or OPENAI_API_KEY",
     )
+
+
+def _azure_client(
+    endpoint: str | None, api_key: str | None, timeout_seconds: float, headers: dict[str, str], deployment: str, api_version: str
+) -> openai.AsyncOpenAI:
+    """The SDK's Azure client: calls go to ``{endpoint}/openai/deployments/{deployment}/...?api-version=...``
+    with the key in the ``api-key`` header (never an Azure AD token read from the environment)."""
+    if not api_key or not endpoint:
+        raise ModelError("auth", "no API key or endpoint: set AZURE_OPENAI_API_KEY and AZURE_OPENAI_ENDPOINT (or model.base_url)")
+    return openai.AsyncAzureOpenAI(
+        azure_endpoint=endpoint, azure_deployment=deployment, api_version=api_version, api_key=api_key, timeout=timeout_seconds,
+        max_retries=0, default_headers=headers, http_client=capped_http_client(),
+    )  # fmt: skip
 
 
 def _json_body(response: Any) -> dict[str, Any]:

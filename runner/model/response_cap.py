@@ -57,7 +57,14 @@ async def _cap(response: Any) -> None:
 
 
 def capped_http_client() -> Any:
-    """The SDK's default async HTTP client, with every response's body capped."""
+    """The openai SDK's default async HTTP client, with every response's body capped."""
     import openai
 
     return openai.DefaultAsyncHttpxClient(event_hooks={"response": [_cap]})
+
+
+def capped_anthropic_http_client() -> Any:
+    """The anthropic SDK's default async HTTP client (the same transport), every body capped."""
+    import anthropic
+
+    return anthropic.DefaultAsyncHttpxClient(event_hooks={"response": [_cap]})

@@ -198,9 +198,12 @@ MAX_REPORTED_TOKENS = 1 << 40
 """A token count above this (about 10^12) is not a real call's: read as not reported."""
 
 
-def _as_int(value: object) -> int:
+def as_count(value: object) -> int:
     """A count the endpoint reported; anything but an integer in 0..MAX_REPORTED_TOKENS is 0
     (not reported: the estimate stands), so a made-up count cannot overflow the stores."""
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPORTED_TOKENS:
         return value
     return 0
+
+
+_as_int = as_count

@@ -59,6 +59,12 @@ class ProviderAnswers:
             "UPDATE provider_answers SET batch_part = ? WHERE run_id = ? AND fingerprint = ?", [(part, *key) for key in keys]
         )
 
+    def calls_in(self, part: str) -> list[tuple[str, str]]:
+        """``(run id, fingerprint)`` of every call noted in the provider batch ``part``: what its
+        lines may answer (a line for any other call is one the batch should not hold)."""
+        rows = self._db.rows("SELECT run_id, fingerprint FROM provider_answers WHERE batch_part = ?", (part,))
+        return [(str(row["run_id"]), str(row["fingerprint"])) for row in rows]
+
     def unanswered_in(self, part: str) -> list[tuple[str, int]]:
         """``(run id, reservation id)`` of the calls of ``part`` that have no answer."""
         rows = self._db.rows(

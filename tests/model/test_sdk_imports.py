@@ -14,9 +14,9 @@ PROBE = """
 import json, sys, openai
 before = set(sys.modules)
 import runner.model.openai_client
-from runner.model.openai_faults import _NOT_SENT
+from runner.model.openai_faults import _not_sent
 added = sorted(m for m in set(sys.modules) - before if m.split('.')[0] in ('httpx', 'httpx2', 'rich', 'pygments', 'click'))
-print(json.dumps({"added": added, "classes": sorted({c.__module__.split('.')[0] for c in _NOT_SENT})}))
+print(json.dumps({"added": added, "classes": sorted({c.__module__.split('.')[0] for c in _not_sent()})}))
 """
 
 

@@ -1,0 +1,150 @@
+"""Claude through the native Messages API, as a real ``runner`` process against the strict
+Anthropic server: the shipped triage task live and through Message Batches (``--via
+batch-api``: batch prices, split by the limits, resumed after ``kill -9`` without a second
+batch or bill). Every body sent is checked against the anthropic package's own types."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.model.anthropic_server import AnthropicServer
+from runner.model.batch_endpoints import BatchBehaviour
+from tests.cli.anthropic_project import (
+    ANTHROPIC_KEY,
+    LIVE_COST,
+    SCRIPT,
+    TRIAGE,
+    anthropic_env,
+    checked_requests,
+    claude_project,
+    records,
+    runner,
+    tickets,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return claude_project(tmp_path / "project")
+
+
+def _via_api(source: Path, out: Path, *extra: str) -> list[str]:
+    return ["batch", "triage_ticket", "--input", str(source), "--output", str(out), "--id-column", "id", "--via", "batch-api",
+            "--batch-poll-seconds", "0.01", "--progress", "none", *extra]  # fmt: skip
+
+
+def test_the_triage_task_runs_live_on_claude_with_only_the_anthropic_key_sent(project: Path) -> None:
+    with AnthropicServer(SCRIPT, api_key=ANTHROPIC_KEY) as server:
+        result = runner(project, anthropic_env(server), "run", "triage_ticket", "-i", "subject=Crash", "-i", "body=It crashes", "--json")
+        assert result.returncode == 0, result.stderr
+        (body,) = checked_requests(server)
+        (sent,) = server.requests
+    finished = json.loads(result.stdout.splitlines()[-1])
+    assert finished["status"] == "completed" and finished["cost_usd"] == pytest.approx(LIVE_COST)
+    assert sent.auth_fingerprint == AnthropicServer.key_fingerprint(ANTHROPIC_KEY)  # not OPENAI_API_KEY
+    assert body["model"] == "claude-haiku-4-5" and body["max_tokens"] == 200
+    assert body["system"][-1]["cache_control"] == {"type": "ephemeral"}
+
+
+def test_the_triage_batch_goes_out_as_one_message_batch_at_half_price(project: Path) -> None:
+    source, out = tickets(project, 5), project / "out.jsonl"
+    with AnthropicServer(SCRIPT, api_key=ANTHROPIC_KEY, batch=BatchBehaviour(polls=2)) as server:
+        result = runner(project, anthropic_env(server), *_via_api(source, out, "--json"))
+        assert result.returncode == 0, result.stderr
+        requests = checked_requests(server)
+        assert len(server.message_batches) == 1 and len(server.billed) == 5
+        assert not [r for r in server.requests if r.path == "/v1/messages"]  # nothing sent live
+    assert len(requests) == 5 and len({r["custom_id"] for r in requests}) == 5
+    rows = records(out)
+    assert all(r["status"] == "done" and r["output"] == TRIAGE for r in rows.values())
+    assert all(r["cost_usd"] == pytest.approx(LIVE_COST / 2) for r in rows.values())
+    assert json.loads(result.stdout)["cost_usd"] == pytest.approx(5 * LIVE_COST / 2)
+
+
+def test_a_round_larger_than_the_limit_is_split_over_message_batches(project: Path) -> None:
+    source, out = tickets(project, 5), project / "out.jsonl"
+    with AnthropicServer(SCRIPT, api_key=ANTHROPIC_KEY, batch=BatchBehaviour(polls=1)) as server:
+        result = runner(project, anthropic_env(server), *_via_api(source, out, "--batch-max-requests", "2"))
+        assert result.returncode == 0, result.stderr
+        sizes = [len(b.requests) for b in sorted(server.message_batches.values(), key=lambda b: b.id)]
+        assert len(server.billed) == 5
+    assert sizes == [2, 2, 1]
+    assert all(r["status"] == "done" for r in records(out).values())
+
+
+def _wait_until(condition: object, seconds: float = 120) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.parametrize("point", ["created", "output"])
+def test_kill_9_with_a_message_batch_out_then_the_same_command_resumes_onto_it(project: Path, point: str) -> None:
+    """Killed after the batch was created (its id maybe not recorded yet) or while reading its
+    results: the rerun finds the same batch, creates none, and bills each row once."""
+    source, out = tickets(project, 3), project / "out.jsonl"
+    journal = project / "journal.sqlite3"
+    with AnthropicServer(SCRIPT, api_key=ANTHROPIC_KEY, batch=BatchBehaviour(polls=1, hold=frozenset({point}))) as server:
+        env = anthropic_env(server)
+        argv = [sys.executable, "-m", "runner", *_via_api(source, out, "--journal", str(journal))]
+        process = subprocess.Popen(argv, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert _wait_until(lambda: server.holding(point) > 0), f"never reached {point}"
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=30)
+        server.release()
+        resumed = runner(project, env, *_via_api(source, out, "--journal", str(journal)))
+        assert resumed.returncode == 0, resumed.stderr
+        assert len(server.message_batches) == 1  # the same batch, re-attached: none created twice
+        assert len(server.billed) == 3  # each row answered (and paid for) once
+        checked_requests(server)
+    rows = records(out)
+    assert sorted(rows) == ["t1", "t2", "t3"] and all(r["status"] == "done" and r["output"] == TRIAGE for r in rows.values())
+    assert all(r["cost_usd"] == pytest.approx(LIVE_COST / 2) for r in rows.values())
+
+
+def test_a_tool_using_agent_runs_its_rounds_through_message_batches() -> None:
+    """Three rounds per row (a sandboxed python tool call, a refused answer, its repair), each
+    round one Message Batch; the tool results go back as tool_result blocks."""
+    from tests.cli.rounds_project import AGENT, ROUNDS, numbers, rounds_project
+    from tests.cli.rounds_project import SCRIPT as ROUNDS_SCRIPT
+
+    with rounds_project() as root:
+        agent = AGENT.replace("model: {id: gpt-4o-mini, max_tokens: 50}", "model: {id: claude-haiku-4-5, provider: anthropic, max_tokens: 50}")
+        (root / "agents.d/calc.yaml").write_text(agent)
+        source, out = numbers(root, 3), root / "out.jsonl"
+        with AnthropicServer(ROUNDS_SCRIPT, api_key=ANTHROPIC_KEY, batch=BatchBehaviour(polls=1)) as server:
+            argv = [arg if arg != "triage_ticket" else "compute" for arg in _via_api(source, out)]
+            result = runner(root, anthropic_env(server), *argv)
+            assert result.returncode == 0, result.stderr
+            requests = checked_requests(server)
+            assert len(server.message_batches) == ROUNDS and len(server.billed) == 3 * ROUNDS
+        rows = records(out)
+    assert all(r["status"] == "done" and r["output"] == {"answer": 42} for r in rows.values())
+    results = [block for r in requests for m in r["params"]["messages"] for block in m["content"] if block["type"] == "tool_result"]
+    assert results and all("42" in str(block["content"]) for block in results)
+
+
+def test_temperature_on_claude_is_a_located_validate_error(tmp_path: Path) -> None:
+    """The Messages API no longer defines temperature: refused at validate, not as a 400 on row 1."""
+    from tests.cli.anthropic_project import triage_agent
+    from tests.support.project import copy_shipped, runner_env
+
+    agent = triage_agent("{id: claude-haiku-4-5, provider: anthropic, temperature: 0, max_tokens: 200}")
+    root = copy_shipped(tmp_path / "project", files={"agents.d/triage.yaml": agent})
+    result = runner(root, runner_env(None, extra={"ANTHROPIC_API_KEY": ANTHROPIC_KEY}), "validate")
+    assert result.returncode == 2
+    assert "agents.d/triage.yaml:6:" in result.stdout and "/model/temperature" in result.stdout and "claude" in result.stdout
