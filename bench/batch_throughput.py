@@ -109,6 +109,7 @@ def start_server(script: Path) -> tuple[subprocess.Popen[str], str]:
         [sys.executable, "-m", "runner.model.server", "--script", str(script), "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,
+        env=checkout_env(),
     )
     assert server.stdout is not None
     return server, server.stdout.readline().strip()
@@ -131,10 +132,17 @@ def run_mode(mode: str, args: argparse.Namespace, root: Path, base_url: str) -> 
     command += ["--rows", str(args.rows), "--concurrency", str(args.concurrency), "--calls", str(args.calls)]
     command += ["--latency", str(args.latency), "--run-rows", str(args.run_rows)]
     command += ["--tracemalloc"] if args.tracemalloc else []
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=checkout_env())
     if done.returncode != 0:
         raise SystemExit(f"mode {mode} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def checkout_env() -> dict[str, str]:
+    """The environment of a measured process: this checkout's ``runner`` first on the path (not
+    whichever one the interpreter's environment has installed)."""
+    checkout = str(Path(__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (checkout, os.environ.get("PYTHONPATH")) if p)}
 
 
 def run_cli(args: argparse.Namespace, root: Path, base_url: str) -> dict[str, Any]:
@@ -142,7 +150,7 @@ def run_cli(args: argparse.Namespace, root: Path, base_url: str) -> dict[str, An
     command = [sys.executable, "-m", "runner", "batch", "triage", "--input", "tickets.csv", "--id-column", "id"]
     command += ["--output", "out.jsonl", "--concurrency", str(args.concurrency), "--restart", "--progress", "none"]
     command += ["--base-url", base_url]
-    env = {**os.environ, "OPENAI_API_KEY": "sk-bench"}
+    env = {**checkout_env(), "OPENAI_API_KEY": "sk-bench"}
     started = time.perf_counter()
     with open(os.devnull, "wb") as sink:
         child = subprocess.Popen(command, cwd=root, env=env, stdout=sink, stderr=subprocess.PIPE)
@@ -423,4 +431,5 @@ def _ratio(value: float, hand: dict[str, Any] | None, what: str) -> str:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's runner, as the modes use
     main()

@@ -47,6 +47,7 @@ from runner.errors import UsageError
 from runner.store import cap_holders
 from runner.store.cap_holders import Holder
 from runner.store.database import Database
+from runner.store.group_commit import commit_now
 from runner.store.schema import Schema
 
 SCHEMA = Schema("""
@@ -271,7 +272,9 @@ class CapLedger:
             )
             return True
 
-        return self.db.atomic(count_once)
+        counted_once = self.db.atomic(count_once)
+        commit_now()  # counted before the tool runs, also in a batch's group commit
+        return counted_once
 
     def take_over(self, key: str, run_id: str, recorded: Mapping[str, Usage | None] | None = None) -> Usage:
         """Carry forward what dead holders still hold in scope ``key`` for run ``run_id`` (its
