@@ -73,7 +73,11 @@ class CallLedger:
         batch's other rows (:mod:`runner.store.group_commit`); this returns once it has, and only
         then may the request be sent."""
         self._open()
-        await durable()
+        try:
+            await durable()
+        except BaseException:  # cancelled (or the commit failed) before the request was sent: nothing to bill
+            self.failed("cancelled", "stopped before the request was sent", billable=frozenset())
+            raise
 
     def _open(self) -> None:
         self._held = self.budget.reserve(self.estimate, count_step=self.count_step)

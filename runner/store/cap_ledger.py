@@ -182,6 +182,9 @@ class CapLedger:
 
     def __init__(self, database: Database) -> None:
         self.db = database
+        # Each operation stays its own transaction, also in a batch's group commit: a scope's row is
+        # what every worker waits on, and it is never held for a group's window.
+        database.groupable = False
         self.holder = Holder()
         self._registered = False
         database.create(SCHEMA)
@@ -245,6 +248,7 @@ class CapLedger:
         """Replace reservation ``entry``'s worst case by ``actual`` (``None``: the call was not
         made). Once: an entry already settled is left alone. Without ``entry``, ``held`` is
         taken out by amount (a caller from before entries)."""
+        commit_now()  # the run store's record of the call first (a batch's group commit holds it)
         if entry is None:
             spend = actual or Usage()
             self.db.execute(_MOVE, (*_held(held), *_spent(spend), key))
@@ -272,9 +276,7 @@ class CapLedger:
             )
             return True
 
-        counted_once = self.db.atomic(count_once)
-        commit_now()  # counted before the tool runs, also in a batch's group commit
-        return counted_once
+        return self.db.atomic(count_once)
 
     def take_over(self, key: str, run_id: str, recorded: Mapping[str, Usage | None] | None = None) -> Usage:
         """Carry forward what dead holders still hold in scope ``key`` for run ``run_id`` (its
