@@ -91,7 +91,7 @@ CALC_TASK = {
     "agent": "calc",
     "goal": CALC_GOAL,
 }
-CALC_RULES = [  # three calculator calls, then the answer: 4 model calls a row
+CALC_RULES: list[dict[str, Any]] = [  # three calculator calls, then the answer: 4 model calls a row
     {"when": {"last_role": "user"}, "reply": {"tool_calls": [{"name": "calculator", "arguments": {"expression": "3 + 4"}}]}},
     {"when": {"last_message": "= 7$"}, "reply": {"tool_calls": [{"name": "calculator", "arguments": {"expression": "7 * 6"}}]}},
     {"when": {"last_message": "= 42$"}, "reply": {"tool_calls": [{"name": "calculator", "arguments": {"expression": "42 + 8"}}]}},

@@ -483,6 +483,8 @@ def storable(params: Sequence[Any], *, nul: bool = True) -> tuple[Any, ...]:
 def _text(value: str, nul: bool) -> str:
     if nul and "\x00" in value:
         value = value.replace("\x00", "\\x00")
+    if value.isascii():  # the common case, checked without encoding a copy
+        return value
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

@@ -3,9 +3,9 @@
 Outside a group every write to a :class:`~runner.store.database.Database` is its own
 transaction, as before. Inside :func:`commit_group` (``run_batch`` opens one around its
 workers) a write on the event loop's thread joins the group instead: the first opens a
-transaction on its connection, later ones (from any row, on any database of the batch: the
-run store, the cap ledger, the journal) run inside it, each :meth:`Database.atomic` unit in
-a savepoint of its own, so a unit that fails undoes only itself. The group commits
+transaction on its connection, later ones (from any row, on the batch's SQLite run store
+and journal) run inside it, each :meth:`Database.atomic` unit in a savepoint of its own, so
+a unit that fails undoes only itself. The group commits
 
 * in the next turn of the event loop after someone waits for it (:func:`durable`: every row
   that reaches that point in the same turn shares one commit);
@@ -13,20 +13,29 @@ a savepoint of its own, so a unit that fails undoes only itself. The group commi
 * at once when :func:`commit_now` is called (a caller that cannot wait), and when the group ends.
 
 What must be durable before something leaves the process waits for the commit that holds it:
-a model call's reservation before its request is sent (``CallLedger.reserve``), a row's
-``running`` mark before the row runs, a tool call counted in a shared scope before the tool
-runs. Everything else (settlements, transcripts, step and run rows, a row's outcome) rides
-with the next commit, so ``kill -9`` can lose only writes whose effects have not left the
-process, as before; a crash after a response came back and before its settlement committed
-leaves the call ``reserved``, counted at its worst case on resume, as before.
+a model call's reservation before its request is sent (``CallLedger.open_in_group``; a
+caller that cannot wait, ``CallLedger.open``, commits at once), a row's ``running`` mark
+before the row runs. Everything else (settlements, transcripts, step and run rows, a row's
+outcome) rides with the next commit, so ``kill -9`` can lose only writes whose effects have
+not left the process; a crash after a response came back and before its settlement
+committed leaves the call ``reserved``, counted at its worst case on resume, as a crash
+between the two did before.
+
+The shared cap ledger (:class:`~runner.store.cap_ledger.CapLedger`) never joins: each of its
+operations stays one short transaction, since a scope's row is what every worker waits on;
+a settlement commits the group first, so the call's record is durable before its
+reservation is settled.
 
 Databases commit in :attr:`~runner.store.database.Database.commit_rank` order: the journal
 (rank 1) after the run store and cap ledger (rank 0), so a row's outcome is never durable
 before the records its run wrote. A commit that fails rolls back the rest of the group, fails
 every waiter, and refuses every later write of the group (the batch stops; run it again to
 resume). Writes from other threads (a tool running in a worker thread) do not join: they are
-their own transactions, as outside a group. PostgreSQL connections join only when
-``Database.groupable`` says so (an SQLite file does).
+their own transactions, as outside a group. Only databases whose ``groupable`` is true join:
+SQLite files. PostgreSQL connections do not yet (their writes stay one transaction each, as
+before): a group's transaction there would hold row locks other workers wait on (a shared
+transcript blob's insert) and lose its writes on a dropped connection, which the per-unit
+retry with a ``check`` survives today.
 """
 
 from __future__ import annotations
