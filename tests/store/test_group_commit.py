@@ -152,3 +152,34 @@ def test_writes_from_another_thread_are_their_own_transactions(tmp_path: Path) -
 
     assert asyncio.run(main()) == {"thread"}
     db.close()
+
+
+def test_a_call_cancelled_while_its_reservation_waits_for_the_commit_is_released_unsent(tmp_path: Path) -> None:
+    from runner.agent.ledger import CallLedger
+    from runner.caps.budget import Budget, Estimate
+    from runner.config.specs import Caps
+    from runner.core.calls import ModelCallEntry
+    from runner.core.usage import Usage
+    from runner.store.recorder import RunRecorder
+    from runner.store.runstore import RunStore
+
+    store = RunStore(tmp_path / "runs.sqlite3")
+    attempt = store.start_run("r1", "t", {}, "hash", {})
+    budget = Budget(Caps(max_cost_usd=1.0), "task")
+    template = ModelCallEntry("main", "agent", "m", 1, Usage(), 0.0, "reserved")
+    ledger = CallLedger(budget, Estimate(100, 50, 0.5), RunRecorder(store, "r1", attempt, None, ()), template)
+
+    async def main() -> None:
+        with commit_group(window=60):
+            waiting = asyncio.ensure_future(ledger.open_in_group())
+            await asyncio.sleep(0)  # reserved and written; waiting for the group's commit
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+
+    asyncio.run(main())
+    calls = store.model_calls("r1")
+    assert [(c["status"], c["cost_usd"]) for c in calls] == [("error", 0.0)]  # never sent: nothing counted
+    assert budget.spent == Usage()
+    budget.reserve(Estimate(100, 50, 0.9))  # the cancelled call's 0.5 is not held any more
+    store.close()
