@@ -165,3 +165,46 @@ def test_dedupe_on_a_rerun_with_nothing_to_do_is_said_not_ignored(project: Path)
         assert batch(project, server).returncode == 0
         rerun = batch(project, server, "--dedupe")
     assert rerun.returncode == 0 and "note: --dedupe: no row was left to run" in rerun.stdout
+
+
+# --- defects seen on the way (issue 24) -------------------------------------------------------
+
+
+def test_a_batch_refused_at_start_leaves_no_output_lock(project: Path) -> None:
+    (project / "bad.csv").write_text("id,body\nT1,no subject column\n")
+    with ScriptedServer({"fallback": {"content": TRIAGE}}) as server:
+        refused = run_cli(project, server, "batch", "triage_ticket", "--input", "bad.csv", "--output", "out.jsonl",
+                          "--progress", "none")  # fmt: skip
+        done = batch(project, server, output="good.jsonl")
+    assert refused.returncode == 2 and "column 'subject'" in refused.stderr
+    assert done.returncode == 0
+    assert not list(project.glob(".*.lock"))  # neither the refused batch's nor the finished one's
+
+
+def test_a_rerun_with_nothing_to_do_keeps_the_report_of_the_run_that_did_the_work(project: Path) -> None:
+    with ScriptedServer({"fallback": {"content": TRIAGE}}) as server:
+        first = json.loads(batch(project, server, "--json").stdout)
+        again = json.loads(batch(project, server, "--json").stdout)
+    assert again["report_path"] == first["report_path"]
+    report = json.loads(Path(first["report_path"]).with_suffix(".json").read_text())
+    assert report["run"]["attempts_here"] == 12
+
+
+def test_progress_of_a_resumed_batch_counts_what_earlier_runs_spent(project: Path) -> None:
+    with ScriptedServer({"fallback": {"content": TRIAGE}}) as server:
+        capped = batch(project, server, "--max-cost-usd", "0.0004", "--concurrency", "1")
+        assert capped.returncode == 3, capped.stderr
+        resumed = batch(project, server, "--progress", "log", "--concurrency", "1")
+    assert resumed.returncode == 0, resumed.stderr
+    first_line = next(line for line in resumed.stderr.splitlines() if line.startswith("batch: "))
+    assert "/12 rows" in first_line and "$0.0000 spent" not in first_line and "/12 rows" in first_line
+
+
+def test_a_row_cap_names_the_next_calls_worst_case_and_by_how_much_it_would_pass(project: Path) -> None:
+    with ScriptedServer({"fallback": {"content": TRIAGE}}) as server:
+        result = batch(project, server, "--row-max-cost-usd", "0.00005")
+        assert len(server.requests) == 0
+    error = records(project / "out.jsonl")[0]["error"]
+    assert "cost_usd=0)" not in error
+    assert "cap max_cost_usd=5e-05: the next call's worst case (cost_usd=" in error and "would pass it by" in error
+    assert result.returncode == 1
