@@ -57,7 +57,7 @@ FORMATS = ("csv", "jsonl", "parquet")
 OPTION_NAMES = (
     "input_format", "output_format", "map", "id_column", "concurrency", "rpm", "tpm", "max_attempts",
     "stop_after_failures", "max_cost_usd", "max_tokens", "max_wall_seconds", "row_max_cost_usd", "row_max_steps",
-    "durable", "model", "no_cache", "dedupe", "caps", "row_caps",
+    "durable", "model", "no_cache", "dedupe", "caps", "row_caps", "keep_answers", "retry_failed",
 )  # fmt: skip
 """The ``runner batch`` flags a fan-out takes, plus ``caps``/``row_caps`` mappings of any cap names."""
 PROVIDER_BATCH_OPTIONS = ("via", "batch_fallback", "batch_poll_seconds")
@@ -86,6 +86,8 @@ class FanoutOptions:
     model: str | None = None
     no_cache: bool = False  # --no-cache: the result cache is neither read nor written
     dedupe: bool = False  # --dedupe: rows with identical inputs run once, within each shard
+    keep_answers: bool = False  # --keep-answers: a changed configuration keeps the answers made so far
+    retry_failed: bool = False  # --retry-failed: failed rows run once more on this try
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None, where: str = "options") -> FanoutOptions:
@@ -119,6 +121,8 @@ class FanoutOptions:
             model=optional_text(values.get("model"), at("model")),
             no_cache=flag(values.get("no_cache"), at("no_cache")),
             dedupe=flag(values.get("dedupe"), at("dedupe")),
+            keep_answers=flag(values.get("keep_answers"), at("keep_answers")),
+            retry_failed=flag(values.get("retry_failed"), at("retry_failed")),
         )
 
     def shard_share(self, shards: int) -> FanoutOptions:
