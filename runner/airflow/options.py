@@ -5,7 +5,9 @@ for ``--id-column``, ``map`` for ``--map``, ``rpm`` for ``--rpm``, ...); see
 :data:`OPTION_NAMES`. Three do not carry over, by design: ``--journal`` (each shard keeps
 its own journal in the dag run's work directory), ``--restart`` (a new dag run starts
 over; a retry always resumes) and ``--progress`` (progress lines go to the task log).
-Nor does provider batch mode (``via``, ``batch_fallback``, ``batch_poll_seconds``): a fan-out
+Nor do a trial's rows (``--limit``, ``--sample``, ``--seed``), ``--estimate`` and ``--keep-columns``:
+a fan-out runs the whole file and merges shard outputs (run a trial or a forecast with
+``runner batch`` or :func:`runner.api.run_batch`); they are refused as unknown options. Nor does provider batch mode (``via``, ``batch_fallback``, ``batch_poll_seconds``): a fan-out
 refuses them with a clear error. A provider batch already runs every row at once, on the
 provider's side, so there is nothing to shard; and its rows are reserved at batch prices
 before it is submitted, in its own journal, not in a fan-out's shared cap scope. Run it as

@@ -4,7 +4,8 @@ mistaken for a resume.
 The fingerprint is a SHA-256 over *parts*, each the canonical JSON of one piece of the resolved,
 typed configuration (:mod:`runner.config.specs`), named by the file it comes from and the field:
 ``agents.d/extract.yaml: output_schema``, ``agents.d/extract.yaml: model.id``, ``tasks.d/x.yaml: goal``,
-``tools.d/lookup.yaml: lookup``, ``built-in prompt: repair``. Every field of a task, of each agent
+``tools.d/lookup.yaml: lookup``, ``built-in prompts: runner/prompts/agent.yaml`` (the framework's
+prompt files, which an agent's ``prompts:`` overrides in part). Every field of a task, of each agent
 it runs and of each agent's model is a part, except the few listed in :data:`NOT_DECIDING` (they
 limit or place a run, they do not shape its answer), so a field added to a spec later is in the
 fingerprint without anyone listing it. The command line's ``--model`` and ``--base-url`` are applied
@@ -60,11 +61,12 @@ class Fingerprint:
 
 def fingerprint(project: Project, task: TaskSpec, *, model_override: str | None = None, base_url_override: str | None = None) -> Fingerprint:
     """The fingerprint of ``task`` as this command would run it (see the module doc)."""
-    from runner.prompts import defaults
+    from importlib import resources
+
+    from runner.prompts import FILES
 
     parts: dict[str, str] = {}
     _fields(parts, task.source or f"task {task.name}", task, NOT_DECIDING["task"])
-    overridden: set[str] = set()
     for name in task.agents_used():
         agent = project.agents.get(name)
         if agent is None:
@@ -73,14 +75,12 @@ def fingerprint(project: Project, task: TaskSpec, *, model_override: str | None 
         _fields(parts, where, agent, NOT_DECIDING["agent"])
         model = _effective_model(agent.model, model_override, base_url_override)
         _fields(parts, where, model, NOT_DECIDING["model"], prefix="model.")
-        overridden.update(agent.prompts)
         for ref in agent.tools:
             tool = project.tools.get(ref.name)
             if tool is not None:
                 parts[f"{tool.source.rpartition(':')[0] or tool.source}: {tool.name}"] = _digest(tool.data)
-    for name, text in sorted(defaults().items()):
-        if name not in overridden:
-            parts[f"built-in prompt: {name}"] = _digest(text)
+    for name in FILES:  # the files' bytes: parsing them would load YAML on a batch's path
+        parts[f"built-in prompts: runner/prompts/{name}"] = _digest(resources.files("runner.prompts").joinpath(name).read_text("utf-8"))
     whole = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
     return Fingerprint(whole, parts)
 
