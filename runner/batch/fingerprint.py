@@ -138,7 +138,7 @@ def check_fingerprint(project: Project, task: TaskSpec, request: BatchRequest, j
         return ("--keep-answers: the configuration is unchanged, every answer is already made under it",) if request.keep_answers else ()
     if found is None:
         journal.adopt_fingerprint(now.digest, now.as_json(), earlier=UNKNOWN if journal.ingested else None)
-        return ()
+        return ("--keep-answers: a new journal, no earlier answers to keep",) if request.keep_answers and not journal.ingested else ()
     done = journal.counts()["done"]
     changed = changes(journal.fingerprint_parts(), now.parts)
     if not request.keep_answers:

@@ -45,7 +45,7 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.option("--keep-answers", is_flag=True, help="The configuration changed since the journal began: keep the answers made so far (each record names the fingerprint it was made under) and run the rows still to do under the new one.")
 @click.option("--limit", type=click.IntRange(min=1), help="Trial run: only the first N valid rows (they stay done: the full run does not pay for them again).")
 @click.option("--sample", type=click.IntRange(min=1), help="Trial run: N valid rows at random (--seed); with --estimate, the sample it prices from (default 20).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Which rows --sample picks (the same seed, the same rows).")
+@click.option("--seed", type=int, help="Which rows --sample picks (default 0; the same seed, the same rows).")
 @click.option("--retry-failed", is_flag=True, help="Run failed rows once more, also those whose attempts are used up or whose failure a retry would not fix.")
 @click.option("--keep-columns", metavar="A,B|all", help="Copy these input columns (or all) into each output record (JSONL: 'input'; CSV/Parquet: input.<name> columns).")
 @click.option("--estimate", is_flag=True, help="Price the whole file before running it: from a paid sample of rows (--sample, default 20; they count toward the full run), or with --no-calls from prompt token counts. Exit 3 when --max-cost-usd cannot hold even the low end.")
@@ -68,7 +68,7 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
           mapping: tuple[str, ...], id_column: str | None, concurrency: int | None, rpm: float | None, tpm: float | None,
           max_attempts: int, stop_after_failures: int | None, max_cost_usd: float | None, max_tokens: int | None,
           max_wall_seconds: float | None, row_max_cost_usd: float | None, row_max_steps: int | None,
-          journal_path: Path | None, restart: bool, keep_answers: bool, limit: int | None, sample: int | None, seed: int,
+          journal_path: Path | None, restart: bool, keep_answers: bool, limit: int | None, sample: int | None, seed: int | None,
           retry_failed: bool, keep_columns: str | None, estimate: bool, no_calls: bool, no_cache: bool, dedupe: bool, durable: bool, report_dir: Location | None, progress: str,
           model: str | None, base_url: str | None, via: str | None, batch_fallback: str | None, batch_poll_seconds: float,
           batch_max_requests: int | None, batch_max_file_bytes: int | None, root: Path | None, as_json: bool) -> None:
@@ -76,8 +76,10 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
 
     Rerunning the same command resumes: rows already done are skipped, failed ones are
     retried up to --max-attempts, nothing is duplicated or lost (also after kill -9).
-    Exit codes: 0 every row done, 1 some row failed or was invalid, 2 usage error,
-    3 a batch cap stopped the batch, 130 interrupted (rerun to resume).
+    Exit codes: 0 every row done (of a trial: its rows), 1 some row failed or was invalid, 2 usage
+    error (also: the configuration changed since the journal began; --restart or --keep-answers),
+    3 a batch cap stopped the batch (--estimate: the file does not fit --max-cost-usd), 130
+    interrupted (rerun to resume).
     """
     from dataclasses import replace
 
@@ -101,8 +103,10 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
         requests_per_minute=rpm, tokens_per_minute=tpm, model_override=model, base_url_override=base_url,
         progress=progress, use_cache=not no_cache, dedupe=dedupe, via=via, batch_fallback=batch_fallback,
         batch_poll_seconds=batch_poll_seconds, batch_limits=limits, keep_answers=keep_answers, limit=limit, sample=sample,
-        seed=seed, retry_failed=retry_failed, keep_columns=keep_columns,
+        seed=seed or 0, retry_failed=retry_failed, keep_columns=keep_columns,
     )
+    if seed is not None and sample is None and not estimate:
+        raise click.UsageError("--seed only applies with --sample (or --estimate, whose sample it picks)")
     if no_calls and not estimate:
         raise click.UsageError("--no-calls only applies with --estimate")
     if request.mode(spec) == "batch-api":

@@ -208,3 +208,12 @@ def test_a_row_cap_names_the_next_calls_worst_case_and_by_how_much_it_would_pass
     assert "cost_usd=0)" not in error
     assert "cap max_cost_usd=5e-05: the next call's worst case (cost_usd=" in error and "would pass it by" in error
     assert result.returncode == 1
+
+
+def test_flags_that_would_do_nothing_are_refused_or_said(project: Path) -> None:
+    with ScriptedServer({"fallback": {"content": TRIAGE}}) as server:
+        seed_alone = batch(project, server, "--seed", "3")
+        fresh = batch(project, server, "--keep-answers", "--limit", "1")
+        assert len(server.requests) == 1
+    assert seed_alone.returncode == 2 and "--seed only applies with --sample" in seed_alone.stderr
+    assert fresh.returncode == 0 and "note: --keep-answers: a new journal, no earlier answers to keep" in fresh.stdout
