@@ -15,12 +15,17 @@ task opts into the result cache (``cache: {ttl: 1d}``), all sharing one run stor
   Batch APIs, implemented by the loopback server), billed at the batch price (half the live
   price, as OpenAI's Batch API).
 
+Then the forecast: ``--estimate --no-cache`` on a fresh journal (a paid sample of 20 rows), and the
+full run after it (``--no-cache``, resuming that journal, so the sample's rows are not paid twice);
+the last line compares the projected total with what the server billed for the sample and the full
+run together (the issue's bar: within 25%).
+
 The cost of a mode is what the loopback server billed while it ran (``ScriptedServer.billed``:
 the usage of every completion it produced) at the published prices shipped in
 ``runner/config/prices.yaml``; not what the runner says it spent. Printed per mode: endpoint
 calls, USD per 1,000 rows, wall time of the ``runner batch`` process, and records written.
 
-    .venv/bin/python bench/cost.py [--rows 1200] [--concurrency 32]
+    .venv/bin/python bench/cost.py [--rows 1200] [--concurrency 32] [--estimate-only]
 """
 
 from __future__ import annotations
@@ -114,22 +119,55 @@ def run_mode(project: Path, server: ScriptedServer, name: str, flags: tuple[str,
     }
 
 
+def run_estimate(project: Path, server: ScriptedServer, concurrency: int) -> dict[str, Any]:
+    """``--estimate`` (a paid sample of 20 rows) on a fresh journal, then the full run: the projection and the bill."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "RUNNER_"))}
+    env.update(PYTHONPATH=str(ROOT), OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-bench-cost")
+    base = [sys.executable, "-m", "runner", "batch", "triage_ticket", "--input", "tickets.csv", "--output", "out-estimate.jsonl",
+            "--id-column", "id", "--concurrency", str(concurrency), "--progress", "none", "--no-cache", "--json",
+            "--journal", "estimate.sqlite3"]  # fmt: skip
+    before = len(server.billed)
+    started = time.monotonic()
+    forecast = subprocess.run([*base, "--estimate"], cwd=project, env=env, capture_output=True, text=True, check=False)
+    if forecast.returncode != 0:
+        raise SystemExit(f"estimate: runner batch exited {forecast.returncode}\n{forecast.stderr[-2000:]}")
+    sampled = len(server.billed) - before
+    full = subprocess.run(base, cwd=project, env=env, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - started
+    if full.returncode != 0:
+        raise SystemExit(f"full run after the estimate: exited {full.returncode}\n{full.stderr[-2000:]}")
+    figures = json.loads(forecast.stdout)
+    billed = server.billed[before:]
+    return {
+        "mode": "estimate+full", "calls": len(billed), "sample_calls": sampled, "usd": billed_usd(billed), "wall": wall,
+        "records": json.loads(full.stdout)["records_written"], "rows": figures["rows"], "projected": figures["total"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1200, help="tickets from the file (default: all 1,200)")
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--estimate-only", action="store_true", help="only the forecast against the billed full run")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="runner-cost-") as tmp, ScriptedServer(
         yaml.safe_load(SCRIPT.read_text()), batch=BatchBehaviour(polls=2)
     ) as server:
         project = make_project(Path(tmp), args.rows)
-        results = [run_mode(project, server, name, flags, args.concurrency) for name, flags in MODES]
+        modes = () if args.estimate_only else MODES
+        results = [run_mode(project, server, name, flags, args.concurrency) for name, flags in modes]
+        forecast = run_estimate(project, server, args.concurrency)
+    results.append(forecast)
     live = results[0]["usd"] or 1.0
     print(f"{args.rows} tickets, concurrency {args.concurrency}, gpt-4o-mini at published prices (billed by the loopback server)")
     print(f"{'mode':<15} {'calls':>6} {'USD/1k rows':>12} {'vs live':>8} {'wall s':>7} {'records':>8}")
     for r in results:
         per_k = 1000 * r["usd"] / max(r["rows"], 1)
         print(f"{r['mode']:<15} {r['calls']:>6} {per_k:>12.6f} {r['usd'] / live:>7.0%} {r['wall']:>7.1f} {r['records']:>8}")
+    low, projected, high = forecast["projected"]
+    off = projected / forecast["usd"] - 1 if forecast["usd"] else 0.0
+    print(f"estimate from a {forecast['sample_calls']}-call sample: ${projected:.6f} (${low:.6f} to ${high:.6f}); billed "
+          f"(sample + full run): ${forecast['usd']:.6f}; {off:+.1%} ({'within' if abs(off) <= 0.25 else 'NOT within'} 25%)")
 
 
 if __name__ == "__main__":

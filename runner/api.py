@@ -121,12 +121,24 @@ def run_batch(
     api_key: str | None = None,
     progress: str = "none",
     store_url: str | None = None,
+    keep_answers: bool = False,
+    limit: int | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+    retry_failed: bool = False,
+    keep_columns: str | None = None,
+    dedupe: bool = False,
+    max_attempts: int = 2,
 ) -> dict[str, Any]:
     """Run ``task`` over every row of ``input_path``; rerunning resumes from the journal.
 
     ``caps`` are batch caps (``max_cost_usd``, ``max_tokens``, ``max_wall_seconds``);
-    ``row_caps`` tighten each row's run. Returns ``{batch_id, counts, total, cost_usd,
-    output_path, report_path, exit_code, ...}``.
+    ``row_caps`` tighten each row's run. The other options are ``runner batch``'s flags of the
+    same names (``keep_answers`` for ``--keep-answers``, ``limit``, ``sample``/``seed``,
+    ``retry_failed``, ``keep_columns``, ``dedupe``, ``max_attempts``). A journal started under
+    another configuration raises :class:`~runner.errors.UsageError` (see ``resume=False`` and
+    ``keep_answers``). Returns ``{batch_id, counts, total, cost_usd, output_path, report_path,
+    exit_code, fingerprint, not_retried, notes, ...}``.
     """
     from runner.batch.file_batch import BatchRequest, run_batch_file
 
@@ -136,7 +148,8 @@ def run_batch(
         input_path=Path(input_path), output_path=location(output_path), id_column=id_column, journal_path=journal_path,
         report_dir=location(report_dir) if report_dir is not None else None, restart=not resume, concurrency=concurrency, batch_caps=coerce_caps(caps, source="caps"),
         run_caps=coerce_caps(row_caps, source="row_caps"), model_override=model, base_url_override=model_base_url, api_key=api_key,
-        store_path=store_path, store_url=store_url, progress=progress,
+        store_path=store_path, store_url=store_url, progress=progress, keep_answers=keep_answers, limit=limit,
+        sample=sample, seed=seed, retry_failed=retry_failed, keep_columns=keep_columns, dedupe=dedupe, max_attempts=max_attempts,
     )
     summary = asyncio.run(run_batch_file(project, spec, request))
     counts = summary["counts"]

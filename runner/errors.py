@@ -94,11 +94,21 @@ class CapReached(RunnerError):
 
     exit_code = EXIT_CAPPED
 
-    def __init__(self, cap: str, limit: float, observed: float, scope: str = "run"):
+    def __init__(self, cap: str, limit: float, observed: float, scope: str = "run", *, next_call: float | None = None,
+                 held: float = 0.0):
+        """``observed`` is what the scope has spent; ``next_call`` (when the cap is not reached yet) the worst
+        case of the call that would pass it, and ``held`` what calls in flight hold meanwhile."""
         self.cap, self.limit, self.observed, self.scope = cap, limit, observed, scope
-        super().__init__(
-            f"{scope} cap {cap}={_fmt(limit)} reached ({cap.removeprefix('max_')}={_fmt(observed)})"
-        )
+        self.next_call, self.held = next_call, held
+        figure = cap.removeprefix("max_")
+        if next_call is None:
+            message = f"{scope} cap {cap}={_fmt(limit)} reached ({figure}={_fmt(observed)})"
+        else:
+            over = round(observed + held + next_call - limit, 8)
+            in_flight = f", {_fmt(round(held, 8))} held by calls in flight" if held else ""
+            message = (f"{scope} cap {cap}={_fmt(limit)}: the next call's worst case ({figure}={_fmt(next_call)}) "
+                       f"would pass it by {_fmt(over)} ({figure}={_fmt(observed)} spent{in_flight})")
+        super().__init__(message)
 
 
 class ModelError(RunnerError):

@@ -157,6 +157,14 @@ def write_text(target: Location, text: str) -> Location:
     return write_bytes(target, text.encode("utf-8"))
 
 
+def read_text(target: Location) -> str:
+    """The UTF-8 text of ``target`` (``FileNotFoundError`` when there is none)."""
+    if isinstance(target, Path):
+        return target.read_text(encoding="utf-8")
+    remote = target
+    return bounded(f"reading {shown(remote)}", lambda: remote.read_text(encoding="utf-8"))
+
+
 def upload_file(source: Path, target: Location) -> Location:
     """Copy the local file ``source`` to the remote ``target`` in one request."""
     assert not isinstance(target, Path), "a local target is written in place"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from runner.airflow.failures import RowsLeft, rows_left
@@ -61,7 +62,7 @@ class MergedJournals:
                     raise ShardOutputMissing(
                         f"{shard.describe()}: its journal has row {record.number} where row {expected} belongs"
                     )
-                yield record
+                yield record if record.fingerprint else replace(record, fingerprint=journal.fingerprint)  # the shard's own
                 expected += 1
             if expected != shard.last_row + 1:
                 missing = shard.last_row + 1 - expected

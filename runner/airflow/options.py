@@ -5,7 +5,9 @@ for ``--id-column``, ``map`` for ``--map``, ``rpm`` for ``--rpm``, ...); see
 :data:`OPTION_NAMES`. Three do not carry over, by design: ``--journal`` (each shard keeps
 its own journal in the dag run's work directory), ``--restart`` (a new dag run starts
 over; a retry always resumes) and ``--progress`` (progress lines go to the task log).
-Nor does provider batch mode (``via``, ``batch_fallback``, ``batch_poll_seconds``): a fan-out
+Nor do a trial's rows (``--limit``, ``--sample``, ``--seed``), ``--estimate`` and ``--keep-columns``:
+a fan-out runs the whole file and merges shard outputs (run a trial or a forecast with
+``runner batch`` or :func:`runner.api.run_batch`); they are refused as unknown options. Nor does provider batch mode (``via``, ``batch_fallback``, ``batch_poll_seconds``): a fan-out
 refuses them with a clear error. A provider batch already runs every row at once, on the
 provider's side, so there is nothing to shard; and its rows are reserved at batch prices
 before it is submitted, in its own journal, not in a fan-out's shared cap scope. Run it as
@@ -57,7 +59,7 @@ FORMATS = ("csv", "jsonl", "parquet")
 OPTION_NAMES = (
     "input_format", "output_format", "map", "id_column", "concurrency", "rpm", "tpm", "max_attempts",
     "stop_after_failures", "max_cost_usd", "max_tokens", "max_wall_seconds", "row_max_cost_usd", "row_max_steps",
-    "durable", "model", "no_cache", "dedupe", "caps", "row_caps",
+    "durable", "model", "no_cache", "dedupe", "caps", "row_caps", "keep_answers", "retry_failed",
 )  # fmt: skip
 """The ``runner batch`` flags a fan-out takes, plus ``caps``/``row_caps`` mappings of any cap names."""
 PROVIDER_BATCH_OPTIONS = ("via", "batch_fallback", "batch_poll_seconds")
@@ -86,6 +88,8 @@ class FanoutOptions:
     model: str | None = None
     no_cache: bool = False  # --no-cache: the result cache is neither read nor written
     dedupe: bool = False  # --dedupe: rows with identical inputs run once, within each shard
+    keep_answers: bool = False  # --keep-answers: a changed configuration keeps the answers made so far
+    retry_failed: bool = False  # --retry-failed: failed rows run once more on this try
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None, where: str = "options") -> FanoutOptions:
@@ -119,6 +123,8 @@ class FanoutOptions:
             model=optional_text(values.get("model"), at("model")),
             no_cache=flag(values.get("no_cache"), at("no_cache")),
             dedupe=flag(values.get("dedupe"), at("dedupe")),
+            keep_answers=flag(values.get("keep_answers"), at("keep_answers")),
+            retry_failed=flag(values.get("retry_failed"), at("retry_failed")),
         )
 
     def shard_share(self, shards: int) -> FanoutOptions:

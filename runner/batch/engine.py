@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, replace
 
 from runner.batch.executor import RowDeferred, RowExecutor, SpendLedger
@@ -98,6 +99,8 @@ async def run_batch(
     progress: BatchProgress | None = None,
     base_options: RunOptions | None = None,
     ledger: SpendLedger | None = None,
+    select: Collection[int] | None = None,
+    retry_failed: bool = False,
 ) -> BatchSummary:
     """Run every pending row of ``journal`` (ingesting ``rows`` first if it is new); see the module doc.
 
@@ -106,7 +109,10 @@ async def run_batch(
     batch caps; spend already in the journal is added to it first, and its wall clock counts
     from the batch's first attempt. ``ledger`` (the run store) corrects the spend of rows a
     crash interrupted, which the journal never heard of. ``base_options`` is the template for
-    each row's options (default: ``RunOptions(write_report=False)``).
+    each row's options (default: ``RunOptions(write_report=False)``). ``select`` (row numbers: a
+    trial run's rows) runs only those; the others stay pending for a later run. ``retry_failed``
+    gives every failed row one attempt more, also when its attempts are used up or its failure
+    was final.
     """
     if concurrency < 1 or max_attempts < 1:
         raise ValueError("concurrency and max_attempts must be at least 1")
@@ -129,8 +135,11 @@ async def run_batch(
         rate_gate=rate_gate,
         progress=progress or NoProgress(),
         base_options=base_options or RunOptions(write_report=False),
+        select=frozenset(select) if select is not None else None,
+        retry_failed=retry_failed,
     )
     await batch.run(concurrency)
+    closing = closing_figures(journal, max_attempts, batch.select)
     return BatchSummary(
         batch_id=journal.batch_id,
         counts=journal.counts(),
@@ -140,7 +149,37 @@ async def run_batch(
         stop_kind=batch.stop_kind,
         interrupted_rows=resumed.interrupted,
         attempts_here=batch.attempts,
+        not_retried=closing.not_retried,
+        outside_selection=closing.outside_selection,
     )
+
+
+@dataclass(frozen=True)
+class ClosingFigures:
+    """What the end of a run tells besides the counts: failed rows a rerun would not retry, by why,
+    and rows a trial did not select that are still to run."""
+
+    not_retried: dict[str, int]
+    outside_selection: int = 0
+
+
+ATTEMPTS_USED_UP = "attempts used up"
+"""The :attr:`ClosingFigures.not_retried` reason of retryable rows that reached ``max_attempts``."""
+
+
+def closing_figures(journal: BatchJournal, max_attempts: int, select: Collection[int] | None = None) -> ClosingFigures:
+    """One pass over the journal: failed rows not retried by a rerun (``attempts used up``, or the
+    error kind of a final failure), and rows outside ``select`` not done."""
+    reasons: dict[str, int] = {}
+    outside = 0
+    for row in journal.records():
+        if select is not None and row.number not in select:
+            outside += row.status != "done"
+            continue
+        if row.status == "failed" and not (row.retryable and row.attempts < max_attempts):
+            reason = ATTEMPTS_USED_UP if row.retryable else row.error_kind or "failed"
+            reasons[reason] = reasons.get(reason, 0) + 1
+    return ClosingFigures(reasons, outside)
 
 
 class _Batch:
@@ -157,21 +196,41 @@ class _Batch:
         rate_gate: RateGate | None,
         progress: BatchProgress,
         base_options: RunOptions,
+        select: frozenset[int] | None = None,
+        retry_failed: bool = False,
     ) -> None:
         self.journal, self.executor, self.budget = journal, executor, budget
         self.max_attempts, self.policy, self.rate_gate = max_attempts, policy, rate_gate
-        self.progress, self.base_options = progress, base_options
-        self.todo = journal.todo(max_attempts)
+        self.progress, self.base_options, self.select = progress, base_options, select
+        self.todo: Iterator[JournalRow] = itertools.chain(self._todo(), self._once_more() if retry_failed else ())
         self.in_flight = self.failures = self.attempts = self.retries_waiting = 0
         self.stop_reason: str | None = None
         self.stop_kind: str | None = None
         self.started = time.monotonic()
         self._wake = asyncio.Event()
 
+    def _todo(self) -> Iterator[JournalRow]:
+        """The journal's rows to run (only the selected ones, for a trial)."""
+        rows = self.journal.todo(self.max_attempts)
+        return rows if self.select is None else (row for row in rows if row.number in self.select)
+
+    def _once_more(self) -> Iterator[JournalRow]:
+        """``--retry-failed``: failed rows the journal would not run again (attempts used up, or a final failure)."""
+        failed = [row.number for row in self.journal.records() if row.status == "failed"
+                  and not (row.retryable and row.attempts < self.max_attempts)]  # fmt: skip
+        for number in failed:
+            row = self.journal.row(number)
+            if row is not None and row.status == "failed" and (self.select is None or number in self.select):
+                yield row
+
     async def run(self, concurrency: int) -> None:
         counts = self.journal.counts()
         valid = sum(counts.values()) - counts["invalid"]
-        self.progress.start(valid, counts["done"])
+        if self.select is not None:
+            valid, done = len(self.select), sum(row.status == "done" for row in self._selected())
+        else:
+            done = counts["done"]
+        self.progress.start(valid, done, self.budget.spent.cost_usd)
         try:
             with commit_group():  # the rows' writes share transactions (runner.store.group_commit)
                 async with asyncio.TaskGroup() as workers:
@@ -186,6 +245,9 @@ class _Batch:
             self.progress.close()
         if self.stop_reason is not None:
             self.journal.mark_not_run(self.stop_reason, self.stop_kind or "stopped")
+
+    def _selected(self) -> Iterator[JournalRow]:
+        return (row for row in self.journal.records() if self.select is not None and row.number in self.select)
 
     async def _worker(self) -> None:
         while (row := await self._next_row()) is not None:
@@ -209,7 +271,7 @@ class _Batch:
                 return row
             if self.retries_waiting:
                 self.retries_waiting = 0
-                self.todo = self.journal.todo(self.max_attempts)
+                self.todo = self._todo()
                 continue
             if self.in_flight == 0:
                 self._notify()  # let idle workers see that nothing is left

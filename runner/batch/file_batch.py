@@ -7,20 +7,22 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from runner.batch.dedupe import DedupingExecutor
 from runner.batch.engine import BatchSummary, FailurePolicy, batch_budget, run_batch
 from runner.batch.executor import TaskExecutor
+from runner.batch.fingerprint import check_fingerprint
 from runner.batch.inputs import InputSource, Row, file_sha256, parse_mapping, read_rows
 from runner.batch.journal import BatchJournal, default_journal_path
-from runner.batch.output import check_output_target, exclusive_output, write_output
+from runner.batch.output import KeptColumns, check_output_target, exclusive_output, write_output
 from runner.batch.output_lock import OutputHold, while_held
 from runner.batch.progress import NoProgress, make_progress
 from runner.batch.ratelimit import SharedRateLimiter
-from runner.batch.summary import batch_report, write_reports
+from runner.batch.summary import batch_report, keep_or_write_report
+from runner.batch.trial import SelectedRows, trial_rows
 from runner.caps.budget import Budget
 from runner.caps.shared import SharedBudget, shared_caps
 from runner.config.project import Project
@@ -96,10 +98,28 @@ class BatchRequest:
     batch_limits: BatchApiLimits | None = None  # requests and bytes per provider batch (default: the task's batch_api block)
     provider_wait: bool = True  # False: return once a provider batch is out (summary "provider_pending"); run again to collect
     watch: ProviderWatch | None = None  # told which provider batches are out, for a kill handler to cancel them
+    keep_answers: bool = False  # --keep-answers: a changed configuration keeps the answers made so far (runner.batch.fingerprint)
+    limit: int | None = None  # --limit N: a trial of the first N valid rows (the rest stay pending in the journal)
+    sample: int | None = None  # --sample N: a trial of N valid rows at random (``seed``)
+    seed: int = 0  # --seed: which rows --sample picks
+    retry_failed: bool = False  # --retry-failed: failed rows run once more (attempts used up, or a final failure)
+    keep_columns: str | None = None  # --keep-columns a,b | all: input columns copied into each output record
 
     def mode(self, task: TaskSpec) -> str:
         """``live`` or ``batch-api``: the request's ``via``, else the task's ``mode``."""
         return self.via or ("batch-api" if task.mode == "batch_api" else "live")
+
+    def check(self, task: TaskSpec) -> None:
+        """Refuse options that contradict each other or this mode (applied or refused, never ignored)."""
+        if self.restart and self.keep_answers:
+            raise UsageError("--keep-answers keeps the journal's answers and --restart discards them: give one")
+        if self.limit is not None and self.sample is not None:
+            raise UsageError("--limit and --sample both choose a trial's rows: give one")
+        if self.mode(task) == "batch-api":
+            given = [flag for flag, on in (("--limit", self.limit is not None), ("--sample", self.sample is not None),
+                                           ("--retry-failed", self.retry_failed)) if on]  # fmt: skip
+            if given:
+                raise UsageError(f"{', '.join(given)} does not apply with --via batch-api yet; run the trial live (--via live)")
 
 
 def _progress(kind: str, stream: IO[str], interval: float) -> Any:
@@ -166,6 +186,7 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
     from runner.batch.output import output_format
 
     output_format(request.output_path, request.output_format)  # a bad output name fails before any row runs
+    request.check(task)
     check_endpoints(
         project, task, model_override=request.model_override, base_url_override=request.base_url_override, api_key=request.api_key,
     )
@@ -202,6 +223,11 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
         "report_path": None if markdown is None else str(markdown),
         "journal_path": str(journal_path),
         "provider_pending": list(summary.pending),
+        "fingerprint": summary.fingerprint,
+        "not_retried": dict(summary.not_retried),
+        "trial_rows": None if summary.selection is None else len(summary.selection),
+        "rows_left_for_later": summary.outside_selection,
+        "notes": list(summary.notes),
     }
 
 
@@ -211,6 +237,12 @@ async def _run_locked(
     """The batch proper, while this process holds the output file: rows, output, report. The rows
     stop, and the output is not written, once the output's lock is lost (:class:`OutputLockLost`)."""
     journal = _open_journal(task, request, source, journal_path)
+    try:
+        notes = check_fingerprint(project, task, request, journal)
+        kept = KeptColumns.parse(request.keep_columns, source.path, source.format) if request.keep_columns else None
+    except BaseException:
+        journal.close()
+        raise
     if journal.discarded:  # (a --restart, maybe killed): the last run's provider batches would run on, billed twice
         from runner.batch.provider_cancel import cancel_discarded
 
@@ -224,12 +256,14 @@ async def _run_locked(
         if summary.pending and not request.provider_wait:  # out at the provider: no output or report until collected
             return summary, 0, None
         hold.check()  # still this batch's output, right before it is written
-        records = write_output(journal, request.output_path, format=request.output_format)
+        selected = _selected_rows(journal, summary.selection)
+        records = write_output(selected, request.output_path, format=request.output_format, kept=kept)
         report_dir = request.report_dir or _default_report_dir(project, task, summary.batch_id)
         report = batch_report(journal, summary)
         if ledger is not None and request.shared_scope is not None:
             report["ledger"] = ledger.scope(request.shared_scope.key).as_dict()
-        markdown, _ = write_reports(report, report_dir)
+        summary = replace(summary, notes=(*notes, *summary.notes), fingerprint=(journal.fingerprint or "")[:12] or None)
+        markdown = keep_or_write_report(report, report_dir, summary)
     finally:
         journal.close()
         if ledger is not None:
@@ -254,12 +288,33 @@ async def _run_rows(
             from runner.batch.batch_api import run_batch_api
 
             return await run_batch_api(project, task, request, journal, rows, executor, _budget(request, ledger), base)
-        return await run_batch(
+        if not journal.ingested:
+            journal.ingest(rows)
+        select = trial_rows(journal, request)
+        summary = await run_batch(
             rows, DedupingExecutor(executor) if request.dedupe else executor, journal=journal,
             budget=_budget(request, ledger), concurrency=request.concurrency or DEFAULT_CONCURRENCY, max_attempts=request.max_attempts,
             failure_policy=FailurePolicy(stop_after=request.stop_after_failures), rate_gate=gate,
-            progress=progress_for(request), base_options=base, ledger=executor,
+            progress=progress_for(request), base_options=base, ledger=executor, select=select, retry_failed=request.retry_failed,
         )
+        return replace(summary, selection=None if select is None else tuple(select), notes=_idle_flags(request, summary))
+
+
+def _selected_rows(journal: BatchJournal, selection: tuple[int, ...] | None) -> BatchJournal | SelectedRows:
+    """What the output file holds: every row, or a trial's rows only."""
+    return journal if selection is None else SelectedRows(journal, frozenset(selection))
+
+
+def _idle_flags(request: BatchRequest, summary: BatchSummary) -> tuple[str, ...]:
+    """Flags that shape how rows run, given to a run that ran none: said, not silently dropped."""
+    if summary.attempts_here:
+        return ()
+    given = [flag for flag, on in (("--dedupe", request.dedupe), ("--no-cache", not request.use_cache),
+                                   ("--retry-failed", request.retry_failed)) if on]  # fmt: skip
+    if not given:
+        return ()
+    return (f"{', '.join(given)}: no row was left to run, so nothing was deduplicated, fetched afresh or retried; "
+            "--restart runs every row again",)  # fmt: skip
 
 
 def progress_for(request: BatchRequest) -> Any:

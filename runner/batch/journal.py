@@ -54,7 +54,7 @@ TODO = "(status = 'pending' OR (status = 'failed' AND retryable = 1 AND attempts
 COLUMNS = (
     "row_number, id, status, attempts, retryable, inputs, output, error, error_kind, run_id,"
     " input_tokens, output_tokens, cached_input_tokens, cost_usd, model_calls, tool_calls,"
-    " duration_seconds, started_at, finished_at, warnings"
+    " duration_seconds, started_at, finished_at, warnings, fingerprint"
 )
 """A row's columns in the order :func:`journal_row` reads them (the same in both implementations)."""
 
@@ -78,6 +78,7 @@ class JournalRow:
     started_at: str | None
     finished_at: str | None
     warnings: tuple[str, ...] = ()  # e.g. spend counted at its worst case after a crash
+    fingerprint: str | None = None  # the configuration an answer kept by --keep-answers was made under; None: the journal's
 
 
 @dataclass(frozen=True)
@@ -262,6 +263,29 @@ class BatchJournal(ABC):
     def record(self, number: int, outcome: RowOutcome) -> bool:
         """Record an attempt's result and status in one transaction; ``False`` if not running."""
 
+    @property
+    def fingerprint(self) -> str | None:
+        """The fingerprint (:mod:`runner.batch.fingerprint`) the journal's rows run under; ``None`` for a
+        journal from before fingerprints."""
+        return self.meta.get("fingerprint")
+
+    def fingerprint_parts(self) -> dict[str, str]:
+        """The parts of :attr:`fingerprint` (what each file and field hashed to), to name what changed."""
+        found = json.loads(self.meta.get("fingerprint_parts") or "{}")
+        return found if isinstance(found, dict) else {}
+
+    def adopt_fingerprint(self, digest: str, parts_json: str, *, earlier: str | None) -> int:
+        """Run the rows still to run under ``digest`` from now on; the answers already made keep
+        ``earlier`` (the fingerprint they were made under) as their own. Returns how many kept it."""
+        kept = self._stamp_done(earlier) if earlier is not None else 0
+        self._set_meta({"fingerprint": digest, "fingerprint_parts": parts_json})
+        self.meta.update(fingerprint=digest, fingerprint_parts=parts_json)
+        return kept
+
+    @abstractmethod
+    def _stamp_done(self, fingerprint: str) -> int:
+        """Give every ``done`` row without a fingerprint of its own ``fingerprint``; returns how many."""
+
     @abstractmethod
     def mark_not_run(self, reason: str, kind: str) -> int:
         """Mark every ``pending`` row ``not_run`` with ``reason``; returns how many."""
@@ -392,7 +416,7 @@ def usage_values(usage: Usage) -> tuple[Any, ...]:
 def journal_row(found: tuple[Any, ...]) -> JournalRow:
     """A row read as :data:`COLUMNS`."""
     (number, row_id, status, attempts, retryable, inputs, output, error, kind, run_id, tin, tout, cached, cost,
-     calls, tools, took, started, finished, warnings) = found  # fmt: skip
+     calls, tools, took, started, finished, warnings, fingerprint) = found  # fmt: skip
     return JournalRow(
         number=int(number),
         id=row_id,
@@ -409,6 +433,7 @@ def journal_row(found: tuple[Any, ...]) -> JournalRow:
         started_at=started,
         finished_at=finished,
         warnings=tuple(json.loads(warnings)) if warnings else (),
+        fingerprint=fingerprint,
     )
 
 

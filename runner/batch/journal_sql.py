@@ -72,6 +72,7 @@ CREATE TABLE IF NOT EXISTS {rows} (
     started_at TEXT,
     finished_at TEXT,
     token TEXT,
+    fingerprint TEXT,
     PRIMARY KEY ({key_prefix}row_number)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS {rows}_by_id ON {rows} ({key_prefix}id) WHERE status <> 'invalid'
@@ -80,6 +81,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS {rows}_by_id ON {rows} ({key_prefix}id) WHERE 
 ADDED = (
     AddedColumn("{rows}", "warnings", "TEXT"),  # journals from before warnings were recorded
     AddedColumn("{rows}", "token", "TEXT"),  # journals from before writes were repeated after a lost connection
+    AddedColumn("{rows}", "fingerprint", "TEXT"),  # journals from before answers named the configuration they were made under
 )
 
 
@@ -221,6 +223,13 @@ class SqlJournal(BatchJournal):
             return int(found["n"]) if found and found["n"] else None
 
         return self._db.checked(mark, check=marked)
+
+    def _stamp_done(self, fingerprint: str) -> int:
+        return self._db.execute(
+            f"UPDATE {self._layout.rows} SET fingerprint = ? WHERE {self._layout.mine} AND status = 'done' AND fingerprint IS NULL",
+            (fingerprint, *self._layout.key),
+            idempotent=True,
+        )
 
     # --- reads -----------------------------------------------------------------------
 

@@ -18,7 +18,8 @@ from typing import IO, Protocol
 class BatchProgress(Protocol):
     """What the engine reports as rows finish."""
 
-    def start(self, total: int, already_finished: int) -> None: ...
+    def start(self, total: int, already_finished: int, spend_usd: float = 0.0) -> None:
+        """``already_finished`` rows of ``total`` were finished by earlier runs, which spent ``spend_usd``."""
 
     def row_finished(self, status: str, spend_usd: float) -> None:
         """A row attempt ended with ``status``; ``spend_usd`` is the batch's total spend now."""
@@ -29,7 +30,7 @@ class BatchProgress(Protocol):
 class NoProgress:
     """Reports nothing (tests, ``--quiet``)."""
 
-    def start(self, total: int, already_finished: int) -> None:
+    def start(self, total: int, already_finished: int, spend_usd: float = 0.0) -> None:
         pass
 
     def row_finished(self, status: str, spend_usd: float) -> None:
@@ -66,10 +67,10 @@ class BarProgress(_Tally):
         self._stream = stream
         self._bar = None
 
-    def start(self, total: int, already_finished: int) -> None:
+    def start(self, total: int, already_finished: int, spend_usd: float = 0.0) -> None:
         from tqdm import tqdm
 
-        self.total, self.finished = total, already_finished
+        self.total, self.finished, self.spend_usd = total, already_finished, spend_usd
         self._bar = tqdm(total=total, initial=already_finished, unit="row", file=self._stream, dynamic_ncols=True)
 
     def row_finished(self, status: str, spend_usd: float) -> None:
@@ -92,8 +93,8 @@ class LogProgress(_Tally):
         self._stream, self._interval, self._clock = stream, interval, clock
         self._started = self._last = clock()
 
-    def start(self, total: int, already_finished: int) -> None:
-        self.total, self.finished = total, already_finished
+    def start(self, total: int, already_finished: int, spend_usd: float = 0.0) -> None:
+        self.total, self.finished, self.spend_usd = total, already_finished, spend_usd
         self._started = self._last = self._clock()
         self._emit()
 

@@ -79,11 +79,14 @@ def file_columns(path: Path, fmt: str) -> list[str] | None:
     return None
 
 
-def read_records(path: Path, fmt: str, columns: Collection[str], *, chunk_rows: int = 2000) -> Iterator[RawRecord]:
-    """Stream the records of ``path``, keeping only ``columns`` of each."""
+def read_records(path: Path, fmt: str, columns: Collection[str] | None, *, chunk_rows: int = 2000) -> Iterator[RawRecord]:
+    """Stream the records of ``path``, keeping only ``columns`` of each (``None``: every column)."""
     _check_readable(path)
-    readers = {"csv": _csv_records, "jsonl": _jsonl_records, "parquet": _parquet_records}
-    yield from readers[fmt](path, list(columns), chunk_rows)
+    if fmt == "jsonl":
+        yield from _jsonl_records(path, None if columns is None else list(columns), chunk_rows)
+        return
+    readers = {"csv": _csv_records, "parquet": _parquet_records}
+    yield from readers[fmt](path, list(file_columns(path, fmt) or []) if columns is None else list(columns), chunk_rows)
 
 
 # --- CSV ----------------------------------------------------------------------------------
@@ -111,8 +114,8 @@ def _csv_records(path: Path, columns: list[str], chunk_rows: int) -> Iterator[Ra
 # --- JSONL --------------------------------------------------------------------------------
 
 
-def _jsonl_records(path: Path, columns: list[str], chunk_rows: int) -> Iterator[RawRecord]:
-    wanted = set(columns)
+def _jsonl_records(path: Path, columns: list[str] | None, chunk_rows: int) -> Iterator[RawRecord]:
+    wanted = None if columns is None else set(columns)
     number = 0
     with path.open("rb") as handle:
         for line_number, line in enumerate(_byte_lines(handle), start=1):
@@ -122,7 +125,7 @@ def _jsonl_records(path: Path, columns: list[str], chunk_rows: int) -> Iterator[
                 continue
             number += 1
             values, error = _parse_json_line(line) if line is not None else (None, _too_long(line_number))
-            kept = {k: v for k, v in values.items() if k in wanted} if values is not None else None
+            kept = {k: v for k, v in values.items() if wanted is None or k in wanted} if values is not None else None
             yield RawRecord(number, kept, error, line=line_number)
 
 

@@ -11,7 +11,7 @@ import heapq
 import json
 import math
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from runner.batch.journal import STATUSES
@@ -37,6 +37,11 @@ class BatchSummary:
     interrupted_rows: int = 0  # rows found running after a crash, on this resume
     attempts_here: int = 0  # rows attempted by this call
     pending: tuple[str, ...] = ()  # provider batches still out (``--via batch-api`` without waiting): collect by running again
+    not_retried: dict[str, int] = field(default_factory=dict)  # failed rows a rerun would not retry, by why (engine.closing_figures)
+    outside_selection: int = 0  # rows a trial run (--limit, --sample) did not select, not done yet
+    selection: tuple[int, ...] | None = None  # a trial's row numbers (None: every row)
+    notes: tuple[str, ...] = ()  # what the command should tell besides the counts (answers kept, flags with nothing to do)
+    fingerprint: str | None = None  # the configuration the rows run under (runner.batch.fingerprint), short
 
     @property
     def total(self) -> int:
@@ -47,13 +52,36 @@ class BatchSummary:
         """0 all done; 3 stopped by a batch cap; 1 any row failed, invalid or not run."""
         if self.stop_kind in CAP_NAMES:
             return EXIT_CAPPED
-        unfinished = self.total - self.counts.get("done", 0)
+        unfinished = self.total - self.counts.get("done", 0) - self.outside_selection
         return EXIT_FAILED if unfinished else EXIT_OK
 
     def as_dict(self) -> dict[str, Any]:
         fields = {**asdict(self), "total": self.total, "exit_code": self.exit_code}
         fields["usage"] = self.usage.as_dict()
+        fields["selection"] = None if self.selection is None else len(self.selection)
         return fields
+
+    @property
+    def did_nothing(self) -> bool:
+        """Nothing was attempted, found interrupted or left out at the provider: a rerun with nothing to do."""
+        return not (self.attempts_here or self.interrupted_rows or self.pending)
+
+
+def keep_or_write_report(report: dict[str, Any], directory: Location, summary: BatchSummary) -> Location:
+    """Write the batch report, unless this run did nothing and the report is there already: a rerun
+    with nothing to do leaves the figures of the run that did the work (its ``run`` section)."""
+    from runner.locations import read_text
+
+    markdown = directory / "batch_report.md"
+    if summary.did_nothing:
+        try:
+            earlier = json.loads(read_text(directory / "batch_report.json"))
+        except (OSError, ValueError):
+            earlier = None
+        if isinstance(earlier, dict) and earlier.get("counts") == report["counts"]:
+            return markdown
+    written, _ = write_reports(report, directory)
+    return written
 
 
 def batch_report(journal: BatchRecords, summary: BatchSummary | None = None, *, slowest: int = 5) -> dict[str, Any]:

@@ -175,7 +175,15 @@ class Budget:
             ("max_cost_usd", caps.max_cost_usd, spent.cost_usd + held.cost_usd, estimate.cost_usd),
         ]
         for name, limit, used, extra in checks:
-            if limit is not None and (used + extra > limit or (extra == 0 and used >= limit and name != "max_steps")):
+            if limit is None:
+                continue
+            if used >= limit and (extra or name != "max_steps"):
+                raise CapReached(name, limit, _observed(name, spent), self.scope)
+            if used + extra > limit and name != "max_steps":  # not reached: the next call's worst case would pass it
+                observed = _observed(name, spent)
+                raise CapReached(name, limit, observed, self.scope, next_call=round(extra, 8),
+                                 held=round(used - observed, 8))
+            if used + extra > limit:
                 raise CapReached(name, limit, _observed(name, spent), self.scope)
         if caps.max_wall_seconds is not None and self.elapsed() >= caps.max_wall_seconds:
             raise CapReached("max_wall_seconds", caps.max_wall_seconds, round(self.elapsed(), 3), self.scope)

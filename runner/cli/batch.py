@@ -6,7 +6,7 @@ import asyncio
 import signal
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -18,6 +18,7 @@ from runner.core.usage import cache_hit_rate
 from runner.errors import EXIT_INTERRUPTED
 from runner.locations import Location
 
+T = TypeVar("T")
 FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 
 
@@ -40,7 +41,15 @@ FORMATS = click.Choice(["csv", "jsonl", "parquet"])
 @click.option("--row-max-cost-usd", type=CapValue("max_cost_usd"), help="Per-row cap: US dollars (tightens the YAML).")
 @click.option("--row-max-steps", type=CapValue("max_steps"), help="Per-row cap: model calls (tightens the YAML).")
 @click.option("--journal", "journal_path", type=click.Path(dir_okay=False, path_type=Path), help="Resume journal, an SQLite file (default: .runner/batches/<task>-<input>.sqlite3 ($RUNNER_STATE_DIR/batches/... when set), or in $RUNNER_STORE_URL when set).")
-@click.option("--restart", is_flag=True, help="Discard the journal and start over (default: resume); provider batches it had out are cancelled.")
+@click.option("--restart", is_flag=True, help="Discard the journal and start over (default: resume); provider batches it had out are cancelled. Also the way on when the configuration changed: every row runs again under the new one.")
+@click.option("--keep-answers", is_flag=True, help="The configuration changed since the journal began: keep the answers made so far (each record names the fingerprint it was made under) and run the rows still to do under the new one.")
+@click.option("--limit", type=click.IntRange(min=1), help="Trial run: only the first N valid rows (they stay done: the full run does not pay for them again).")
+@click.option("--sample", type=click.IntRange(min=1), help="Trial run: N valid rows at random (--seed); with --estimate, the sample it prices from (default 20).")
+@click.option("--seed", type=int, help="Which rows --sample picks (default 0; the same seed, the same rows).")
+@click.option("--retry-failed", is_flag=True, help="Run failed rows once more, also those whose attempts are used up or whose failure a retry would not fix.")
+@click.option("--keep-columns", metavar="A,B|all", help="Copy these input columns (or all) into each output record (JSONL: 'input'; CSV/Parquet: input.<name> columns).")
+@click.option("--estimate", is_flag=True, help="Price the whole file before running it: from a paid sample of rows (--sample, default 20; they count toward the full run), or with --no-calls from prompt token counts. Exit 3 when --max-cost-usd cannot hold even the low end.")
+@click.option("--no-calls", is_flag=True, help="With --estimate: make no model call; price from exact prompt counts and the worst-case output.")
 @click.option("--no-cache", is_flag=True, help="Bypass the result cache (cache: {ttl} in the YAML): every call goes to the endpoint or tool.")
 @click.option("--dedupe", is_flag=True, help="Run rows with identical inputs once; each row still gets its own output record.")
 @click.option("--durable", is_flag=True, help="fsync every recorded row (survives power loss, slower).")
@@ -59,15 +68,18 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
           mapping: tuple[str, ...], id_column: str | None, concurrency: int | None, rpm: float | None, tpm: float | None,
           max_attempts: int, stop_after_failures: int | None, max_cost_usd: float | None, max_tokens: int | None,
           max_wall_seconds: float | None, row_max_cost_usd: float | None, row_max_steps: int | None,
-          journal_path: Path | None, restart: bool, no_cache: bool, dedupe: bool, durable: bool, report_dir: Location | None, progress: str,
+          journal_path: Path | None, restart: bool, keep_answers: bool, limit: int | None, sample: int | None, seed: int | None,
+          retry_failed: bool, keep_columns: str | None, estimate: bool, no_calls: bool, no_cache: bool, dedupe: bool, durable: bool, report_dir: Location | None, progress: str,
           model: str | None, base_url: str | None, via: str | None, batch_fallback: str | None, batch_poll_seconds: float,
           batch_max_requests: int | None, batch_max_file_bytes: int | None, root: Path | None, as_json: bool) -> None:
     """Run TASK once per row of --input; write one record per row to --output.
 
     Rerunning the same command resumes: rows already done are skipped, failed ones are
     retried up to --max-attempts, nothing is duplicated or lost (also after kill -9).
-    Exit codes: 0 every row done, 1 some row failed or was invalid, 2 usage error,
-    3 a batch cap stopped the batch, 130 interrupted (rerun to resume).
+    Exit codes: 0 every row done (of a trial: its rows), 1 some row failed or was invalid, 2 usage
+    error (also: the configuration changed since the journal began; --restart or --keep-answers),
+    3 a batch cap stopped the batch (--estimate: the file does not fit --max-cost-usd), 130
+    interrupted (rerun to resume).
     """
     from dataclasses import replace
 
@@ -90,8 +102,13 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
         run_caps=caps_from_flags({"max_cost_usd": row_max_cost_usd, "max_steps": row_max_steps}),
         requests_per_minute=rpm, tokens_per_minute=tpm, model_override=model, base_url_override=base_url,
         progress=progress, use_cache=not no_cache, dedupe=dedupe, via=via, batch_fallback=batch_fallback,
-        batch_poll_seconds=batch_poll_seconds, batch_limits=limits,
+        batch_poll_seconds=batch_poll_seconds, batch_limits=limits, keep_answers=keep_answers, limit=limit, sample=sample,
+        seed=seed or 0, retry_failed=retry_failed, keep_columns=keep_columns,
     )
+    if seed is not None and sample is None and not estimate:
+        raise click.UsageError("--seed only applies with --sample (or --estimate, whose sample it picks)")
+    if no_calls and not estimate:
+        raise click.UsageError("--no-calls only applies with --estimate")
     if request.mode(spec) == "batch-api":
         _refuse_rate_limits(request)
     else:
@@ -100,6 +117,9 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
         if given:
             raise click.UsageError(f"{', '.join(given)} only applies with --via batch-api (or mode: batch_api on the task)")
     check_batch_dirs(project, request, spec.name)  # a read-only project fails here, before any row is paid for
+    if estimate:
+        _estimate(project, spec, request, no_calls, as_json)
+        return
     try:
         summary = asyncio.run(_stopped_by_sigterm(run_batch_file(project, spec, request)))
     except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM (see _stopped_by_sigterm)
@@ -109,7 +129,7 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
     raise click.exceptions.Exit(summary["exit_code"])
 
 
-async def _stopped_by_sigterm(batch: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+async def _stopped_by_sigterm(batch: Coroutine[Any, Any, T]) -> T:
     """Await ``batch``; SIGTERM (a scheduler stopping the command) interrupts it as Ctrl-C does:
     the rows in flight are recorded interrupted, provider batches out are kept for a rerun."""
     loop, task = asyncio.get_running_loop(), asyncio.current_task()
@@ -134,6 +154,23 @@ def _refuse_rate_limits(request: Any) -> None:
         )
 
 
+def _estimate(project: Any, spec: Any, request: Any, no_calls: bool, as_json: bool) -> None:
+    """``--estimate``: print the forecast (:mod:`runner.batch.estimate`) and exit 0, or 3 when it does not fit the cap."""
+    from runner.batch.estimate import estimate_batch, render_estimate
+
+    try:
+        forecast = asyncio.run(_stopped_by_sigterm(estimate_batch(project, spec, request, no_calls=no_calls)))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        click.echo("interrupted: rerun the same command to resume", err=True)
+        raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+    if as_json:
+        click.echo(json.dumps(forecast.as_dict(), indent=2))
+    else:
+        for line in render_estimate(forecast):
+            echo(line)
+    raise click.exceptions.Exit(forecast.exit_code)
+
+
 def _show(summary: dict[str, Any], as_json: bool) -> None:
     if as_json:
         echo_json(summary)
@@ -147,5 +184,18 @@ def _show(summary: dict[str, Any], as_json: bool) -> None:
     )
     if summary["stop_reason"]:
         echo(f"stopped: {summary['stop_reason']}")
+    if summary.get("trial_rows") is not None:
+        echo(f"trial: {summary['trial_rows']} row(s); {summary['rows_left_for_later']} left for the full run (the same command without --limit/--sample)")
+    not_retried = summary.get("not_retried") or {}
+    if not_retried:
+        from runner.batch.engine import ATTEMPTS_USED_UP
+
+        why = ", ".join(f"{n} {'with their attempts used up' if reason == ATTEMPTS_USED_UP else f'failed as {reason} (a retry would not fix it)'}"
+                        for reason, n in not_retried.items())  # fmt: skip
+        echo(f"not retried: {sum(not_retried.values())} failed row(s): {why}; --retry-failed runs them once more")
+    for note in summary.get("notes") or ():
+        echo(f"note: {note}")
+    if summary.get("fingerprint"):
+        echo(f"configuration: fingerprint {summary['fingerprint']}")
     echo(f"output: {summary['output_path']}")
     echo(f"report: {summary['report_path']}")

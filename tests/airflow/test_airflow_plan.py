@@ -75,7 +75,9 @@ def test_option_names_follow_the_cli_flags() -> None:
     flags = {p.name for p in batch.params} - {"task", "input_path", "output_path", "journal_path", "restart",
                                                "progress", "base_url", "root", "as_json", "report_dir", "mapping",
                                                # provider batch mode is not sharded (runner.airflow.options' doc)
-                                               "via", "batch_fallback", "batch_poll_seconds", "batch_max_requests", "batch_max_file_bytes"}  # fmt: skip
+                                               "via", "batch_fallback", "batch_poll_seconds", "batch_max_requests", "batch_max_file_bytes",
+                                               # trials, forecasts and kept columns are not sharded either (the same doc)
+                                               "limit", "sample", "seed", "estimate", "no_calls", "keep_columns"}  # fmt: skip
     assert flags | {"map"} <= set(OPTION_NAMES) | {"map"}, flags - set(OPTION_NAMES)
     check_option_names(dict.fromkeys(OPTION_NAMES))
 

@@ -43,13 +43,13 @@ async def test_output_round_trips_in_input_order(finished, tmp_path: Path, suffi
         records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
         frame = pd.DataFrame(records)
         outputs = [r["output"] for r in records]
-    elif suffix == ".csv":
-        frame = pd.read_csv(path, dtype=object, keep_default_na=False)
-        outputs = [json.loads(o) if o else None for o in frame["output"]]
-    else:
-        frame = pd.read_parquet(path)
-        outputs = [json.loads(o) if isinstance(o, str) else None for o in frame["output"]]
-    assert list(frame.columns) == list(COLUMNS)
+    else:  # CSV and Parquet: each field of the answer in its own column
+        frame = pd.read_csv(path, dtype=object, keep_default_na=False) if suffix == ".csv" else pd.read_parquet(path)
+        outputs = [{"subject": s} if isinstance(s, str) and s else None for s in frame["output.subject"]]
+    columns = list(COLUMNS) if suffix == ".jsonl" else [c for c in COLUMNS if c != "output"]
+    if suffix != ".jsonl":
+        columns.insert(columns.index("cost_usd"), "output.subject")
+    assert list(frame.columns) == columns
     assert [int(r) for r in frame["row"]] == [1, 2, 3, 4, 5, 6]
     assert list(frame["status"]) == ["done", "done", "invalid", "failed", "done", "done"]
     assert outputs[4] == {"subject": "SUBJECT 5"} and outputs[2] is None
@@ -65,7 +65,7 @@ async def test_csv_cells_are_escaped_against_formulas(finished, tmp_path: Path) 
     with path.open(encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert rows[1]["id"] == "'@T2"
-    assert json.loads(rows[0]["output"]) == {"subject": '=HYPERLINK("HTTP://EVIL")'}  # JSON text starts with {
+    assert rows[0]["output.subject"] == '\'=HYPERLINK("HTTP://EVIL")'  # an answer's field in its own cell, escaped
     for value, expected in [("=1+1", "'=1+1"), ("+1", "'+1"), ("-2", "'-2"), ("@SUM(A1)", "'@SUM(A1)"),
                             ("\tx", "'\tx"), ("\rx", "'\rx"), ("fine", "fine"), (-2, -2), (None, None)]:  # fmt: skip
         assert escape_formula(value) == expected

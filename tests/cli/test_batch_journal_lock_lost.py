@@ -39,14 +39,18 @@ def args(output: str) -> tuple[str, ...]:
     return ("batch", "ask", "--input", "a.csv", "--output", output, "--concurrency", "1", "--progress", "none")
 
 
+KEEP = "--keep-answers"
+"""Another loopback server is another endpoint (in the batch's fingerprint): later batches keep the answers made so far."""
+
+
 def slow_on(row: str) -> dict[str, Any]:
     return {"rules": [{"when": {"last_message": f"^{row}$"}, "reply": {"content": "late", "latency_seconds": LONG}}],
             "fallback": "ok"}  # fmt: skip
 
 
-def start(root: Path, server: ScriptedServer, output: str, env: dict[str, str], log: str) -> subprocess.Popen[str]:
+def start(root: Path, server: ScriptedServer, output: str, env: dict[str, str], log: str, *extra: str) -> subprocess.Popen[str]:
     with (root / log).open("w") as stream:
-        return subprocess.Popen([sys.executable, "-m", "runner", *args(output)], cwd=root,
+        return subprocess.Popen([sys.executable, "-m", "runner", *args(output), *extra], cwd=root,
                                 env=runner_env(server, extra=env), stdout=stream, stderr=stream, text=True)  # fmt: skip
 
 
@@ -94,7 +98,7 @@ def test_a_second_batch_that_ran_in_the_gap_and_ended_stops_the_first(tmp_path: 
             wait_for(first_server, "alpha-3", first, root / "first.log")  # two rows done, the third in flight
             terminate(postgres_url, journal_session(postgres_url, first.pid))
             with ScriptedServer({"fallback": "ok"}) as second_server:
-                second = run_cli(root, second_server, *args("out2.jsonl"), env=env)  # started in the gap, ran to its end
+                second = run_cli(root, second_server, *args("out2.jsonl"), KEEP, env=env)  # started in the gap, ran to its end
                 second_goals = goals(second_server)
             assert second.returncode == 0, second.stderr
             first_server.close()  # the first's call ends (failed), and it goes back to its journal
@@ -125,7 +129,7 @@ def test_a_second_batch_holding_the_journal_when_the_first_comes_back_stops_the_
         try:
             wait_for(first_server, "alpha-3", first, root / "first.log")
             terminate(postgres_url, journal_session(postgres_url, first.pid))
-            second = start(root, second_server, "out2.jsonl", env, "second.log")
+            second = start(root, second_server, "out2.jsonl", env, "second.log", KEEP)
             wait_for(second_server, "alpha-5", second, root / "second.log")  # the second holds the journal, a row in flight
             first_server.close()
             code = first.wait(timeout=240)
@@ -141,7 +145,7 @@ def test_a_second_batch_holding_the_journal_when_the_first_comes_back_stops_the_
     assert "another batch process took this journal (session" in log and "holds it now" in log
     assert not (root / "out1.jsonl").exists()
     with ScriptedServer({"fallback": "ok"}) as fast:
-        again = run_cli(root, fast, *args("out3.jsonl"), env=env)
+        again = run_cli(root, fast, *args("out3.jsonl"), KEEP, env=env)
         resumed = goals(fast)
     assert again.returncode == 0, again.stderr
     assert "alpha-1" not in resumed and "alpha-2" not in resumed and "alpha-4" not in resumed  # recorded once, not paid again
