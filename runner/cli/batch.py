@@ -164,7 +164,7 @@ def _estimate(project: Any, spec: Any, request: Any, no_calls: bool, as_json: bo
         click.echo("interrupted: rerun the same command to resume", err=True)
         raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
     if as_json:
-        click.echo(json.dumps(forecast.as_dict(), indent=2))
+        echo_json(forecast.as_dict())
     else:
         for line in render_estimate(forecast):
             echo(line)
