@@ -158,11 +158,12 @@ def _refs(node: object) -> list[str]:
 
 
 
-def test_the_readme_s_editor_line_resolves_in_a_project_after_runner_schema_out(tmp_path: Path) -> None:
-    """The README tells a user to run ``runner schema --out schemas/`` in the project, then start
+def test_the_guide_s_editor_line_resolves_in_a_project_after_runner_schema_out(tmp_path: Path) -> None:
+    """The guide tells a user to run ``runner schema --out schemas/`` in the project, then start
     ``agents.d/*.yaml`` with its ``# yaml-language-server: $schema=...`` line: the path must reach it."""
-    (line,) = [ln for ln in (REPO / "README.md").read_text().splitlines() if ln.startswith("# yaml-language-server: $schema=")]
-    assert "runner schema --out schemas/" in (REPO / "README.md").read_text()
+    guide = (REPO / "docs" / "guides" / "configuration.md").read_text()
+    (line,) = [ln for ln in guide.splitlines() if ln.startswith("# yaml-language-server: $schema=")]
+    assert "runner schema --out schemas/" in guide
     result = CliRunner().invoke(cli, ["schema", "--out", str(tmp_path / "schemas")], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     target = (tmp_path / "agents.d" / line.split("$schema=", 1)[1]).resolve()
