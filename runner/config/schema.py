@@ -28,9 +28,9 @@ if TYPE_CHECKING:
 
 KINDS = {
     "Agent": "agent", "Task": "task", "Tool": "tool", "Prices": "prices", "Telemetry": "telemetry", "Eval": "eval",
-    "Knowledge": "knowledge", "Source": "source",
+    "Knowledge": "knowledge", "Source": "source", "Budget": "budget",
 }  # fmt: skip
-SCHEMA_NAMES = ("common", "agent", "task", "tool", "prices", "plan", "telemetry", "eval", "knowledge", "source")
+SCHEMA_NAMES = ("common", "agent", "task", "tool", "prices", "plan", "telemetry", "eval", "knowledge", "source", "budget")
 BASE_URI = "https://runner.dev/schemas/v1/"
 
 

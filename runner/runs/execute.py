@@ -120,7 +120,12 @@ async def _execute(
     recorder = RunRecorder(store, run_id, attempt, options.events, secrets)
     try:
         owner = Owner(run_id, attempt)  # a shared scope records whose calls it holds
-        budget = options.parent_budget.child(caps, "task", owner=owner) if options.parent_budget else Budget(caps, "task", owner=owner)
+        parent = options.parent_budget
+        if project.budgets:
+            from runner.runs.budget_scopes import task_budgets, with_budgets
+
+            parent = with_budgets(task_budgets(project, task), parent, project.root, options.store_url)
+        budget = parent.child(caps, "task", owner=owner) if parent else Budget(caps, "task", owner=owner)
         warnings = _carry_over(store, run_id, budget) if attempt > 1 else []
         completed = store.completed_steps(run_id) if options.resume and attempt > 1 else {}
         resumed, moved = reusable_steps(project, task, run_id, options, completed)

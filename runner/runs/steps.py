@@ -14,7 +14,7 @@ from typing import Any
 
 from runner.agent.call_cache import CallAnswers, CallCache
 from runner.agent.loop import AgentEnv, ModelBinding, run_agent
-from runner.caps.budget import within_deadline
+from runner.caps.budget import Budget, within_deadline
 from runner.config.prices import find_price, unpriced_message
 from runner.config.specs import AgentSpec, Caps, ToolRef
 from runner.config.templates import TemplateError, render
@@ -106,7 +106,7 @@ async def run_agent_step(
     env = AgentEnv(
         model=ctx.pool.get(endpoint, agent.model),
         tools=ToolBox(ctx.registry, agent, _agent_tools(ctx, agent, step_id) if agent.tools else None),
-        budget=ctx.budget.child(agent.caps.tighten(caps or Caps()), scope=f"step '{step_id}'"),
+        budget=_step_scope(ctx, agent, endpoint.model_id).child(agent.caps.tighten(caps or Caps()), scope=f"step '{step_id}'"),
         pricer=ctx.pricer(endpoint),
         recorder=ctx.recorder,
         step_id=step_id,
@@ -239,6 +239,27 @@ def model_binding(ctx: RunContext, name: str) -> ModelBinding:
     )  # fmt: skip
 
 
+def _step_scope(ctx: RunContext, agent: AgentSpec, model_id: str) -> Budget:
+    """The run's scope, inside the budgets over time that only this agent's or model's calls count in."""
+    if not ctx.project.budgets:
+        return ctx.budget
+    from runner.runs.budget_scopes import step_budgets, with_budgets
+
+    found = step_budgets(ctx.project, ctx.task, agent, model_id)
+    scope = with_budgets(found, ctx.budget, ctx.project.root, ctx.options.store_url)
+    assert scope is not None
+    return scope
+
+
+def _money_budget(ctx: RunContext, agent: AgentSpec, model_id: str) -> bool:
+    """Whether a budget over time in USD counts this agent's calls (beyond the task-wide ones, in the chain)."""
+    if not ctx.project.budgets:
+        return False
+    from runner.runs.budget_scopes import step_budgets
+
+    return any(b.max_cost_usd is not None for b in step_budgets(ctx.project, ctx.task, agent, model_id))
+
+
 def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:
     """A money cap on a model with no known price refuses to start, saying how to fix it
     (for the agents' judges too: their calls are paid from the same caps)."""
@@ -247,7 +268,7 @@ def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:
     for name in dict.fromkeys([*agent_names, *judges]):
         agent = ctx.project.agents[name]
         endpoint = ctx.endpoint(agent)
-        capped = money_capped or agent.caps.max_cost_usd is not None
+        capped = money_capped or agent.caps.max_cost_usd is not None or _money_budget(ctx, agent, endpoint.model_id)
         if capped and endpoint.provider != "local" and not ctx.pricer(endpoint).priced:
             raise ConfigError(unpriced_message(endpoint.model_id, name))
     for base in ctx.services.knowledge:  # embeddings requests are paid from the same caps
