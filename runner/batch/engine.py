@@ -41,6 +41,7 @@ from runner.batch.journal import INTERRUPTED, BatchJournal, JournalRow, RowOutco
 from runner.batch.progress import BatchProgress, NoProgress
 from runner.batch.summary import BatchSummary
 from runner.caps.budget import Budget
+from runner.caps.budget_windows import is_budget_scope
 from runner.config.specs import Caps
 from runner.core.ports import RateGate
 from runner.core.results import RunResult
@@ -267,6 +268,8 @@ class _Batch:
         try:
             self.budget.check_can_start()
         except CapReached:
+            return True
+        if is_budget_scope(result.error_scope):  # a budget over time spans every batch: its rows wait for the next window
             return True
         return result.error_scope in {scope.scope for scope in self.budget.chain()}
 

@@ -115,7 +115,17 @@ class BudgetWindow(SharedBudget):
         return CapReached(cap, limit if limit is not None else 0, round(cap_figure(cap, spent), 8), self.scope)
 
 
+BUDGET_SCOPE = "budget '"
+"""How every :func:`describe` begins (see :func:`is_budget_scope`)."""
+
+
+def is_budget_scope(scope: str | None) -> bool:
+    """Whether a ``CapReached`` scope (a run's ``error_scope``) is a budget's window: the budget
+    spans every run and batch, so a batch stops (its rows run again once the window reopens)."""
+    return bool(scope) and scope.startswith(BUDGET_SCOPE)  # type: ignore[union-attr]
+
+
 def describe(spec: BudgetSpec, window: Window) -> str:
     """``budget 'daily' (day window 2026-12-02T00:00:00+01:00 .. 2026-12-03T00:00:00+01:00)``: a
     :class:`CapReached`'s scope, so the error names the budget and its window."""
-    return f"budget '{spec.name}' ({spec.window_name} window {window.describe()})"
+    return f"{BUDGET_SCOPE}{spec.name}' ({spec.window_name} window {window.describe()})"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from runner.config.sources import Document
 from runner.errors import Problem, did_you_mean
@@ -72,7 +72,7 @@ def build_budget(doc: Document) -> BudgetSpec:
     window = d["window"]
     scope = d.get("scope") or {}
     return BudgetSpec(
-        name=d["name"], window=window if isinstance(window, str) else int(window["hours"]),
+        name=d["name"], window=cast(Calendar, window) if isinstance(window, str) else int(window["hours"]),
         max_cost_usd=None if d.get("max_cost_usd") is None else float(d["max_cost_usd"]), max_tokens=d.get("max_tokens"),
         timezone=d.get("timezone", "UTC"), tasks=tuple(scope.get("tasks", ())), agents=tuple(scope.get("agents", ())),
         models=tuple(scope.get("models", ())), tags=tuple(scope.get("tags", ())), description=d.get("description", ""),
@@ -87,7 +87,9 @@ def budget_problems(project: Project) -> list[Problem]:
     from runner.config.prices import find_price, unpriced_message
 
     problems: list[Problem] = []
-    tags = {t for spec in [*project.tasks.values(), *project.agents.values()] for t in spec.tags}
+    tags = {t for task in project.tasks.values() for t in task.tags} | {
+        t for agent in project.agents.values() for t in agent.tags
+    }
     for budget in project.budgets.values():
         doc = project.document("Budget", budget.name)
         if budget.max_cost_usd is not None and not math.isfinite(budget.max_cost_usd):

@@ -55,21 +55,31 @@ def test_windows_start_at_local_midnight() -> None:
     assert window_at(summer, datetime(2026, 7, 1, 21, 59, tzinfo=UTC)).key == "budget:d:2026-07-01T00:00:00+02:00"
     assert window_at(summer, datetime(2026, 7, 1, 22, 0, tzinfo=UTC)).key == "budget:d:2026-07-02T00:00:00+02:00"
     week = BudgetSpec("w", "week", 1.0)
-    assert window_at(week, datetime(2026, 12, 2, 5, 0, tzinfo=UTC)).start == datetime(2026, 11, 30, tzinfo=UTC)  # a Monday
+    assert window_at(week, datetime(2026, 12, 2, 5, 0, tzinfo=UTC)).start == datetime(
+        2026, 11, 30, tzinfo=UTC
+    )  # a Monday
     bucket = BudgetSpec("h", 6, 1.0)
     found = window_at(bucket, datetime(2026, 12, 2, 5, 59, tzinfo=UTC))
     assert (found.start, found.end) == (datetime(2026, 12, 2, tzinfo=UTC), datetime(2026, 12, 2, 6, tzinfo=UTC))
 
 
-def test_a_berlin_month_rolls_over_at_local_midnight_and_calls_in_flight_stay_in_their_window(ledger: CapLedger) -> None:
+def test_a_berlin_month_rolls_over_at_local_midnight_and_calls_in_flight_stay_in_their_window(
+    ledger: CapLedger,
+) -> None:
     clock = Clock(datetime(2026, 11, 30, 22, 59, 30, tzinfo=UTC))  # 23:59:30 on 30 November in Berlin
     run = run_in(ledger, MONTH, clock)
     run.reserve(Estimate(100, 50, 0.5)).settle(Usage(80, 20, 0, 0.4))
     in_flight = run.reserve(Estimate(100, 50, 0.5))  # reserved in November...
     with pytest.raises(CapReached) as refused:
         run.reserve(Estimate(100, 50, 0.2))  # 0.4 spent + 0.5 held + 0.2 > 1.0
-    assert refused.value.cap == "max_cost_usd" and refused.value.limit == 1.0 and refused.value.observed == pytest.approx(0.4)
-    assert "budget 'monthly' (month window 2026-11-01T00:00:00+01:00 .. 2026-12-01T00:00:00+01:00)" in str(refused.value)
+    assert (
+        refused.value.cap == "max_cost_usd"
+        and refused.value.limit == 1.0
+        and refused.value.observed == pytest.approx(0.4)
+    )
+    assert "budget 'monthly' (month window 2026-11-01T00:00:00+01:00 .. 2026-12-01T00:00:00+01:00)" in str(
+        refused.value
+    )
 
     clock.now = datetime(2026, 11, 30, 23, 0, 0, tzinfo=UTC)  # midnight of 1 December in Berlin
     december = run.reserve(Estimate(100, 50, 0.7))  # a new window: November's spend does not count
