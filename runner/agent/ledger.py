@@ -23,6 +23,7 @@ from runner.caps.budget import Budget, Estimate, Reservation
 from runner.core.calls import ModelCallEntry, ModelCallStatus
 from runner.core.usage import Usage
 from runner.model.base import Tariff
+from runner.store.group_commit import commit_now, durable
 
 BILLABLE_FAULTS = frozenset({"timeout", "connection", "invalid_response"})
 """Failed attempts the endpoint may still have processed (and billed)."""
@@ -62,7 +63,23 @@ class CallLedger:
         return self._ledger_id
 
     def open(self) -> None:
-        """Reserve the next attempt in every scope (or raise ``CapReached``), then write it down."""
+        """Reserve the next attempt in every scope (or raise ``CapReached``), write it down, and
+        commit that at once (in a batch's group commit, with whatever else the group holds)."""
+        self._open()
+        commit_now()
+
+    async def open_in_group(self) -> None:
+        """:meth:`open` for a caller that can wait: the reservation commits with the writes of the
+        batch's other rows (:mod:`runner.store.group_commit`); this returns once it has, and only
+        then may the request be sent."""
+        self._open()
+        try:
+            await durable()
+        except BaseException:  # cancelled (or the commit failed) before the request was sent: nothing to bill
+            self.failed("cancelled", "stopped before the request was sent", billable=frozenset())
+            raise
+
+    def _open(self) -> None:
         self._held = self.budget.reserve(self.estimate, count_step=self.count_step)
         self.attempts += 1
         self._ledger_id = self.recorder.call_reserved(self._entry(self.worst, "reserved"))

@@ -233,7 +233,7 @@ class _AgentRun:
         if cached is not None:
             return self._served_from_cache(cached, template)
         ledger = CallLedger(env.budget, estimate, env.recorder, template, reprice=binding.pricer.reprice)
-        ledger.open()
+        await ledger.open_in_group()
         started = time.monotonic()
         try:
             response = await binding.model.complete(request, ledger)

@@ -56,6 +56,7 @@ from runner.errors import (
 )
 from runner.redact import redact
 from runner.runs.options import RunOptions
+from runner.store.group_commit import commit_group, durable
 
 FINAL_ERROR_KINDS = frozenset({"input", "auth", "bad_request", "not_found", "config", "stuck", "workspace", "template"})
 """Failures a retry cannot fix (same inputs, same config)."""
@@ -173,9 +174,10 @@ class _Batch:
         valid = sum(counts.values()) - counts["invalid"]
         self.progress.start(valid, counts["done"])
         try:
-            async with asyncio.TaskGroup() as workers:
-                for _ in range(concurrency):
-                    workers.create_task(self._worker())
+            with commit_group():  # the rows' writes share transactions (runner.store.group_commit)
+                async with asyncio.TaskGroup() as workers:
+                    for _ in range(concurrency):
+                        workers.create_task(self._worker())
         except asyncio.CancelledError:
             self.journal.mark_not_run("interrupted before this row started", INTERRUPTED)
             raise
@@ -225,6 +227,7 @@ class _Batch:
         assert row.id is not None and row.inputs is not None  # invalid rows are never todo
         run_id = batch_run_id(self.journal.batch_id, row.id)
         attempt = self.journal.mark_running(row.number, run_id)
+        await durable()  # the attempt counts (a crash from here on resumes it as interrupted) before it runs
         self.attempts += 1
         options = replace(self.base_options, run_id=run_id, parent_budget=self.budget, rate_gate=self.rate_gate)
         started = time.monotonic()

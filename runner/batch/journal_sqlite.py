@@ -53,6 +53,7 @@ class SqliteJournal(SqlJournal):
                     Path(f"{path}{suffix}").unlink(missing_ok=True)
             # busy: readers in other processes (progress, tests) hold the file for moments only
             database = SqliteDatabase(path, busy_seconds=5, synchronous="FULL" if durable else "NORMAL", role="batch journal")
+            database.commit_rank = 1  # in a group commit, after the run store its rows wrote to
             open_tables(database, LAYOUT, str(path), wanted, restart=restart)
         except BaseException:
             if database is not None:

@@ -75,8 +75,10 @@ def reusable_steps(
     from the run store (they were paid for); files their tool calls wrote are not restored,
     and the warning names them.
     """
+    if not completed or not uses_workspace(project, task):  # a first attempt: no path checks (run_workspace makes them)
+        return dict(completed), None
     workspace = options.workspace_dir or default_workspace(project.root, run_id)
-    if not completed or not uses_workspace(project, task) or os.path.lexists(workspace):
+    if os.path.lexists(workspace):
         return dict(completed), None
     kept = {step_id: record for step_id, record in completed.items() if record.kind != "tool"}
     rerun = sorted(set(completed) - set(kept))

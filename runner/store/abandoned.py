@@ -12,6 +12,7 @@ cannot be seen from here: its runs stay ``running`` until that machine opens the
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 
@@ -24,7 +25,13 @@ ABANDONED = "interrupted"
 
 def this_process() -> tuple[str, int, str | None]:
     """``(host, pid, start time)`` of this process, as a run's holder columns hold them."""
-    return socket.gethostname(), os.getpid(), process_start(os.getpid())
+    return _process(os.getpid())
+
+
+@functools.lru_cache(maxsize=1)
+def _process(pid: int) -> tuple[str, int, str | None]:
+    # read from /proc once per process (keyed by pid: a forked child asks again), not once per run
+    return socket.gethostname(), pid, process_start(pid)
 
 
 def settle_abandoned(db: Database, now: str) -> list[str]:

@@ -47,6 +47,7 @@ from runner.errors import UsageError
 from runner.store import cap_holders
 from runner.store.cap_holders import Holder
 from runner.store.database import Database
+from runner.store.group_commit import commit_now
 from runner.store.schema import Schema
 
 SCHEMA = Schema("""
@@ -181,6 +182,9 @@ class CapLedger:
 
     def __init__(self, database: Database) -> None:
         self.db = database
+        # Each operation stays its own transaction, also in a batch's group commit: a scope's row is
+        # what every worker waits on, and it is never held for a group's window.
+        database.groupable = False
         self.holder = Holder()
         self._registered = False
         database.create(SCHEMA)
@@ -244,6 +248,7 @@ class CapLedger:
         """Replace reservation ``entry``'s worst case by ``actual`` (``None``: the call was not
         made). Once: an entry already settled is left alone. Without ``entry``, ``held`` is
         taken out by amount (a caller from before entries)."""
+        commit_now()  # the run store's record of the call first (a batch's group commit holds it)
         if entry is None:
             spend = actual or Usage()
             self.db.execute(_MOVE, (*_held(held), *_spent(spend), key))

@@ -30,13 +30,16 @@ import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from runner.core.sqlite_faults import file_faults
 from runner.errors import UsageError
 from runner.store.schema import Dialect as Dialect  # re-exported: what a Database is
 from runner.store.schema import Schema
+
+if TYPE_CHECKING:
+    from runner.store.group_commit import CommitGroup
 
 STORE_URL_ENV = "RUNNER_STORE_URL"
 """The environment variable naming the shared database (``postgresql://user@host/db``)."""
@@ -119,16 +122,22 @@ class Database(ABC):
     lock_rows = ""
     """What a ``SELECT`` ends with to lock the rows it reads until the transaction ends (PostgreSQL's
     ``FOR UPDATE``; an SQLite transaction holds the whole file already)."""
+    groupable = False
+    """Whether writes join a batch's :mod:`~runner.store.group_commit` (its transaction stays open
+    across writes until the group commits)."""
+    commit_rank = 0
+    """Where this database commits in a group: lower first (a batch journal, 1, after the stores its rows wrote to)."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._depth = 0  # > 0 inside a transaction: statements there are retried with their unit, not alone
+        self._group: CommitGroup | None = None  # the commit group whose transaction is open on this connection
 
     # --- statements ---------------------------------------------------------------------
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """Every row of a query, as dicts (a read: repeated if the connection drops)."""
-        return self._statement(lambda: [dict(row) for row in self._cursor(sql, params).fetchall()], retry=True)
+        return self._statement(lambda: [dict(row) for row in self._cursor(sql, params).fetchall()], retry=True, write=False)
 
     def row(self, sql: str, params: Sequence[Any] = (), *, idempotent: bool = False) -> dict[str, Any] | None:
         """The first row of a query (``None`` if it has none); ``RETURNING`` statements too.
@@ -138,17 +147,19 @@ class Database(ABC):
             found = self._cursor(sql, params).fetchone()
             return dict(found) if found is not None else None
 
-        return self._statement(run, retry=idempotent or is_read(sql))
+        read = is_read(sql)
+        return self._statement(run, retry=idempotent or read, write=not read)
 
     def execute(self, sql: str, params: Sequence[Any] = (), *, idempotent: bool = False) -> int:
         """Run one statement; returns the number of rows it changed. Repeated on a dropped
         connection only when ``idempotent`` (applying it twice leaves what applying it once does)."""
-        return self._statement(lambda: int(self._cursor(sql, params).rowcount), retry=idempotent or is_read(sql))
+        read = is_read(sql)
+        return self._statement(lambda: int(self._cursor(sql, params).rowcount), retry=idempotent or read, write=not read)
 
     def executemany(self, sql: str, params: Iterable[Sequence[Any]], *, idempotent: bool = False) -> None:
         """Run one statement for each parameter tuple."""
         batch = [tuple(p) for p in params]  # kept, so a retry sends the same rows
-        self._statement(lambda: self._executemany(sql, batch), retry=idempotent)
+        self._statement(lambda: self._executemany(sql, batch), retry=idempotent, write=True)
 
     def atomic(self, unit: Callable[[Database], T], *, check: Callable[[Database], T | None] | None = None) -> T:
         """``unit(db)`` in one transaction, its result returned. If the connection drops, the
@@ -158,6 +169,10 @@ class Database(ABC):
         with self._lock:
             if self._depth:
                 return unit(self)
+            if (group := self._joined()) is not None:
+                result = self._in_savepoint(unit)
+                group.wrote()
+                return result
             return self._retrying(lambda: self._in_transaction(unit), check)
 
     def checked(self, write: Callable[[Database], T], *, check: Callable[[Database], T | None]) -> T:
@@ -167,6 +182,10 @@ class Database(ABC):
         with self._lock:
             if self._depth:
                 return write(self)
+            if (group := self._joined()) is not None:
+                result = write(self)
+                group.wrote()
+                return result
             return self._retrying(lambda: write(self), check)
 
     @contextlib.contextmanager
@@ -176,6 +195,11 @@ class Database(ABC):
         with self._lock:
             if self._depth:
                 yield self
+                return
+            if (group := self._joined()) is not None:
+                with self._savepoint():
+                    yield self
+                group.wrote()
                 return
             self._ready()
             self._depth = 1
@@ -188,6 +212,67 @@ class Database(ABC):
     def _ready(self) -> None:
         """Make the connection usable before a transaction begins (a dropped one is reconnected)."""
         return None
+
+    # --- group commit (runner.store.group_commit) ----------------------------------------
+
+    def _joined(self) -> CommitGroup | None:
+        """The commit group a write made now joins (its transaction opened here if need be), or ``None``."""
+        if self._group is not None:
+            return self._group
+        if not self.groupable:
+            return None
+        from runner.store.group_commit import current_group
+
+        group = current_group()
+        if group is not None:
+            group.begin(self)
+        return group
+
+    def _begin_group(self, group: CommitGroup) -> None:
+        """Open the transaction the group's writes run in (the caller holds the lock)."""
+        with self._lock:
+            self._begin()
+            self._group = group
+
+    def _end_group(self, *, commit: bool) -> None:
+        """Commit (or roll back) the group's transaction."""
+        with self._lock:
+            try:
+                if commit:
+                    self._commit()
+                else:
+                    self._rollback()
+            finally:
+                self._group = None
+
+    def _in_savepoint(self, unit: Callable[[Database], T]) -> T:
+        """``unit(self)`` inside the group's transaction, undone alone if it raises."""
+        with self._savepoint():
+            return unit(self)
+
+    @contextlib.contextmanager
+    def _savepoint(self) -> Iterator[None]:
+        self._depth = 1
+        try:
+            self._cursor("SAVEPOINT unit", ())
+            try:
+                yield
+            except BaseException:
+                self._cursor("ROLLBACK TO unit", ())
+                self._cursor("RELEASE unit", ())
+                raise
+            self._cursor("RELEASE unit", ())
+        finally:
+            self._depth = 0
+
+    def _begin(self) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not join commit groups")
+
+    def _commit(self) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not join commit groups")
+
+    def _rollback(self) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not join commit groups")
 
     @abstractmethod
     def _outermost(self) -> contextlib.AbstractContextManager[None]:
@@ -241,9 +326,15 @@ class Database(ABC):
         """Run ``run`` (and on a dropped connection, reconnect and run it again; see :meth:`atomic`)."""
         return run()
 
-    def _statement(self, run: Callable[[], T], *, retry: bool) -> T:
+    def _statement(self, run: Callable[[], T], *, retry: bool, write: bool) -> T:
         with self._lock:
-            if self._depth or not retry:
+            if self._depth or (self._group is not None and not write):
+                return run()
+            if write and (group := self._joined()) is not None:
+                result = run()
+                group.wrote()
+                return result
+            if not retry:
                 return run()
             return self._retrying(run, None)
 
@@ -278,6 +369,7 @@ class SqliteDatabase(Database):
     """
 
     dialect: Dialect = "sqlite"
+    groupable = True
 
     def __init__(
         self, path: Path, *, busy_seconds: float = 30, synchronous: str = "NORMAL", read_only: bool = False, role: str = "run store"
@@ -315,12 +407,26 @@ class SqliteDatabase(Database):
         with self._faults():
             self._db.execute("COMMIT")
 
-    def _statement(self, run: Callable[[], T], *, retry: bool) -> T:
+    def _begin(self) -> None:
+        with self._faults():
+            self._db.execute("BEGIN IMMEDIATE")
+
+    def _commit(self) -> None:
+        with self._faults():
+            self._db.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
+
+    def _statement(self, run: Callable[[], T], *, retry: bool, write: bool) -> T:
         with self._faults():  # rows are read (and a damaged page found) after _cursor returns
-            return super()._statement(run, retry=retry)
+            return super()._statement(run, retry=retry, write=write)
 
     def close(self) -> None:
         with self._lock:
+            if self._group is not None:
+                self._group.commit()  # what the batch wrote here last is kept
             self._db.close()
 
     def _cursor(self, sql: str, params: Sequence[Any]) -> Any:
@@ -377,6 +483,8 @@ def storable(params: Sequence[Any], *, nul: bool = True) -> tuple[Any, ...]:
 def _text(value: str, nul: bool) -> str:
     if nul and "\x00" in value:
         value = value.replace("\x00", "\\x00")
+    if value.isascii():  # the common case, checked without encoding a copy
+        return value
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

@@ -153,7 +153,7 @@ class PostgresDatabase(Database):
         # Concurrent CREATE ... IF NOT EXISTS of the same table can fail; workers starting together wait here.
         self._cursor("SELECT pg_advisory_xact_lock(hashtext('runner: create tables'))", ())
 
-    def _statement(self, run: Callable[[], T], *, retry: bool) -> T:
+    def _statement(self, run: Callable[[], T], *, retry: bool, write: bool) -> T:
         with self._lock:
             if self._depth or getattr(self._guarded, "on", False):
                 return run()

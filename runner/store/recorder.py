@@ -16,6 +16,7 @@ from runner.core.ports import EventSink
 from runner.core.steps import ToolCallSummary
 from runner.redact import redact_secrets
 from runner.store.runstore import RunStore, now_iso
+from runner.store.transcripts import SentRequest
 
 
 class RunRecorder:
@@ -25,6 +26,7 @@ class RunRecorder:
         self.store, self.run_id, self.attempt = store, run_id, attempt
         self.sink, self.secrets = sink, tuple(s for s in secrets if s)
         self.tool_calls_by_step: dict[str, list[ToolCallSummary]] = defaultdict(list)
+        self._sent: dict[int, SentRequest] = {}  # the transcript requests of the calls in flight, by ledger id
 
     def emit(self, event: str, **fields: Any) -> None:
         if self.sink is not None:
@@ -35,7 +37,8 @@ class RunRecorder:
         (durable: a ``kill -9`` mid-call leaves both; settling the call replaces the entry)."""
         ledger_id = self.store.add_model_call(self.run_id, self.attempt, call)
         if call.exchange is not None:
-            self.store.transcripts.add_model_call(self.run_id, self.attempt, ledger_id, call, self._redacted(call.exchange))
+            transcripts = self.store.transcripts
+            self._sent[ledger_id] = transcripts.add_model_call(self.run_id, self.attempt, ledger_id, call, self._redacted(call.exchange))
         return ledger_id
 
     def model_call(self, call: ModelCallEntry, ledger_id: int | None = None) -> None:
@@ -44,7 +47,13 @@ class RunRecorder:
             ledger_id = self.store.add_model_call(self.run_id, self.attempt, call)
         else:
             self.store.settle_model_call(ledger_id, call)
-        if call.exchange is not None:
+        sent = self._sent.pop(ledger_id, None)
+        if call.exchange is None:
+            pass
+        elif sent is not None:  # the request is in the transcript since the call was reserved
+            ended = Exchange((), (), redact_secrets(call.exchange.settings, self.secrets), redact_secrets(call.exchange.response, self.secrets))
+            self.store.transcripts.settle_model_call(self.run_id, self.attempt, ledger_id, call, ended, sent)
+        else:
             self.store.transcripts.add_model_call(self.run_id, self.attempt, ledger_id, call, self._redacted(call.exchange))
         self.emit(
             "model_call", step_id=call.step_id, agent=call.agent, model=call.model, seq=call.seq,

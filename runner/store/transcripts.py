@@ -16,6 +16,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from runner.core.calls import Exchange, ModelCallEntry, ToolCallEntry
@@ -62,7 +63,16 @@ _CHUNK = 500  # digests per IN (...) query
 
 def digest_of(value: Any) -> str:
     """The content address of a JSON-able value (its canonical JSON's SHA-256)."""
-    return "sha256:" + hashlib.sha256(_canonical(value).encode("utf-8", "surrogatepass")).hexdigest()
+    return _addressed(value)[0]
+
+
+@dataclass(frozen=True)
+class SentRequest:
+    """What a reserved call's transcript entry names of its request (its blobs are written):
+    settling the call rewrites the entry only."""
+
+    messages: tuple[str, ...]
+    tools: str | None
 
 
 def clip_output(text: str, limit: int = TOOL_OUTPUT_LIMIT) -> tuple[str, bool]:
@@ -79,42 +89,51 @@ class TranscriptStore:
         self._db, self._now = db, now
         db.create(SCHEMA)
 
-    def add_model_call(self, run_id: str, attempt: int, call_id: int | None, call: ModelCallEntry, exchange: Exchange) -> None:
+    def add_model_call(
+        self, run_id: str, attempt: int, call_id: int | None, call: ModelCallEntry, exchange: Exchange
+    ) -> SentRequest:
         """Store one model call attempt's request and response (``exchange``, already redacted).
 
         Written first when the call is reserved (its request, status ``reserved``, no response),
-        then again when it is settled: the entry of the same ``call_id`` is replaced, so a call
-        a crash cut still shows what was sent."""
-        messages = [(digest_of(m), m) for m in exchange.messages]
-        tools = (digest_of(list(exchange.tools)), list(exchange.tools)) if exchange.tools else None
-        entry = {
-            "model": call.model, "status": call.status, "settings": exchange.settings,
-            "messages": [d for d, _ in messages], "tools": tools[0] if tools else None,
-            "response": exchange.response, "error": call.error, "error_kind": call.error_kind,
-            "usage": {
-                "input_tokens": call.usage.input_tokens, "output_tokens": call.usage.output_tokens,
-                "cached_input_tokens": call.usage.cached_input_tokens, "cost_usd": call.usage.cost_usd,
-            },
-            "latency_seconds": call.latency_seconds,
-        }  # fmt: skip
+        then again when it is settled (:meth:`settle_model_call`, or here again: the entry of the
+        same ``call_id`` is replaced), so a call a crash cut still shows what was sent."""
+        messages = [_addressed(m) for m in exchange.messages]
+        tools = _addressed(list(exchange.tools)) if exchange.tools else None
+        request = SentRequest(tuple(d for d, _ in messages), tools[0] if tools else None)
         blobs = messages + ([tools] if tools else [])
-        self._write(run_id, attempt, call.step_id, call.agent, "model", call.seq, call_id, entry, blobs)
+        entry = _model_entry(call, exchange, request)
+        self._write(run_id, attempt, call.step_id, call.agent, "model", call.seq, call_id, entry, blobs, fresh=call.status == "reserved")
+        return request
+
+    def settle_model_call(
+        self, run_id: str, attempt: int, call_id: int, call: ModelCallEntry, exchange: Exchange, request: SentRequest
+    ) -> None:
+        """Replace the entry of a call reserved with ``request`` by how it ended: one statement (the
+        request's blobs are stored already; only ``exchange``'s settings and response are read)."""
+        entry = _model_entry(call, exchange, request)
+        updated = self._db.execute(
+            "UPDATE transcript_entries SET entry_json = ? WHERE run_id = ? AND call_id = ? AND kind = 'model'",
+            (json.dumps(entry, ensure_ascii=False), run_id, call_id), idempotent=True,
+        )  # fmt: skip
+        if not updated:  # the reserved entry is gone (a prune in between): write it again
+            self._write(run_id, attempt, call.step_id, call.agent, "model", call.seq, call_id, entry, [], fresh=True)
 
     def add_tool_call(self, run_id: str, attempt: int, call: ToolCallEntry, output: str) -> None:
         """Store one tool call with its whole output (``output``, already redacted), cut at :data:`TOOL_OUTPUT_LIMIT`."""
         kept, cut = clip_output(output)
-        digest = digest_of(kept)
+        digest, body = _addressed(kept)
         entry = {
             "name": call.name, "arguments": call.arguments, "status": call.status,
             "duration_seconds": call.duration_seconds, "output": digest, "output_chars": len(output),
             "truncated": cut, "artifacts": list(call.artifacts),
         }  # fmt: skip
-        self._write(run_id, attempt, call.step_id, call.agent, "tool", call.seq, None, entry, [(digest, kept)])
+        self._write(run_id, attempt, call.step_id, call.agent, "tool", call.seq, None, entry, [(digest, body)], fresh=True)
 
     def _write(
         self, run_id: str, attempt: int, step_id: str, agent: str, kind: str, seq: int, call_id: int | None,
-        entry: dict[str, Any], blobs: Sequence[tuple[str, Any]],
+        entry: dict[str, Any], blobs: Sequence[tuple[str, str]], *, fresh: bool,
     ) -> None:
+        """Write an entry and its blobs (digest, canonical JSON); ``fresh``: no entry of ``call_id`` exists yet."""
         unique = dict(blobs)
         now = self._now()
         token = uuid.uuid4().hex
@@ -127,10 +146,10 @@ class TranscriptStore:
             db.executemany(
                 "INSERT INTO transcript_blobs (digest, body, chars, created_at) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (digest) DO NOTHING",
-                [(d, body := _canonical(v), len(body), now) for d, v in unique.items()],
+                [(d, body, len(body), now) for d, body in unique.items()],
             )
             text = json.dumps(entry, ensure_ascii=False)
-            if call_id is not None and db.execute(  # the entry written when the call was reserved
+            if call_id is not None and not fresh and db.execute(  # the entry written when the call was reserved
                 "UPDATE transcript_entries SET entry_json = ?, token = ? WHERE run_id = ? AND call_id = ? AND kind = ?",
                 (text, token, run_id, call_id, kind),
             ):
@@ -179,6 +198,25 @@ class TranscriptStore:
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _addressed(value: Any) -> tuple[str, str]:
+    """``value``'s digest and canonical JSON (serialised once: the body stored is what was hashed)."""
+    body = _canonical(value)
+    return "sha256:" + hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest(), body
+
+
+def _model_entry(call: ModelCallEntry, exchange: Exchange, request: SentRequest) -> dict[str, Any]:
+    return {
+        "model": call.model, "status": call.status, "settings": exchange.settings,
+        "messages": list(request.messages), "tools": request.tools,
+        "response": exchange.response, "error": call.error, "error_kind": call.error_kind,
+        "usage": {
+            "input_tokens": call.usage.input_tokens, "output_tokens": call.usage.output_tokens,
+            "cached_input_tokens": call.usage.cached_input_tokens, "cost_usd": call.usage.cost_usd,
+        },
+        "latency_seconds": call.latency_seconds,
+    }  # fmt: skip
 
 
 def _entry(row: dict[str, Any]) -> dict[str, Any]:
