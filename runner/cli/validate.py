@@ -8,13 +8,17 @@ from pathlib import Path
 import click
 
 from runner.cli.terminal import safe_line
-from runner.config.project import display_path, find_root, load_project
+from runner.config.project import Project, display_path, find_root, load_project
 from runner.errors import EXIT_CONFIG, EXIT_OK
 
 
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
-@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Project root (default: found from PATHS or the current directory).")
+@click.option(
+    "--root",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Project root (default: found from PATHS or the current directory).",
+)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_context
 def validate(ctx: click.Context, paths: tuple[Path, ...], root: Path | None, fmt: str) -> None:
@@ -28,15 +32,30 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], root: Path | None, fmt
     if paths:
         wanted = {display_path(p, root) for p in _expand(paths)}
         problems = [p for p in problems if p.file in wanted]
+    under = _budgets_by_task(project) if not problems else {}
     if fmt == "json":
-        click.echo(json.dumps({"valid": not problems, "problems": [p.as_dict() for p in problems]}, indent=2))
+        shown = {"valid": not problems, "problems": [p.as_dict() for p in problems]}
+        click.echo(json.dumps({**shown, "budgets": under} if under else shown, indent=2))
     else:
         for problem in problems:
             click.echo(safe_line(problem.render()))
-        count = len(project.agents) + len(project.tasks) + len(project.tools) + len(project.evals)
+        for task, names in under.items():
+            click.echo(safe_line(f"task {task}: budgets {', '.join(names) if names else '(none)'}"))
+        count = (
+            len(project.agents) + len(project.tasks) + len(project.tools) + len(project.evals) + len(project.budgets)
+        )
         summary = f"{len(problems)} problem(s)" if problems else f"ok: {count} document(s) valid"
         click.echo(summary, err=True)
     ctx.exit(EXIT_CONFIG if problems else EXIT_OK)
+
+
+def _budgets_by_task(project: Project) -> dict[str, list[str]]:
+    """Task -> the budgets some call of it falls under (empty when the project has no budgets)."""
+    if not project.budgets:
+        return {}
+    from runner.config.budgets import budgets_of_task
+
+    return {name: [b.name for b in budgets_of_task(project, name)] for name in sorted(project.tasks)}
 
 
 def _expand(paths: tuple[Path, ...]) -> list[Path]:

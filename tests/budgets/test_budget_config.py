@@ -3,6 +3,7 @@ refused by ``runner validate`` with exit 2 when their limits, windows, zones or 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,21 @@ def test_validate_refuses_a_bad_budget_with_exit_2(tmp_path: Path) -> None:
         and "unknown time zone 'Mars/Olympus'" in result.stderr + result.stdout
     )
     assert "Traceback" not in result.stderr
+
+
+def test_validate_shows_the_budgets_each_task_falls_under(tmp_path: Path) -> None:
+    root = project(
+        tmp_path,
+        budget("max_cost_usd: 5\nwindow: day\nscope: {tags: [nightly]}\n"),
+        budget("max_tokens: 5000\nwindow: {hours: 6}\n", "burst"),
+    )
+    text = run_cli(root, None, "validate")
+    assert text.returncode == 0, text.stderr
+    assert "task digest: budgets burst, daily" in text.stdout or "task digest: budgets daily, burst" in text.stdout
+    assert "task other: budgets burst" in text.stdout
+    shown = json.loads(run_cli(root, None, "validate", "--format", "json").stdout)
+    assert (
+        shown["valid"]
+        and sorted(shown["budgets"]["digest"]) == ["burst", "daily"]
+        and shown["budgets"]["other"] == ["burst"]
+    )
