@@ -54,6 +54,7 @@ from runner.errors import (
     UsageError,
     WorkspaceTampered,
 )
+from runner.model.faults import QUOTA_EXCEEDED
 from runner.redact import redact
 from runner.runs.options import RunOptions
 from runner.store.group_commit import commit_group, durable
@@ -257,8 +258,8 @@ class _Batch:
             return RowOutcome("done", output=result.output, usage=result.usage, warnings=result.warnings)
         error = redact(result.error or result.status, [self.base_options.api_key])
         kind = result.error_kind or result.status
-        if result.status == "capped" and self._batch_cap_reached(result):
-            self._stop(error, kind)
+        if (result.status == "capped" and self._batch_cap_reached(result)) or kind == QUOTA_EXCEEDED:
+            self._stop(error, kind)  # a provider's spend ceiling refuses every row alike: they run again once it is raised
             return RowOutcome("not_run", error=error, error_kind=kind, usage=result.usage, warnings=result.warnings)
         final = result.status in ("capped", "stuck") or kind in FINAL_ERROR_KINDS
         return RowOutcome(
