@@ -35,6 +35,7 @@ class BudgetSpec:
     agents: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
+    warn_at: tuple[float, ...] = ()  # fractions of the limit whose crossing is a warning
     description: str = ""
 
     @property
@@ -76,6 +77,7 @@ def build_budget(doc: Document) -> BudgetSpec:
         max_cost_usd=None if d.get("max_cost_usd") is None else float(d["max_cost_usd"]), max_tokens=d.get("max_tokens"),
         timezone=d.get("timezone", "UTC"), tasks=tuple(scope.get("tasks", ())), agents=tuple(scope.get("agents", ())),
         models=tuple(scope.get("models", ())), tags=tuple(scope.get("tags", ())), description=d.get("description", ""),
+        warn_at=tuple(sorted(float(x) for x in d.get("warn_at", ()))),
     )  # fmt: skip
 
 

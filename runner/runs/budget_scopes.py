@@ -13,8 +13,9 @@ connection per process and place.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.caps.budget import Budget
 from runner.caps.budget_windows import BudgetWindow, Clock, budget_caps, describe, utc_now
@@ -64,16 +65,28 @@ def open_window(ledger: CapLedger, key: str, caps: Caps) -> None:
     ledger.open(key, caps, now_iso())
 
 
-def window_scope(spec: BudgetSpec, ledger: CapLedger, parent: Budget | None, clock: Clock = utc_now) -> BudgetWindow:
-    """Budget ``spec`` as a scope of ``ledger``, enclosed by ``parent``."""
+def window_scope(
+    spec: BudgetSpec,
+    ledger: CapLedger,
+    parent: Budget | None,
+    clock: Clock = utc_now,
+    notice: Callable[[str], None] | None = None,
+) -> BudgetWindow:
+    """Budget ``spec`` as a scope of ``ledger``, enclosed by ``parent`` (``notice``: told of ``warn_at`` crossings)."""
     window = window_at(spec, clock())
     return BudgetWindow(
         budget_caps(spec), describe(spec, window), parent=parent, ledger=ledger, key=window.key, spec=spec,
-        opener=lambda key, caps: open_window(ledger, key, caps), clock=clock,
+        opener=lambda key, caps: open_window(ledger, key, caps), clock=clock, notice=notice,
     )  # fmt: skip
 
 
-def with_budgets(budgets: list[BudgetSpec], parent: Budget | None, root: Path, store_url: str | None) -> Budget | None:
+def with_budgets(
+    budgets: list[BudgetSpec],
+    parent: Budget | None,
+    root: Path,
+    store_url: str | None,
+    notice: Callable[[str], None] | None = None,
+) -> Budget | None:
     """A window scope of each of ``budgets``, nested inside ``parent``: the scope to enclose a
     task's or step's own (``parent`` itself when there are none)."""
     if not budgets:
@@ -81,7 +94,7 @@ def with_budgets(budgets: list[BudgetSpec], parent: Budget | None, root: Path, s
     ledger = budget_ledger(root, store_url)
     node = parent
     for spec in budgets:
-        node = window_scope(spec, ledger, node)
+        node = window_scope(spec, ledger, node, notice=notice)
     return node
 
 
@@ -97,3 +110,18 @@ def step_budgets(project: Project, task: TaskSpec, agent: AgentSpec, model_id: s
         b for b in project.budgets.values()
         if b.name not in wide and b.covers(task.name, task.tags, agent.name, agent.tags, model_id)
     ]  # fmt: skip
+
+
+class _Emitter(Protocol):
+    def emit(self, event: str, **fields: Any) -> None: ...
+
+
+def budget_notice(warnings: list[str], recorder: _Emitter) -> Callable[[str], None]:
+    """A ``warn_at`` crossing as a ``budget_warning`` event and a line in the run's warnings."""
+
+    def notice(message: str) -> None:
+        if message not in warnings:
+            warnings.append(message)
+        recorder.emit("budget_warning", message=message)
+
+    return notice

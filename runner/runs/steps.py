@@ -243,10 +243,11 @@ def _step_scope(ctx: RunContext, agent: AgentSpec, model_id: str) -> Budget:
     """The run's scope, inside the budgets over time that only this agent's or model's calls count in."""
     if not ctx.project.budgets:
         return ctx.budget
-    from runner.runs.budget_scopes import step_budgets, with_budgets
+    from runner.runs.budget_scopes import budget_notice, step_budgets, with_budgets
 
     found = step_budgets(ctx.project, ctx.task, agent, model_id)
-    scope = with_budgets(found, ctx.budget, ctx.project.root, ctx.options.store_url)
+    notice = budget_notice(ctx.warnings, ctx.recorder)
+    scope = with_budgets(found, ctx.budget, ctx.project.root, ctx.options.store_url, notice)
     assert scope is not None
     return scope
 

@@ -165,3 +165,22 @@ def test_an_unpriced_model_under_a_money_budget_is_refused_before_any_call(tmp_p
     assert result.returncode == 2 and "house-model" in result.stderr and "no known price" in result.stderr, (
         result.stderr
     )
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_warn_at_thresholds_are_warnings_and_events_of_the_run(tmp_path: Path, backend: str) -> None:
+    files = {"agents.d/a.yaml": AGENTS, "tasks.d/t.yaml": TASKS,
+             "budgets.d/daily.yaml": BUDGET + "warn_at: [0.25, 0.5]\n"}  # fmt: skip
+    root = write_project(tmp_path / "p", files)
+    with ScriptedServer(script()) as server:
+        result = run_cli(root, server, "run", "add", "--input", f"data={goal()}", "--reports-dir", str(tmp_path / "reports"),
+                         "--json")  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    warnings = json.loads(result.stdout.splitlines()[-1])["warnings"]
+    passed = [w for w in warnings if w.startswith("budget 'daily' (day window ")]
+    assert [w.split(" passed ")[1].split(" of ")[0] for w in passed] == ["25%", "50%"], warnings
+    assert f"of max_cost_usd={LIMIT:g} (cost_usd=" in passed[0]
+    logged = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [e["message"] for e in logged if e.get("event") == "budget_warning"] == passed
+    (report,) = (tmp_path / "reports").rglob("report.md")
+    assert "passed 25% of max_cost_usd" in report.read_text()
