@@ -42,6 +42,7 @@ from runner.batch.journal import INTERRUPTED, BatchJournal, JournalRow, RowOutco
 from runner.batch.progress import BatchProgress, NoProgress
 from runner.batch.summary import BatchSummary
 from runner.caps.budget import Budget
+from runner.caps.budget_windows import is_budget_scope
 from runner.config.specs import Caps
 from runner.core.ports import RateGate
 from runner.core.results import RunResult
@@ -54,6 +55,7 @@ from runner.errors import (
     UsageError,
     WorkspaceTampered,
 )
+from runner.model.faults import QUOTA_EXCEEDED
 from runner.redact import redact
 from runner.runs.options import RunOptions
 from runner.store.group_commit import commit_group, durable
@@ -318,8 +320,8 @@ class _Batch:
             return RowOutcome("done", output=result.output, usage=result.usage, warnings=result.warnings)
         error = redact(result.error or result.status, [self.base_options.api_key])
         kind = result.error_kind or result.status
-        if result.status == "capped" and self._batch_cap_reached(result):
-            self._stop(error, kind)
+        if (result.status == "capped" and self._batch_cap_reached(result)) or kind == QUOTA_EXCEEDED:
+            self._stop(error, kind)  # a provider's spend ceiling refuses every row alike: they run again once it is raised
             return RowOutcome("not_run", error=error, error_kind=kind, usage=result.usage, warnings=result.warnings)
         final = result.status in ("capped", "stuck") or kind in FINAL_ERROR_KINDS
         return RowOutcome(
@@ -332,6 +334,8 @@ class _Batch:
         try:
             self.budget.check_can_start()
         except CapReached:
+            return True
+        if is_budget_scope(result.error_scope):  # a budget over time spans every batch: its rows wait for the next window
             return True
         return result.error_scope in {scope.scope for scope in self.budget.chain()}
 

@@ -25,6 +25,7 @@ COMMANDS = {
     "runs": ("runner.cli.runs", "runs", "List recorded runs, or show one."),
     "report": ("runner.cli.report", "report", "Re-render a run's report from the run store."),
     "caps": ("runner.cli.caps", "caps", "Show the shared cap ledger: caps, spend and reservations per scope."),
+    "budgets": ("runner.cli.budgets", "budgets", "Budgets over time: spent, reserved and left in the current and last windows."),
     "stats": ("runner.cli.stats", "stats", "Runs, success, duration, cost and tokens across runs over time."),
     "eval": ("runner.cli.eval", "eval_", "Run an eval: variants of a task over labelled cases, gated on pass rate."),
     "index": ("runner.cli.index", "index", "Build or refresh knowledge base indexes."),

@@ -14,7 +14,11 @@ from runner.errors import EXIT_CONFIG, EXIT_OK, Problem
 
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
-@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Project root (default: found from PATHS or the current directory).")
+@click.option(
+    "--root",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Project root (default: found from PATHS or the current directory).",
+)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--sources", "check_sources", is_flag=True, help="Also connect to each SQL source and warn when its account can read the server's files.")
 @click.pass_context
@@ -32,12 +36,18 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], root: Path | None, fmt
         wanted = {display_path(p, root) for p in _expand(paths)}
         problems = [p for p in problems if p.file in wanted]
     errors = [p for p in problems if p.severity == "error"]
+    under = _budgets_by_task(project) if not errors else {}
     if fmt == "json":
-        echo_json({"valid": not errors, "problems": [p.as_dict() for p in problems]})
+        shown = {"valid": not errors, "problems": [p.as_dict() for p in problems]}
+        echo_json({**shown, "budgets": under} if under else shown)
     else:
         for problem in problems:
             click.echo(safe_line(problem.render()))
-        count = len(project.agents) + len(project.tasks) + len(project.tools) + len(project.evals)
+        for task, names in under.items():
+            click.echo(safe_line(f"task {task}: budgets {', '.join(names) if names else '(none)'}"))
+        count = (
+            len(project.agents) + len(project.tasks) + len(project.tools) + len(project.evals) + len(project.budgets)
+        )
         summary = f"{len(errors)} problem(s)" if errors else f"ok: {count} document(s) valid"
         click.echo(summary, err=True)
     ctx.exit(EXIT_CONFIG if errors else EXIT_OK)
@@ -61,6 +71,15 @@ def _source_warnings(project: Project) -> list[Problem]:
             at = int(line) if line.isdigit() else 1
             warnings.append(Problem(file or source.where, at, 1, "", f"source '{source.name}': {why}", severity="warning"))
     return warnings
+
+
+def _budgets_by_task(project: Project) -> dict[str, list[str]]:
+    """Task -> the budgets some call of it falls under (empty when the project has no budgets)."""
+    if not project.budgets:
+        return {}
+    from runner.config.budgets import budgets_of_task
+
+    return {name: [b.name for b in budgets_of_task(project, name)] for name in sorted(project.tasks)}
 
 
 def _expand(paths: tuple[Path, ...]) -> list[Path]:

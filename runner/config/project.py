@@ -32,9 +32,10 @@ from runner.knowledge.spec import KnowledgeSpec
 from runner.tools.sql.source import SqlSource
 
 if TYPE_CHECKING:
+    from runner.config.budgets import BudgetSpec
     from runner.config.evals import EvalSpec
 
-CONFIG_DIRS = ("agents.d", "tasks.d", "tools.d", "evals.d", "knowledge.d", "sources.d")
+CONFIG_DIRS = ("agents.d", "tasks.d", "tools.d", "evals.d", "knowledge.d", "sources.d", "budgets.d")
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
@@ -57,6 +58,7 @@ class Project:
     hashes: dict[str, str] = field(default_factory=dict)  # task name -> resolved config hash
     telemetry: TelemetrySpec | None = None  # a kind: Telemetry document (one per project)
     evals: dict[str, EvalSpec] = field(default_factory=dict)
+    budgets: dict[str, BudgetSpec] = field(default_factory=dict)  # kind: Budget documents (budgets.d/)
 
     def document(self, kind: str, name: str) -> Document:
         return self.documents[(kind, name)]
@@ -171,6 +173,10 @@ def _load(root: Path, files: list[ConfigFile]) -> tuple[Project, list[Problem]]:
 
     problems.extend(check_references(project))
     problems.extend(check_evals(project))
+    if project.budgets:
+        from runner.config.budgets import budget_problems
+
+        problems.extend(budget_problems(project))
     return project, problems
 
 
@@ -287,6 +293,10 @@ def _build(project: Project, documents: list[Document]) -> list[Problem]:
             problems.extend(refused)
         elif kind == "Knowledge":
             problems += _add_knowledge(project, doc, [specs.build_knowledge(doc)])
+        elif kind == "Budget":
+            from runner.config.budgets import build_budget
+
+            project.budgets[name] = build_budget(doc)
         else:
             project.tools[name] = specs.build_tool(doc)
         project.documents[(kind, name)] = doc

@@ -28,9 +28,11 @@ if TYPE_CHECKING:
 
 KINDS = {
     "Agent": "agent", "Task": "task", "Tool": "tool", "Prices": "prices", "Telemetry": "telemetry", "Eval": "eval",
-    "Knowledge": "knowledge", "Source": "source", "ModelProfiles": "profiles",
+    "Knowledge": "knowledge", "Source": "source", "ModelProfiles": "profiles", "Budget": "budget",
 }  # fmt: skip
-SCHEMA_NAMES = ("common", "agent", "task", "tool", "prices", "plan", "telemetry", "eval", "knowledge", "source", "profiles")
+SCHEMA_NAMES = (
+    "common", "agent", "task", "tool", "prices", "plan", "telemetry", "eval", "knowledge", "source", "profiles", "budget",
+)  # fmt: skip
 BASE_URI = "https://runner.dev/schemas/v1/"
 
 

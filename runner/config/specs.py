@@ -209,6 +209,7 @@ class AgentSpec:
     max_repairs: int = 1
     prompts: dict[str, str] = field(default_factory=dict)  # overrides of runner/prompts/*.yaml by name
     cache: CachePolicy | None = None  # the result cache (runner.agent.call_cache); else the task's
+    tags: tuple[str, ...] = ()  # labels a Budget's scope may select
     source: str = ""
 
     @property
@@ -327,6 +328,7 @@ class TaskSpec:
     sources: dict[str, SqlSource] = field(default_factory=dict)  # declared on the task (they win over Source documents)
     mode: TaskMode = "live"  # batch_api: runner batch sends the model calls through the provider's Batch API
     batch_api: BatchApiLimits = field(default_factory=BatchApiLimits)
+    tags: tuple[str, ...] = ()  # labels a Budget's scope may select
     source: str = ""
     root: Path = field(default_factory=Path)
 
@@ -416,6 +418,7 @@ def build_agent(doc: Document, prompts: dict[str, str]) -> AgentSpec:
     network = d.get("network", {})
     return AgentSpec(
         name=d["name"],
+        tags=tuple(d.get("tags", ())),
         model=build_model(d["model"], doc.source.file),
         description=d.get("description", ""),
         system_prompt=prompts["system_prompt"],
@@ -500,6 +503,7 @@ def build_task(doc: Document, root: Path) -> TaskSpec:
     report = d.get("report", {})
     return TaskSpec(
         name=d["name"],
+        tags=tuple(d.get("tags", ())),
         description=d.get("description", ""),
         inputs=inputs,
         agent=d.get("agent"),

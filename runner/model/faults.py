@@ -17,9 +17,16 @@ from dataclasses import dataclass
 from runner.errors import ModelError
 
 # kind -> retried by default
-RETRYABLE_KINDS = frozenset({"rate_limited", "server_error", "timeout", "connection", "unreachable", "invalid_response"})
+RETRYABLE_KINDS = frozenset(
+    {"rate_limited", "server_error", "timeout", "connection", "unreachable", "invalid_response"}
+)
 # ``unreachable``: no connection was made (refused, no route, bad scheme), so nothing was sent
 # or billed; ``connection``: the connection dropped after the request may have been sent.
+QUOTA_EXCEEDED = "quota_exceeded"
+"""A 429 that is the provider's own spend or quota ceiling, not a rate limit: never retried
+(each retry would be refused the same way until someone raises the limit), and a batch stops."""
+QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
+"""The ``error.code``/``error.type`` values that say so (OpenAI's documented quota errors)."""
 
 
 @dataclass(frozen=True)

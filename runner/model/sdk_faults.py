@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from runner.model.faults import Fault, kind_for_status, parse_retry_after
+from runner.model.faults import QUOTA_CODES, QUOTA_EXCEEDED, Fault, kind_for_status, parse_retry_after
 from runner.model.wire import InvalidResponse
 from runner.redact import excerpt
 
@@ -71,9 +71,23 @@ def _status_fault(exc: Any, secrets: tuple[str | None, ...]) -> Fault:
     retry_after = parse_retry_after(exc.response.headers)
     detail = _body_text(exc.body, secrets)
     message = f"HTTP {status}" + (f": {detail}" if detail else "")
+    if status == 429 and _error_codes(exc.body) & QUOTA_CODES:
+        return Fault(
+            QUOTA_EXCEEDED,
+            f"{message}; the provider's spend or quota limit was reached: raise it with the provider (retrying cannot help)",
+        )
     if retry_after is not None:
         message += f" (Retry-After: {retry_after:g} s)"
     return Fault(kind_for_status(status), message, retry_after_seconds=retry_after)
+
+
+def _error_codes(body: object) -> set[str]:
+    """The ``code`` and ``type`` of an error body (OpenAI's ``{"error": {"code": ..., "type": ...}}``;
+    Anthropic's ``{"type": "error", "error": {"type": ...}}``)."""
+    error = body.get("error", body) if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return set()
+    return {value for value in (error.get("code"), error.get("type")) if isinstance(value, str)}
 
 
 def _body_text(body: object, secrets: tuple[str | None, ...]) -> str:

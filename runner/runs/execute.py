@@ -120,7 +120,14 @@ async def _execute(
     recorder = RunRecorder(store, run_id, attempt, options.events, secrets)
     try:
         owner = Owner(run_id, attempt)  # a shared scope records whose calls it holds
-        budget = options.parent_budget.child(caps, "task", owner=owner) if options.parent_budget else Budget(caps, "task", owner=owner)
+        parent = options.parent_budget
+        run_warnings: list[str] = []  # the run's warnings, budget warnings included as they come
+        if project.budgets:
+            from runner.runs.budget_scopes import budget_notice, task_budgets, with_budgets
+
+            notice = budget_notice(run_warnings, recorder)
+            parent = with_budgets(task_budgets(project, task), parent, project.root, options.store_url, notice)
+        budget = parent.child(caps, "task", owner=owner) if parent else Budget(caps, "task", owner=owner)
         warnings = _carry_over(store, run_id, budget) if attempt > 1 else []
         completed = store.completed_steps(run_id) if options.resume and attempt > 1 else {}
         resumed, moved = reusable_steps(project, task, run_id, options, completed)
@@ -130,11 +137,12 @@ async def _execute(
             from runner.runs.replayed_workspace import replayed_workspace
 
             replayed = replayed_workspace(project, run_id, options, store, warnings)
+        run_warnings[:0] = warnings + services.warnings
         ctx = RunContext(
             project, task, inputs, run_id, attempt, options, store, recorder, budget, pool, registry,
             workspace=run_workspace(project, task, run_id, options, fresh=attempt > 1 and not resumed and not replayed),
             today=today, previous=_previous(store, task, run_id, inputs), config_hash=chash, resumed=resumed,
-            warnings=warnings + services.warnings, services=services,
+            warnings=run_warnings, services=services,
         )
         return await _attempt(ctx)
     except BaseException as exc:  # record why the run stopped, then let the error reach the caller

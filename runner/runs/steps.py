@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.agent.call_cache import CallAnswers, CallCache, endpoint_identity, tool_scope
 from runner.agent.loop import AgentEnv, ModelBinding, run_agent
-from runner.caps.budget import within_deadline
+from runner.caps.budget import Budget, within_deadline
 from runner.config.prices import find_price, unpriced_message
 from runner.config.profile_checks import refused_settings
 from runner.config.providers import Provider
@@ -113,7 +113,7 @@ async def run_agent_step(
     env = AgentEnv(
         model=ctx.pool.get(endpoint, agent.model),
         tools=ToolBox(ctx.registry, agent, tool_ctx),
-        budget=ctx.budget.child(agent.caps.tighten(caps or Caps()), scope=f"step '{step_id}'"),
+        budget=_step_scope(ctx, agent, endpoint.model_id).child(agent.caps.tighten(caps or Caps()), scope=f"step '{step_id}'"),
         pricer=ctx.pricer(endpoint, agent),
         profile=ctx.profile(agent, endpoint),
         recorder=ctx.recorder,
@@ -252,6 +252,28 @@ def model_binding(ctx: RunContext, name: str) -> ModelBinding:
     )  # fmt: skip
 
 
+def _step_scope(ctx: RunContext, agent: AgentSpec, model_id: str) -> Budget:
+    """The run's scope, inside the budgets over time that only this agent's or model's calls count in."""
+    if not ctx.project.budgets:
+        return ctx.budget
+    from runner.runs.budget_scopes import budget_notice, step_budgets, with_budgets
+
+    found = step_budgets(ctx.project, ctx.task, agent, model_id)
+    notice = budget_notice(ctx.warnings, ctx.recorder)
+    scope = with_budgets(found, ctx.budget, ctx.project.root, ctx.options.store_url, notice)
+    assert scope is not None
+    return scope
+
+
+def _money_budget(ctx: RunContext, agent: AgentSpec, model_id: str) -> bool:
+    """Whether a budget over time in USD counts this agent's calls (beyond the task-wide ones, in the chain)."""
+    if not ctx.project.budgets:
+        return False
+    from runner.runs.budget_scopes import step_budgets
+
+    return any(b.max_cost_usd is not None for b in step_budgets(ctx.project, ctx.task, agent, model_id))
+
+
 def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:
     """A money cap on a model with no known price refuses to start, saying how to fix it
     (for the agents' judges too: their calls are paid from the same caps). A setting the
@@ -265,7 +287,7 @@ def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:
         if endpoint.model_id != agent.model.id and endpoint.provider.remote:
             for setting, why in refused_settings(agent.model, ctx.profile(agent, endpoint), endpoint.model_id):
                 ctx.warnings.append(f"agent '{name}': {why.split(';')[0]}: model.{setting} is not sent")
-        capped = money_capped or agent.caps.max_cost_usd is not None
+        capped = money_capped or agent.caps.max_cost_usd is not None or _money_budget(ctx, agent, endpoint.model_id)
         if capped and endpoint.provider is not Provider.LOCAL and not ctx.pricer(endpoint, agent).priced:
             raise ConfigError(unpriced_message(endpoint.model_id, name))
     for base in ctx.services.knowledge:  # embeddings requests are paid from the same caps

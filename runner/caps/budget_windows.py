@@ -1,0 +1,152 @@
+"""A budget over time as a scope of the shared cap ledger: its current window.
+
+A :class:`BudgetWindow` is one more :class:`~runner.caps.shared.SharedBudget` in a call's
+chain of scopes, so a call reserves its worst case in it exactly as in a fan-out's batch
+caps (one conditional ``UPDATE`` in the ledger, refused when ``spent + reserved + worst``
+would pass the limit), with whichever other shared scope it falls in, on SQLite or
+PostgreSQL. Its key is not fixed: each reservation goes to the window the clock is in when
+it is made (:func:`runner.caps.windows.window_at`), and is settled in that same window, even
+after it closed (a call in flight at midnight counts in the day it was reserved in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+from runner.caps.budget import Budget, Estimate, Reservation
+from runner.caps.shared import SharedBudget
+from runner.caps.windows import Window, previous_window, window_at
+from runner.config.budgets import BudgetSpec
+from runner.config.specs import Caps, cap_figure
+from runner.core.usage import Usage
+from runner.errors import CapReached
+
+Clock = Callable[[], datetime]
+_ATTEMPTS = 3
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class WindowOpener(Protocol):
+    """Creates a window's ledger scope with the budget's limits (raising them when the budget was raised)."""
+
+    def __call__(self, key: str, caps: Caps) -> None: ...
+
+
+def budget_caps(spec: BudgetSpec) -> Caps:
+    """The caps of one window's scope: the budget's limits."""
+    return Caps(max_cost_usd=spec.max_cost_usd, max_tokens=spec.max_tokens)
+
+
+@dataclass
+class BudgetWindow(SharedBudget):
+    """Budget ``spec``'s current window (by ``clock``) in the ledger; ``key`` is the window
+    of the latest reservation, each reservation remembers its own."""
+
+    spec: BudgetSpec = field(kw_only=True)
+    opener: WindowOpener = field(kw_only=True, repr=False)
+    clock: Clock = field(kw_only=True, default=utc_now, repr=False)
+    notice: Callable[[str], None] | None = field(kw_only=True, default=None, repr=False)
+    """Told, in words, when a settlement here takes the window past one of ``spec.warn_at``."""
+    _opened: set[str] = field(default_factory=set, repr=False)
+    _keys: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def current(self) -> Window:
+        return window_at(self.spec, self.clock())
+
+    def _window_key(self) -> str:
+        window = self.current()
+        if window.key not in self._opened:
+            self.opener(window.key, self.caps)
+            self._opened.add(window.key)
+        self.key, self.scope = window.key, describe(self.spec, window)
+        return window.key
+
+    def _hold(self, held: Reservation) -> None:
+        key = self._window_key()
+        owner = held.owner
+        for _ in range(_ATTEMPTS):
+            if self.ledger.reserve(
+                key, held.usage, entry=held.id, owner=(owner.run_id, owner.attempt) if owner else None
+            ):
+                self._keys[held.id] = key
+                Budget._hold(self, held)
+                return
+            self._explain(key, held.estimate, held.count_step)
+        raise self._refused_in(key, "max_cost_usd" if self.caps.max_cost_usd is not None else "max_tokens")
+
+    def _give_back(self, held: Reservation, actual: Usage | None) -> None:
+        key = self._keys.pop(held.id, None)
+        if key is not None and (held.usage != Usage() or actual is not None):
+            self.ledger.settle(key, held.usage, actual, entry=held.id)
+            if actual is not None and self.spec.warn_at and self.notice is not None:
+                self._warn(key, actual)
+        Budget._give_back(self, held, actual)
+
+    def _warn(self, key: str, actual: Usage) -> None:
+        """Tell ``notice`` of each ``warn_at`` threshold this settlement took the window past:
+        the share of the limit spent before it was below, after it is not."""
+        spent, _ = self.ledger.figures(key)
+        for cap, limit, after, added in (
+            ("max_cost_usd", self.caps.max_cost_usd, spent.cost_usd, actual.cost_usd),
+            ("max_tokens", self.caps.max_tokens, spent.input_tokens + spent.output_tokens, actual.input_tokens + actual.output_tokens),
+        ):  # fmt: skip
+            if not limit:
+                continue
+            for threshold in self.spec.warn_at:
+                if (after - added) / limit < threshold <= after / limit:
+                    assert self.notice is not None
+                    self.notice(
+                        f"{self.scope} passed {threshold:.0%} of {cap}={limit:g} ({cap.removeprefix('max_')}={round(after, 8):g})"
+                    )
+
+    def _take_over(self, run_id: str, recorded: Mapping[str, Usage | None]) -> Usage:
+        window = self.current()
+        total = Usage()
+        for key in (previous_window(self.spec, window).key, self._window_key()):
+            if key in self._opened or self._exists(key):
+                total += self.ledger.take_over(key, run_id, recorded)
+        return total
+
+    def _exists(self, key: str) -> bool:
+        try:
+            self.ledger.figures(key)
+        except KeyError:
+            return False
+        return True
+
+    def _check_tool_call(self) -> None:
+        """A budget does not count tool calls."""
+
+    def _count_tool_call(self, count: int) -> None:
+        Budget._count_tool_call(self, count)
+
+    def _explain(self, key: str, estimate: Estimate, count_step: bool) -> None:
+        spent, reserved = self.ledger.figures(key)
+        Budget(self.caps, self.scope, spent=spent, _reserved=reserved)._check(estimate, False)
+
+    def _refused_in(self, key: str, cap: str) -> CapReached:
+        spent, _ = self.ledger.figures(key)
+        limit = getattr(self.caps, cap)
+        return CapReached(cap, limit if limit is not None else 0, round(cap_figure(cap, spent), 8), self.scope)
+
+
+BUDGET_SCOPE = "budget '"
+"""How every :func:`describe` begins (see :func:`is_budget_scope`)."""
+
+
+def is_budget_scope(scope: str | None) -> bool:
+    """Whether a ``CapReached`` scope (a run's ``error_scope``) is a budget's window: the budget
+    spans every run and batch, so a batch stops (its rows run again once the window reopens)."""
+    return bool(scope) and scope.startswith(BUDGET_SCOPE)  # type: ignore[union-attr]
+
+
+def describe(spec: BudgetSpec, window: Window) -> str:
+    """``budget 'daily' (day window 2026-12-02T00:00:00+01:00 .. 2026-12-03T00:00:00+01:00)``: a
+    :class:`CapReached`'s scope, so the error names the budget and its window."""
+    return f"{BUDGET_SCOPE}{spec.name}' ({spec.window_name} window {window.describe()})"
