@@ -22,6 +22,7 @@ PAGES: dict[str, str] = {
     "source": "Source (SQL sources)",
     "knowledge": "Knowledge base",
     "eval": "Eval (evals.d/*.yaml)",
+    "budget": "Budget (budgets.d/*.yaml)",
     "profiles": "Model profiles (what each model accepts and how it bills)",
     "telemetry": "Telemetry (traces)",
     "prices": "Prices (prices.yaml)",
