@@ -79,3 +79,13 @@ def test_every_command_is_in_the_cli_reference(site: Path) -> None:
     text = page(site, "reference/cli")
     for command in COMMANDS:
         assert f"runner {command}" in text, command
+
+
+def test_every_schema_of_the_language_has_a_reference_page() -> None:
+    """A new kind (its schema in ``SCHEMA_NAMES``) cannot be left out of the configuration reference."""
+    sys.path.insert(0, str(REPO / "docs" / "gen"))
+    from schema_pages import PAGES
+
+    from runner.config.schema import SCHEMA_NAMES
+
+    assert set(SCHEMA_NAMES) <= set(PAGES), set(SCHEMA_NAMES) - set(PAGES)
