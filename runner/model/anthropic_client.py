@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
 import random
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anthropic
@@ -29,6 +26,7 @@ from runner.model.anthropic_wire import parse_message, request_body
 from runner.model.base import AttemptHook, ModelRequest, ModelResponse
 from runner.model.faults import Fault, RetryPolicy
 from runner.model.response_cap import capped_anthropic_http_client
+from runner.model.retrying import OnRetry, Sleep, complete_with_retries
 from runner.model.sdk_faults import classify_sdk
 from runner.model.wire import InvalidResponse
 
@@ -40,8 +38,6 @@ except ImportError:  # pragma: no cover - older SDKs
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 """Where the anthropic SDK sends calls when no base URL is configured (paths start at /v1)."""
 
-Sleep = Callable[[float], Awaitable[None]]
-OnRetry = Callable[[str, int, float], None]
 """``on_retry(kind, attempt, wait_seconds)``: called before each wait; ``attempt`` is 1-based."""
 ENDPOINT_EXCEPTIONS: tuple[type[Exception], ...] = (anthropic.AnthropicError, ValueError, UnicodeDecodeError)
 """What a call through the SDK may raise that is the endpoint's fault (``ValueError`` covers
@@ -81,20 +77,10 @@ class AnthropicChatModel:
     async def complete(self, request: ModelRequest, attempts: AttemptHook | None = None) -> ModelResponse:
         """Call the endpoint, retrying per the policy (see :meth:`OpenAIChatModel.complete`)."""
         body = request_body(request, self.model)
-        for attempt in itertools.count(1):
-            started = time.monotonic()
-            outcome = await self._attempt(body)
-            if isinstance(outcome, ModelResponse):
-                return dataclasses.replace(outcome, latency_seconds=time.monotonic() - started)
-            decision = self.retry_policy.wait_before_retry(outcome, attempt, self._rng)
-            if isinstance(decision, ModelError):
-                raise decision
-            if attempts is not None:
-                attempts.retry(outcome.kind, outcome.message)
-            if self._on_retry is not None:
-                self._on_retry(outcome.kind, attempt, decision)
-            await self._sleep(decision)
-        raise AssertionError("unreachable")
+        return await complete_with_retries(
+            lambda: self._attempt(body), self.retry_policy, rng=self._rng, sleep=self._sleep,
+            on_retry=self._on_retry, attempts=attempts,
+        )  # fmt: skip
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
 import random
 import re
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import openai
@@ -27,6 +25,7 @@ from runner.model.base import AttemptHook, ModelRequest, ModelResponse
 from runner.model.faults import Fault, RetryPolicy
 from runner.model.openai_faults import ENDPOINT_EXCEPTIONS, classify
 from runner.model.response_cap import capped_http_client
+from runner.model.retrying import OnRetry, Sleep, complete_with_retries
 from runner.model.wire import InvalidResponse, StreamAccumulator, parse_completion, request_body
 
 try:  # openai >= 3 ships its own httpx fork
@@ -34,8 +33,6 @@ try:  # openai >= 3 ships its own httpx fork
 except ImportError:  # pragma: no cover - older SDKs
     from httpx import Response as _HttpResponse  # type: ignore[assignment,no-redef]
 
-Sleep = Callable[[float], Awaitable[None]]
-OnRetry = Callable[[str, int, float], None]
 """``on_retry(kind, attempt, wait_seconds)``: called before each wait; ``attempt`` is 1-based."""
 
 _SECRET_HEADER = re.compile(r"(?i)auth|key|token|secret|cookie")
@@ -90,20 +87,10 @@ class OpenAIChatModel:
         """Call the endpoint, retrying per the policy; ``latency_seconds`` is the successful attempt's.
         ``attempts`` hears of each failed attempt before its retry (and may stop the retries)."""
         body = wire_body(request, self.model)
-        for attempt in itertools.count(1):
-            started = time.monotonic()
-            outcome = await self._attempt(body)
-            if isinstance(outcome, ModelResponse):
-                return dataclasses.replace(outcome, latency_seconds=time.monotonic() - started)
-            decision = self.retry_policy.wait_before_retry(outcome, attempt, self._rng)
-            if isinstance(decision, ModelError):
-                raise decision
-            if attempts is not None:
-                attempts.retry(outcome.kind, outcome.message)
-            if self._on_retry is not None:
-                self._on_retry(outcome.kind, attempt, decision)
-            await self._sleep(decision)
-        raise AssertionError("unreachable")
+        return await complete_with_retries(
+            lambda: self._attempt(body), self.retry_policy, rng=self._rng, sleep=self._sleep,
+            on_retry=self._on_retry, attempts=attempts,
+        )  # fmt: skip
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""
