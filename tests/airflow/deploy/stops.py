@@ -99,6 +99,19 @@ class Stops:
     pool_spans: dict[str, list[tuple[str, int, str, str]]] = field(default_factory=dict)  # by run: (task, index, start, end)
 
 
+POOL_REPLY_SECONDS = 2.0  # each pooled row's answer: the first run holds the slot while a shard of the second waits
+
+
+def slowed(script: dict[str, Any]) -> dict[str, Any]:
+    """``script`` with every reply taking :data:`POOL_REPLY_SECONDS`: the pooled runs last long
+    enough for a shard of the second to be seen waiting for the slot, on a fast or a loaded machine."""
+    def slow(reply: Any) -> Any:
+        return {**reply, "latency_seconds": POOL_REPLY_SECONDS} if isinstance(reply, dict) else reply
+
+    rules = [{**rule, "reply": slow(rule["reply"])} for rule in script.get("rules", [])]
+    return {**script, "rules": rules, "fallback": slow(script.get("fallback"))}
+
+
 def start(deployment: Deployment) -> Stops:
     """Create the pool, trigger every stop DAG through the REST API (no CLI start-up per run)."""
     deployment.api("pools", method="POST", body={"name": POOL, "slots": 1, "description": "runner e2e: one slot"})

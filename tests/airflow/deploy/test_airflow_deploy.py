@@ -271,7 +271,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
     batch_api = ScriptedServer(triage, batch=BatchBehaviour(polls=BATCH_POLLS), api_key=KEY)
     kill_api = ScriptedServer(triage, batch=BatchBehaviour(polls=10_000), api_key=KEY)  # out until cancelled
     stop_apis = {name: ScriptedServer(script, api_key=KEY) for name, script in stops_.scripts().items()}
-    stop_apis["pool"] = ScriptedServer(triage, api_key=KEY)
+    stop_apis["pool"] = ScriptedServer(stops_.slowed(triage), api_key=KEY)
     with ScriptedServer(_script(tickets)) as server, batch_api, kill_api, contextlib.ExitStack() as servers:
         for api in stop_apis.values():
             servers.enter_context(api)
@@ -319,6 +319,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
             })  # fmt: skip
             # the operations start once the disk was wiped: a wipe would pull a running task's workspace away
             stops = stops_.start(deployment)
+            stops_.mark_a_waiting_shard_success(deployment, stops)  # first: the pooled runs take seconds
             ops.bad_row_run = _trigger(deployment, "runner_batch_fanout", "--conf", json.dumps(
                 {"input_path": "tickets_bad.csv", "id_column": "id", "num_shards": 2, "concurrency": 2}))  # fmt: skip
             ops.misspelt_run = _trigger(deployment, "runner_daily_report", "--conf", json.dumps({"task": MISSPELT_TASK}))
@@ -327,7 +328,6 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
                 deployment.argv("tasks", "test", "runner_daily_report", "daily_report", TASKS_TEST_DATE),
                 env=deployment.env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             )  # fmt: skip
-            stops_.mark_a_waiting_shard_success(deployment, stops)
             stops_.kill_and_clear(deployment, stops, stop_apis["killed"], _store)
             stops_.sigkill_the_task_process(deployment, stops, stop_apis["sigkilled"])
             deployment.timed("stop operations done (a task killed and cleared, a shard marked success)", started)
@@ -519,9 +519,12 @@ def test_the_model_server_saw_each_row_once_plus_the_retried_one(outcome: Outcom
     assert sum(flaky["body"] in p for p in triage) == FLAKY_CALLS + 1
     assert len(triage) == 40 + FLAKY_CALLS, "no row is paid for twice, not even after the disk was wiped"
     plain = [p for p in daily if not any(day in p for day in _extra_dates())]
-    assert len(plain) == len(_plain_daily_runs(outcome)) - 1  # every run but the resume_check one
     cleared, other, tested = (sum(day in p for p in prompts) for day in _extra_dates())
-    assert cleared == other == 2 * tested > 0  # both backfilled runs were cleared after they succeeded: computed again
+    # One run's calls: the scripted answer misses the figures, so the summary is asked afresh up to
+    # max_repairs times (repair: resample) before the figures are listed instead; `airflow tasks test` made one run.
+    per_run = tested
+    assert len(plain) == (len(_plain_daily_runs(outcome)) - 1) * per_run  # every run but the resume_check one, once
+    assert cleared == other == 2 * per_run > 0  # both backfilled runs were cleared after they succeeded: computed again
     assert len(capped_calls) == len(set(capped_calls)), "a capped row is never sent twice"
 
 
