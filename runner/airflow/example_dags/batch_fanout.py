@@ -81,6 +81,8 @@ with DAG(
         "no_cache": Param(False, type="boolean", description="neither read nor write the result cache"),
         "dedupe": Param(False, type="boolean", description="rows with identical inputs run once (within a shard)"),
         "max_failed_rows": Param(0, type="integer", minimum=0, description="rows allowed to end not done"),
+        "keep_answers": Param(False, type="boolean", description="a changed configuration keeps the earlier answers (else refused)"),
+        "retry_failed": Param(False, type="boolean", description="run failed rows whose attempts are used up once more"),
     },
     tags=["runner"],
 ) as dag:
@@ -107,6 +109,8 @@ with DAG(
         rpm="{{ params.rpm }}",
         tpm="{{ params.tpm }}",
         durable="{{ params.durable }}",
+        keep_answers="{{ params.keep_answers }}",
+        retry_failed="{{ params.retry_failed }}",
         model="{{ params.model }}",
         no_cache="{{ params.no_cache }}",
         dedupe="{{ params.dedupe }}",
