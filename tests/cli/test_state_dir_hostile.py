@@ -88,9 +88,9 @@ TASK = "apiVersion: runner/v1\nkind: Task\nname: t\nagent: a\ngoal: go\nbatch_ap
 @pytest.mark.parametrize(
     ("limits", "said"),
     [
-        ("max_file_bytes: 100000000000000000000000", "/batch_api/max_file_bytes: 100000000000000000000000 is greater than the maximum of 200000000"),
-        ("max_file_bytes: 1.0e+23", "/batch_api/max_file_bytes: 1e+23 is greater than the maximum of 200000000"),
-        ("max_file_bytes: 1e23", "/batch_api/max_file_bytes: 1e+23 is greater than the maximum of 200000000"),  # YAML 1.2: a number
+        ("max_file_bytes: 100000000000000000000000", "/batch_api/max_file_bytes: 100000000000000000000000 is greater than the maximum of 256000000"),
+        ("max_file_bytes: 1.0e+23", "/batch_api/max_file_bytes: 1e+23 is greater than the maximum of 256000000"),
+        ("max_file_bytes: 1e23", "/batch_api/max_file_bytes: 1e+23 is greater than the maximum of 256000000"),  # YAML 1.2: a number
         ("max_requests: 100001", "/batch_api/max_requests: 100001 is greater than the maximum of 100000"),
         ("max_file_bytes: 0", "/batch_api/max_file_bytes: 0 is less than the minimum of 1"),
     ],
@@ -109,7 +109,7 @@ def test_batch_api_limits_within_provider_limits_are_valid(tmp_path: Path) -> No
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize(("flag", "value"), [("--batch-max-file-bytes", "200000001"), ("--batch-max-requests", "100001")])
+@pytest.mark.parametrize(("flag", "value"), [("--batch-max-file-bytes", "256000001"), ("--batch-max-requests", "100001")])
 def test_batch_api_flags_beyond_any_provider_are_usage_errors(project: Path, flag: str, value: str) -> None:
     done = run_cli(project, None, *BATCH, "--via", "batch-api", flag, value, drop=("RUNNER_",), timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr and flag in done.stderr

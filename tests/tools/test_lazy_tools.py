@@ -57,9 +57,22 @@ def test_looking_a_tool_up_builds_that_tool_only() -> None:
 
 
 @pytest.mark.parametrize("command", ["list", "validate"])
-def test_list_and_validate_build_no_tool(command: str) -> None:
+def test_list_and_validate_build_only_the_tools_of_tool_steps(command: str) -> None:
+    """Checking a project builds no agent's tool: only those a pipeline's tool step names, whose
+    declared arguments are checked against the tool's own schema (config/tool_step_args.py)."""
+    import yaml
+
+    stepped = {
+        step["tool"]
+        for path in (REPO / "tasks.d").glob("*.yaml")
+        for step in (yaml.safe_load(path.read_text()).get("pipeline") or {}).get("steps", [])
+        if "tool" in step
+    }
+    allowed = {f"runner.tools.builtins.{entry.module}" for entry in BUILTINS if entry.name in stepped}
     code = f"from runner.cli import main\ntry:\n    main([{command!r}])\nexcept SystemExit as done:\n    assert done.code == 0, done.code\n"
-    assert loaded_after(code) == []
+    loaded = set(loaded_after(code))
+    assert loaded <= allowed, loaded - allowed
+    assert "runner.tools.builtins.python" not in loaded and "runner.tools.builtins.browse" not in loaded
 
 
 def test_a_tool_is_built_once() -> None:
