@@ -128,7 +128,9 @@ def check_fingerprint(project: Project, task: TaskSpec, request: BatchRequest, j
     """Hold ``journal`` to the configuration this command runs under; returns notes for the summary.
 
     A new journal takes the fingerprint; one from before fingerprints takes it too, its answers
-    marked :data:`UNKNOWN`. A journal started under another configuration is refused
+    marked :data:`UNKNOWN`. A journal with no row done yet takes the new one (there is no answer
+    to keep; a resume after a crash against a moved endpoint goes on). A journal whose rows were
+    answered under another configuration is refused
     (:class:`UsageError`, naming what changed) unless ``request.keep_answers``: then the answers
     made so far keep their fingerprint and the rows still to run take the new one.
     """
@@ -141,6 +143,10 @@ def check_fingerprint(project: Project, task: TaskSpec, request: BatchRequest, j
         return ("--keep-answers: a new journal, no earlier answers to keep",) if request.keep_answers and not journal.ingested else ()
     done = journal.counts()["done"]
     changed = changes(journal.fingerprint_parts(), now.parts)
+    if done == 0:  # no answer made under the earlier configuration: nothing to keep or to refuse for
+        journal.adopt_fingerprint(now.digest, now.as_json(), earlier=found)
+        return (f"no row was done under the earlier configuration ({'; '.join(changed[:3]) or 'changed'}): "
+                f"every row runs under {now.short}",)  # fmt: skip
     if not request.keep_answers:
         shown = "; ".join(changed[:8]) + (f"; and {len(changed) - 8} more" if len(changed) > 8 else "")
         raise UsageError(

@@ -100,6 +100,10 @@ class MessageBatchesClient:
         hold dots and be long), so a hash of the run id and the request fingerprint."""
         return "c" + hashlib.sha256(f"{run_id}\0{fingerprint}".encode()).hexdigest()[:40]
 
+    def decode_call_id(self, custom_id: str, batch_id: str) -> tuple[str, str] | None:
+        """A hashed ``custom_id`` names no call by itself: only the record of the batch's calls does."""
+        return None
+
     def line(self, call_id: str, request: ModelRequest, model_id: str) -> bytes:
         """One request of a batch: its ``params`` are the Messages API body a live call sends."""
         from runner.model.anthropic_wire import request_body

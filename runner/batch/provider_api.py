@@ -57,6 +57,12 @@ class ProviderClient:
         """A call's ``custom_id``: ``<row id>.<request fingerprint>``."""
         return f"{run_id.removeprefix(batch_id + '-')}.{fingerprint}"
 
+    def decode_call_id(self, custom_id: str, batch_id: str) -> tuple[str, str] | None:
+        """``(run id, fingerprint)`` of a ``custom_id`` made by :meth:`call_id`: how a worker that lost
+        the record of a batch's calls (a retry on another machine) still keeps its answers."""
+        row, dot, fingerprint = custom_id.rpartition(".")
+        return (f"{batch_id}-{row}", fingerprint) if dot and row and fingerprint else None
+
     def line(self, call_id: str, request: ModelRequest, model_id: str) -> bytes:
         """One line of a batch's input file: the Chat Completions request as a live call sends it."""
         from runner.model.openai_client import wire_body

@@ -525,6 +525,9 @@ class RoundCollector:
             return  # still out: a rerun collects it
         lines = {str(line.get("custom_id")): line for line in found}
         calls = self._calls_of(client, part)
+        if not calls:  # the record of this part's calls is gone (a retry on a worker without this disk)
+            decoded = {custom_id: client.decode_call_id(custom_id, self.journal.batch_id) for custom_id in lines}
+            calls = {custom_id: call for custom_id, call in decoded.items() if call is not None}
         unknown = sorted(set(lines) - set(calls))
         if unknown:  # not this part's calls: never kept, never billed to a row
             self._notice(f"provider batch {batch.id} answered {len(unknown)} request(s) it was not sent ({', '.join(unknown[:3])}"
