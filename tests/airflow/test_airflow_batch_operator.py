@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.airflow_params import params_restored
 from tests.support.services import import_or_missing
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(240), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -25,18 +26,11 @@ ROWS = 4
 
 @pytest.fixture(autouse=True)
 def _params_restored(test_dags: Any) -> Iterator[None]:
-    """dag.test() shares Param objects between runs (see test_airflow_dags.py): restore them after each test."""
-    import copy
-
+    """Each test's conf leaves these DAGs' params as they were (:func:`tests.support.airflow_params.params_restored`)."""
     from runner.airflow.example_dags import batch_api
 
     dags = [batch_api.dag, test_dags.batch_api_dag, test_dags.batch_waiting_dag]
-    saved = [(dag, copy.deepcopy(dag.params), {t.task_id: copy.deepcopy(t.params) for t in dag.tasks}) for dag in dags]
-    yield
-    for dag, params, task_params in saved:
-        dag.params = params
-        for task in dag.tasks:
-            task.params = task_params[task.task_id]
+    yield from params_restored(dags)
 
 
 def _rows(path: Path, count: int = ROWS) -> Path:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.airflow_params import params_restored
 from tests.support.services import import_or_missing
 
 # Airflow (and the libraries it pins) emit their own deprecation warnings inside dag.test(); the project
@@ -24,19 +25,11 @@ LOGICAL_DATE = datetime(2025, 6, 2, tzinfo=UTC)  # after the example DAGs' start
 
 @pytest.fixture(autouse=True)
 def _params_restored(test_dags: Any) -> Iterator[None]:
-    """dag.test() runs tasks in this process, and Airflow's ParamsDict.update shares Param objects, so
-    one run's conf would stay in the DAG's params for the next test. Restore them after each test."""
-    import copy
-
+    """Each test's conf leaves these DAGs' params as they were (:func:`tests.support.airflow_params.params_restored`)."""
     from runner.airflow.example_dags import batch_fanout, daily_report
 
     dags = [batch_fanout.dag, daily_report.dag, *(v for v in vars(test_dags).values() if hasattr(v, "task_dict"))]
-    saved = [(dag, copy.deepcopy(dag.params), {t.task_id: copy.deepcopy(t.params) for t in dag.tasks}) for dag in dags]
-    yield
-    for dag, params, task_params in saved:
-        dag.params = params
-        for task in dag.tasks:
-            task.params = task_params[task.task_id]
+    yield from params_restored(dags)
 
 
 def _tis(dag_run: Any) -> dict[tuple[str, int], Any]:

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.airflow_params import params_restored
+
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(240), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 pytest.importorskip("airflow", reason="apache-airflow is not installed (pip install 'runner[airflow]')")
 
@@ -22,18 +24,11 @@ LINK_KEY = "_link_RunnerReportLink"
 
 @pytest.fixture(autouse=True)
 def _params_restored(test_dags: Any) -> Iterator[None]:
-    """dag.test() shares Param objects between runs (see test_airflow_dags.py): restore them after each test."""
-    import copy
-
+    """Each test's conf leaves these DAGs' params as they were (:func:`tests.support.airflow_params.params_restored`)."""
     from runner.airflow.example_dags import daily_report
 
     dags = [daily_report.dag, test_dags.templated_options_dag, test_dags.retry_dag]
-    saved = [(dag, copy.deepcopy(dag.params), {t.task_id: copy.deepcopy(t.params) for t in dag.tasks}) for dag in dags]
-    yield
-    for dag, params, task_params in saved:
-        dag.params = params
-        for task in dag.tasks:
-            task.params = task_params[task.task_id]
+    yield from params_restored(dags)
 
 
 def _ti(dag_run: Any, task_id: str, map_index: int = -1) -> Any:
