@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,6 +64,26 @@ def fault(exc: sqlite3.Error, path: Path, role: str, busy_seconds: float) -> Run
             return StoreUnavailable(f"{what}: the disk is full ({exc}); free space and run again")
         return StoreDamaged(f"cannot open or read {what} ({exc}); check the file and its directory, or {keep}")
     return None
+
+
+def wal_mode(connection: sqlite3.Connection, busy_seconds: float) -> None:
+    """Put the file of ``connection`` in WAL mode, waiting up to ``busy_seconds`` for other processes.
+
+    The switch reads the header and then writes it in one go; when two processes switch one new
+    file at once, SQLite answers the second ``SQLITE_BUSY`` at once instead of calling the busy
+    handler (waiting with a read lock held could deadlock), so the wait is here. Once the file
+    is in WAL mode (kept in the file), the pragma changes nothing and takes no write lock."""
+    deadline = time.monotonic() + busy_seconds
+    pause = 0.005
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _BUSY or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def _keep_hint(path: Path, role: str) -> str:

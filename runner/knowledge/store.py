@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.core.sqlite_faults import file_faults
+from runner.core.sqlite_faults import file_faults, wal_mode
 from runner.errors import ConfigError
 
 SCHEMA = """
@@ -82,7 +82,7 @@ def connect(path: Path, *, vectors: bool, role: str = "knowledge index") -> Any:
             raise ConfigError(VECTORS_HINT) from None
     with file_faults(path, role, 60):
         connection = module.connect(str(path), timeout=60, isolation_level=None, check_same_thread=False)
-        connection.execute("PRAGMA journal_mode=WAL")
+        wal_mode(connection, 60)
         connection.execute("PRAGMA busy_timeout=60000")
         if vectors:
             _load_vec(connection)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from runner.core.sqlite_faults import file_faults
+from runner.core.sqlite_faults import file_faults, wal_mode
 from runner.errors import UsageError
 from runner.store.schema import Dialect as Dialect  # re-exported: what a Database is
 from runner.store.schema import Schema
@@ -388,7 +388,7 @@ class SqliteDatabase(Database):
                 self._db.execute("SELECT count(*) FROM sqlite_master")  # not a database: refused now, not at the first read
             else:
                 self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=busy_seconds)
-                self._db.execute("PRAGMA journal_mode=WAL")
+                wal_mode(self._db, busy_seconds)
             self._db.row_factory = sqlite3.Row
             self._db.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'FULL' else 'NORMAL'}")
             self._db.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")

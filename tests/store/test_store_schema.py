@@ -111,9 +111,9 @@ def test_several_processes_creating_one_store_at_once_all_succeed(store_target: 
     code = "import sys; from runner.store.runstore import RunStore; RunStore(sys.argv[1]).close()"
     env = {"PYTHONPATH": ":".join(sys.path)}
     workers = [subprocess.Popen([sys.executable, "-c", code, str(store_target)], env=env, stderr=subprocess.PIPE)
-               for _ in range(4)]  # fmt: skip
+               for _ in range(8)]  # fmt: skip
     errors = [w.communicate(timeout=60)[1].decode() for w in workers]
-    assert [w.returncode for w in workers] == [0] * 4, errors
+    assert [w.returncode for w in workers] == [0] * 8, errors
 
 
 # --- stores made by the previous version -----------------------------------------------------
