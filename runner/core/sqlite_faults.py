@@ -49,7 +49,7 @@ def fault(exc: sqlite3.Error, path: Path, role: str, busy_seconds: float) -> Run
         return StoreDamaged(f"{what} is not a readable SQLite database ({exc}); {keep}")
     if code in _BUSY:
         return StoreUnavailable(
-            f"{what} is locked by another process (waited {busy_seconds:g} s: {exc}); wait for it to finish "
+            f"{what} is locked by another process (waited {busy_seconds:g} s: {exc}, {_code_name(exc)}); wait for it to finish "
             f"(`fuser {path}` names it) and run again"
         )
     if code in _READ_ONLY:
@@ -64,6 +64,11 @@ def fault(exc: sqlite3.Error, path: Path, role: str, busy_seconds: float) -> Run
             return StoreUnavailable(f"{what}: the disk is full ({exc}); free space and run again")
         return StoreDamaged(f"cannot open or read {what} ({exc}); check the file and its directory, or {keep}")
     return None
+
+
+def _code_name(exc: sqlite3.Error) -> str:
+    """SQLite's extended result code by name (``SQLITE_BUSY_RECOVERY``): which lock, for whoever investigates."""
+    return getattr(exc, "sqlite_errorname", None) or f"SQLite code {getattr(exc, 'sqlite_errorcode', '?')}"
 
 
 def wal_mode(connection: sqlite3.Connection, busy_seconds: float) -> None:
