@@ -42,7 +42,7 @@ def file_faults(path: Path, role: str, busy_seconds: float) -> Iterator[None]:
 
 def fault(exc: sqlite3.Error, path: Path, role: str, busy_seconds: float) -> RunnerError | None:
     """The error for a person when ``exc`` is about the file itself, else ``None``."""
-    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    code = _primary_code(exc)
     what = f"{path} (the {role})"
     keep = _keep_hint(path, role)
     if code in _DAMAGED:
@@ -66,6 +66,11 @@ def fault(exc: sqlite3.Error, path: Path, role: str, busy_seconds: float) -> Run
     return None
 
 
+def _primary_code(exc: sqlite3.Error) -> int:
+    """SQLite's primary result code (``SQLITE_BUSY`` for ``SQLITE_BUSY_RECOVERY``): what is decided on."""
+    return getattr(exc, "sqlite_errorcode", 0) & 0xFF
+
+
 def _code_name(exc: sqlite3.Error) -> str:
     """SQLite's extended result code by name (``SQLITE_BUSY_RECOVERY``): which lock, for whoever investigates."""
     return getattr(exc, "sqlite_errorname", None) or f"SQLite code {getattr(exc, 'sqlite_errorcode', '?')}"
@@ -85,7 +90,7 @@ def wal_mode(connection: sqlite3.Connection, busy_seconds: float) -> None:
             connection.execute("PRAGMA journal_mode=WAL")
             return
         except sqlite3.OperationalError as exc:
-            if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _BUSY or time.monotonic() + pause > deadline:
+            if _primary_code(exc) not in _BUSY or time.monotonic() + pause > deadline:
                 raise
         time.sleep(pause)
         pause = min(pause * 2, 0.1)
