@@ -82,11 +82,14 @@ def wal_mode(connection: sqlite3.Connection, busy_seconds: float) -> None:
     The switch reads the header and then writes it in one go; when two processes switch one new
     file at once, SQLite answers the second ``SQLITE_BUSY`` at once instead of calling the busy
     handler (waiting with a read lock held could deadlock), so the wait is here. Once the file
-    is in WAL mode (kept in the file), the pragma changes nothing and takes no write lock."""
+    is in WAL mode (kept in the file), the pragma changes nothing and takes no write lock.
+    Each try's own busy wait is what remains of ``busy_seconds``, so the whole wait stays within
+    it; the caller sets the connection's busy timeout afterwards."""
     deadline = time.monotonic() + busy_seconds
     pause = 0.005
     while True:
         try:
+            connection.execute(f"PRAGMA busy_timeout={max(int((deadline - time.monotonic()) * 1000), 0)}")
             connection.execute("PRAGMA journal_mode=WAL")
             return
         except sqlite3.OperationalError as exc:
