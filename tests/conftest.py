@@ -9,16 +9,22 @@ Two hooks shape the run: every test that needs PostgreSQL, Airflow's ``dag.test(
 the embedded model or a process of its own is marked ``slow`` (:mod:`tests.support.tiers`;
 ``pytest -m "not slow"`` is the fast tier), and a test marked with
 :func:`tests.support.services.requires` is skipped without its service, or failed under CI.
+A watchdog (:mod:`tests.support.watchdog`) ends the run with every thread's stack if a test
+outlives its timeout: a hang fails CI at once, with the place, instead of at CI's limit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import pytest
 
+from tests.support import watchdog
 from tests.support.services import check_marked
 from tests.support.tiers import slow_reason
 
 pytest_plugins = ["tests.postgres"]
+_WATCHDOG_FD = pytest.StashKey[int]()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -30,6 +36,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     check_marked(item)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_WATCHDOG_FD] = watchdog.stderr_copy()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    watchdog.arm(item, item.config.stash[_WATCHDOG_FD])
+    try:
+        return (yield)
+    finally:
+        watchdog.disarm()
 
 
 @pytest.fixture(autouse=True)

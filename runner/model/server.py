@@ -57,6 +57,9 @@ from runner.model.script_rules import Match, NoRuleMatched, Script
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key", "cookie"})
 
 
+CLOSE_SECONDS = 30.0  # how long ``close`` waits for handlers, once pending waits are woken
+
+
 @dataclass(frozen=True)
 class RecordedRequest:
     """One request as received, without credentials."""
@@ -153,11 +156,15 @@ class ScriptedServer:
         return self
 
     def close(self) -> None:
-        """Stop serving: wake pending delays and hangs, wait for handler threads to end."""
+        """Stop serving: wake pending delays and hangs, wait for handler threads to end. A handler
+        still running ``CLOSE_SECONDS`` later is an error, raised here, not a hang of the caller."""
         self.closing.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
+            stuck = self._httpd.join_handlers(CLOSE_SECONDS)
+            if stuck:
+                raise RuntimeError(f"{len(stuck)} request handler(s) still running {CLOSE_SECONDS:g} s after close")
         if self._thread is not None:
             self._thread.join(timeout=10)
 
@@ -189,13 +196,31 @@ class ScriptedServer:
 
 
 class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = False  # joined on close; pending waits are woken by ``closing``
-    block_on_close = True
+    daemon_threads = True  # a stuck handler cannot hold the interpreter's exit ...
+    block_on_close = False  # ... and ``join_handlers`` waits for the others, within a deadline
     request_queue_size = 256  # batch runs open dozens of connections at once
 
     def __init__(self, address: tuple[str, int], owner: ScriptedServer) -> None:
         super().__init__(address, _Handler)
         self.owner = owner
+        self._handlers: list[threading.Thread] = []
+        self._handlers_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(target=self.process_request_thread, args=(request, client_address), daemon=True)
+        with self._handlers_lock:
+            self._handlers = [t for t in self._handlers if t.is_alive()]
+            self._handlers.append(thread)
+        thread.start()
+
+    def join_handlers(self, seconds: float) -> list[threading.Thread]:
+        """Wait up to ``seconds`` in all for the handler threads; the ones still running."""
+        deadline = time.monotonic() + seconds
+        with self._handlers_lock:
+            handlers = list(self._handlers)
+        for thread in handlers:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return [t for t in handlers if t.is_alive()]
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that gave up (timeout) before we answered is expected, not an error.
