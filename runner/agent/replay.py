@@ -1,13 +1,15 @@
-"""Replaying a provider batch's answers, and the tool results between them: a resumed run is
+"""Replaying the answers a run was given, and the tool results between them: a resumed run is
 not billed twice for a call.
 
 With ``runner batch --via batch-api`` every answer a provider batch returned is stored under
 the run's id and the request's fingerprint (:class:`~runner.store.provider_answers.ProviderAnswers`).
-When the run is resumed (after ``kill -9``, a failed attempt, or a command that returned
-while a batch was out), its agents start over; each request they send again unchanged is
-answered from the store, like a result-cache hit: no reservation, $0, recorded as cached.
-The spend was counted when the answer first arrived (or settled against the call's
-reservation when it arrived after the caller had gone).
+A batch run live keeps each answer there too, as it arrives (``keep_live``). When the run is
+resumed (after ``kill -9``, a failed attempt, or a command that returned while a batch was
+out; live: after a budget, a batch cap, a provider's quota or an interrupt stopped the row part
+way), its agents start over; each request they send again unchanged is answered from the
+store, like a result-cache hit: no reservation, $0, recorded as cached. The spend was counted
+when the answer first arrived (or settled against the call's reservation when it arrived
+after the caller had gone).
 
 Tool calls are replayed too (:class:`~runner.store.provider_tools.ProviderToolResults`): a
 tool whose output changes from one run to the next (the time, a random number, a file it
@@ -35,7 +37,7 @@ from runner.errors import InvalidToolCall, ToolFailure
 from runner.model.answers import parse_answer
 from runner.model.base import ModelRequest, ModelResponse
 from runner.model.fingerprint import request_fingerprint
-from runner.model.wire import InvalidResponse
+from runner.model.wire import InvalidResponse, completion_body
 from runner.redact import redact_secrets
 from runner.store.provider_answers import ProviderAnswers
 from runner.store.provider_tools import ProviderToolResults
@@ -48,7 +50,10 @@ ABSENT = "absent"
 class ReplayCache:
     """The stored answers and tool results of one agent run, then ``inner`` (the result cache,
     if the run has one). One per agent run: its calls come in order, so the last request seen
-    is the one whose answer asked for the tool calls that follow."""
+    is the one whose answer asked for the tool calls that follow. ``replay``: what is stored is
+    served (a resumed run); else only kept, for a later attempt. ``keep_live``: each answer
+    from the endpoint is stored here (a batch run live; under a provider batch the rounds
+    store the batch's answers as they collect them)."""
 
     def __init__(
         self,
@@ -59,15 +64,18 @@ class ReplayCache:
         tools: ProviderToolResults | None = None,
         workspace: Path | None = None,
         secrets: Sequence[str] = (),
+        replay: bool = True,
+        keep_live: bool = False,
     ) -> None:
         self.answers, self.run_id, self.inner = answers, run_id, inner
         self.tools, self.workspace, self.secrets = tools, workspace, secrets
+        self.replay, self.keep_live = replay, keep_live
         self._last = ""  # fingerprint of the last request sent
         self._seen: Counter[tuple[str, str, str]] = Counter()  # tool calls of that request's answer so far
 
     def model_response(self, request: ModelRequest, endpoint: str) -> ModelResponse | None:
         self._last = request_fingerprint(request)
-        body = self.answers.answer(self.run_id, self._last)
+        body = self.answers.answer(self.run_id, self._last) if self.replay else None
         if body is not None:
             try:
                 return replace(parse_answer(body), tariff="batch")
@@ -76,12 +84,16 @@ class ReplayCache:
         return self.inner.model_response(request, endpoint) if self.inner is not None else None
 
     def keep_response(self, request: ModelRequest, response: ModelResponse, endpoint: str) -> None:
+        if self.keep_live:
+            body = redact_secrets(completion_body(response), self.secrets)
+            self.answers.answered(self.run_id, request_fingerprint(request), body)
         if self.inner is not None:
             self.inner.keep_response(request, response, endpoint)
 
     def tool_result(self, name: str, settings: dict[str, Any], arguments: str) -> ToolResult | None:
         """The kept result of this call at this place, if any (a kept failure is raised again)."""
-        kept = self.tools.result(self.run_id, self._key(name, arguments)) if self.tools is not None else None
+        key = self._key(name, arguments)  # counted also when nothing is served: it places the calls that follow
+        kept = self.tools.result(self.run_id, key) if self.tools is not None and self.replay else None
         if kept is None:
             return self.inner.tool_result(name, settings, arguments) if self.inner is not None else None
         if "failure" in kept:

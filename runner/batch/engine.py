@@ -17,6 +17,9 @@ Rules, in the order they apply:
   auth and bad-request failures are final.
 - One row never stops the batch: an exception from the executor is recorded as that row's
   failure (``error_kind='internal_error'``). ``failure_policy`` may stop after N failures.
+- A row stopped part way by something outside its run (a batch cap or budget, a provider's
+  quota, an interrupt, a crash) resumes: its next attempt replays the answers (and tool
+  results) its run was given (:mod:`runner.agent.replay`), so no call is paid for twice.
 - A row that waits on something outside the command (:class:`~runner.batch.executor.RowDeferred`:
   a provider batch still running) is recorded ``not_run`` and goes on when it runs again; that
   attempt is given back (waiting is not a failure, so only real failures use up attempts).
@@ -292,7 +295,8 @@ class _Batch:
         attempt = self.journal.mark_running(row.number, run_id)
         await durable()  # the attempt counts (a crash from here on resumes it as interrupted) before it runs
         self.attempts += 1
-        options = replace(self.base_options, run_id=run_id, parent_budget=self.budget, rate_gate=self.rate_gate)
+        options = replace(self.base_options, run_id=run_id, parent_budget=self.budget, rate_gate=self.rate_gate,
+                          replay_answers=self.base_options.replay_answers or stopped_from_outside(row))  # fmt: skip
         started = time.monotonic()
         crashed = False
         try:
@@ -360,6 +364,14 @@ class _Batch:
         """Wake every worker waiting in ``_next_row`` (each re-checks; no wake-up is lost)."""
         self._wake.set()
         self._wake = asyncio.Event()
+
+
+def stopped_from_outside(row: JournalRow) -> bool:
+    """Whether the row's last attempt was cut short by something outside its run (a budget or a
+    batch cap, a provider's quota, a provider batch still out, an interrupt, a crash): its next
+    attempt resumes it, replaying the answers it was given, instead of paying for them again.
+    A row that failed on its own starts over."""
+    return row.attempts > 0 and (row.status == "pending" or row.error_kind == INTERRUPTED)
 
 
 def _interrupted(took: float) -> RowOutcome:

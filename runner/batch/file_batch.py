@@ -32,7 +32,7 @@ from runner.locations import Location
 from runner.model.factory import check_endpoints
 from runner.runs.options import RunOptions
 from runner.store.cap_ledger import CapLedger
-from runner.store.database import open_database, resolve_store
+from runner.store.database import Database, open_database, resolve_store
 from runner.store.runstore import now_iso
 from runner.tracing import current_span
 
@@ -280,7 +280,8 @@ async def _run_rows(
     base = RunOptions(
         write_report=False, caps=request.run_caps, model_override=request.model_override,
         base_url_override=request.base_url_override, api_key=request.api_key, store_path=request.store_path,
-        store_url=request.store_url, use_cache=request.use_cache, replay_provider_answers=batch_api,
+        store_url=request.store_url, use_cache=request.use_cache, replay_answers=batch_api,
+        store_live_answers=not batch_api,
     )
     rows = _rows_between(read_rows(source, task.inputs), request.rows)
     async with TaskExecutor(project, task, rate_gate=gate, store_path=request.store_path, store_url=request.store_url) as executor:
@@ -288,6 +289,7 @@ async def _run_rows(
             from runner.batch.batch_api import run_batch_api
 
             return await run_batch_api(project, task, request, journal, rows, executor, _budget(request, ledger), base)
+        keep_for_replay(executor.store.database)
         if not journal.ingested:
             journal.ingest(rows)
         select = trial_rows(journal, request)
@@ -298,6 +300,17 @@ async def _run_rows(
             progress=progress_for(request), base_options=base, ledger=executor, select=select, retry_failed=request.retry_failed,
         )
         return replace(summary, selection=None if select is None else tuple(select), notes=_idle_flags(request, summary))
+
+
+def keep_for_replay(db: Database) -> None:
+    """Create the tables a live row's answers and tool results are kept in, so that a row stopped
+    part way (a budget or batch cap, a provider quota, an interrupt) resumes without paying again
+    for what it was answered (:mod:`runner.agent.replay`)."""
+    from runner.store.provider_answers import ProviderAnswers
+    from runner.store.provider_tools import ProviderToolResults
+
+    ProviderAnswers(db)
+    ProviderToolResults(db)
 
 
 def _selected_rows(journal: BatchJournal, selection: tuple[int, ...] | None) -> BatchJournal | SelectedRows:

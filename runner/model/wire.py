@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.model.base import ModelRequest, ModelResponse, ToolCall, Usage
+from runner.model.base import Message, ModelRequest, ModelResponse, ToolCall, Usage
 
 
 class InvalidResponse(ValueError):
@@ -77,6 +77,15 @@ def parse_completion(data: object) -> ModelResponse:
         model=str(data.get("model") or ""),
         finish_reason=choices[0].get("finish_reason"),
     )
+
+
+def completion_body(response: ModelResponse) -> dict[str, Any]:
+    """``response`` as a ``chat.completion`` object, which :func:`parse_completion` reads back
+    (how a live answer is kept for a resumed run to replay, :mod:`runner.agent.replay`)."""
+    message = Message("assistant", response.content, tool_calls=response.tool_calls).to_openai()
+    usage = {"prompt_tokens": response.usage.input_tokens, "completion_tokens": response.usage.output_tokens}
+    return {"object": "chat.completion", "model": response.model, "usage": usage,
+            "choices": [{"index": 0, "message": message, "finish_reason": response.finish_reason}]}  # fmt: skip
 
 
 def parse_usage(usage: object) -> Usage:

@@ -34,5 +34,6 @@ class RunOptions:
     events: EventSink | None = None
     resume: bool = True  # a run id seen before resumes: completed steps are not re-run
     use_cache: bool = True  # False (--no-cache): the result cache is neither read nor written
-    replay_provider_answers: bool = False  # --via batch-api: a request a provider batch answered for this run is not sent again
+    replay_answers: bool = False  # a request answered for this run before (a provider batch's line, a kept live answer) is not sent again
+    store_live_answers: bool = False  # keep each live answer and tool result, for an attempt that resumes this run to replay
     source_urls: dict[str, str] = field(default_factory=dict, repr=False)  # SQL source -> URL with secrets (Airflow connections)

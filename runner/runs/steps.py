@@ -140,20 +140,23 @@ def call_cache(ctx: RunContext, agent: AgentSpec, network: NetworkPolicy | None)
     """The result cache for ``agent``'s calls: its own ``cache:`` policy, else the task's;
     none without a policy or with ``--no-cache``. Its tool keys include ``network``, the
     policy the agent's tools run under. Under a provider batch, the answers it stored for
-    this run come first (:mod:`runner.agent.replay`)."""
+    this run come first; a batch row run live keeps its answers there, for an attempt that
+    resumes it to replay (:mod:`runner.agent.replay`)."""
     policy = agent.cache or ctx.task.cache
     cache = None
     if policy is not None and ctx.options.use_cache:
         scope = tool_scope(network, {ref.name: ref.settings for ref in agent.tools})
         cache = CallCache(ctx.store.result_cache, policy.ttl_seconds, ctx.recorder.secrets, scope)
-    if ctx.options.replay_provider_answers:
+    options = ctx.options
+    if options.replay_answers or options.store_live_answers:
         from runner.agent.replay import ReplayCache
         from runner.store.provider_answers import ProviderAnswers
         from runner.store.provider_tools import ProviderToolResults
 
-        db = ctx.store.database  # the tables were made by the rounds
+        db = ctx.store.database  # its tables were made by the batch (file_batch.keep_for_replay, or the rounds)
         return ReplayCache(ProviderAnswers(db, create=False), ctx.run_id, cache, tools=ProviderToolResults(db, create=False),
-                           workspace=ctx.workspace, secrets=ctx.recorder.secrets)  # fmt: skip
+                           workspace=ctx.workspace, secrets=ctx.recorder.secrets, replay=options.replay_answers,
+                           keep_live=options.store_live_answers)  # fmt: skip
     return cache
 
 

@@ -1,4 +1,5 @@
-"""The answers a provider batch (``runner batch --via batch-api``) collected, in the run store.
+"""The answers a provider batch (``runner batch --via batch-api``) collected, in the run store;
+and those of batch rows run live, kept as they arrive (:mod:`runner.agent.replay`).
 
 One row per model call a run sent to a provider batch, keyed by the run's id and the
 request's fingerprint (:mod:`runner.model.fingerprint`): written when the call is handed to
@@ -111,6 +112,10 @@ class ProviderAnswers:
         )
         body = json.loads(row["body_json"]) if row is not None else None
         return body if isinstance(body, dict) else None
+
+    def forget(self, run_id: str) -> None:
+        """Drop the answers kept for a live run (an attempt that starts over keeps its own)."""
+        self._db.execute("DELETE FROM provider_answers WHERE run_id = ?", (run_id,))
 
     def ledger_id(self, run_id: str, fingerprint: str) -> int | None:
         """The run store id of the reservation made for this call when it was sent."""
