@@ -148,15 +148,14 @@ def merge_fanout(
 
 def shared_ledger_figures(plan: FanoutPlan) -> dict[str, Any] | None:
     """The fan-out's shared cap scope as the ledger holds it (caps, spent, held), or ``None``."""
-    from runner.store.cap_ledger import CapLedger
-    from runner.store.database import open_database
+    from runner.store.cap_ledger import open_cap_ledger
 
     scope = plan.shared_scope()
     if scope is None:
         return None
     target = plan.store_url or scope.sqlite_path
     assert target is not None
-    ledger = CapLedger(open_database(target))
+    ledger = open_cap_ledger(target)
     try:
         return ledger.scope(scope.key).as_dict()
     except KeyError:  # no shard opened it (every shard's rows were invalid, or none started)

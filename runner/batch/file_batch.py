@@ -31,8 +31,8 @@ from runner.errors import UsageError
 from runner.locations import Location
 from runner.model.factory import check_endpoints
 from runner.runs.options import RunOptions
-from runner.store.cap_ledger import CapLedger
-from runner.store.database import Database, open_database, resolve_store
+from runner.store.cap_ledger import CapLedger, open_cap_ledger
+from runner.store.database import Database, resolve_store
 from runner.store.runstore import now_iso
 from runner.tracing import current_span
 
@@ -344,7 +344,7 @@ def open_shared_ledger(request: BatchRequest) -> CapLedger | None:
     target = request.store_url or shared.sqlite_path
     if target is None:
         raise UsageError(f"the shared cap scope {shared.key!r} needs a PostgreSQL store or an SQLite file to live in")
-    ledger = CapLedger(open_database(target))
+    ledger = open_cap_ledger(target)
     try:
         ledger.open(shared.key, shared.caps, now_iso())
     except BaseException:

@@ -38,16 +38,20 @@ if TYPE_CHECKING:
 )
 def budgets(root: Path, store_url: str | None, as_json: bool) -> None:
     """Per budget: its limits, and spent, reserved (calls in flight) and left in the current
-    and the last window. Reads only. Exit 2 when the project does not load."""
+    and the last window. Reads only. Exit 2 when the project does not load, or the ledger is
+    damaged or another application's file (named; it is left as it was)."""
     from runner.config.project import load_project_or_raise
     from runner.runs.budget_scopes import ledger_target
     from runner.store.database import open_database
+    from runner.store.store_kind import refuse_foreign_ledger
 
     project = load_project_or_raise(root.resolve())
     target = ledger_target(project.root, store_url)
     now = datetime.now(UTC)
     db = open_database(target, read_only=True, role="budget ledger") if _exists(target) else None
     try:
+        if db is not None:
+            refuse_foreign_ledger(db, "budget ledger")
         shown = [_budget(db, spec, now) for spec in project.budgets.values()]
     finally:
         if db is not None:

@@ -67,9 +67,11 @@ def show(store: str | None, scopes: tuple[str, ...], runs: str | None, root: Pat
     from runner.cli.caps_locate import ledger_target, run_store_lookup
     from runner.store.cap_view import scope_keys, view_scopes
     from runner.store.database import open_database
+    from runner.store.store_kind import refuse_foreign_ledger
 
     db = open_database(ledger_target(store), read_only=True, role="cap ledger")
     try:
+        refuse_foreign_ledger(db)
         chosen = chosen_scopes(scopes, scope_keys(db), db.where)
         recorded = run_store_lookup(db, runs, root)
         try:

@@ -23,7 +23,7 @@ from runner.caps.windows import window_at
 from runner.config.budgets import BudgetSpec
 from runner.config.specs import Caps
 from runner.local_state import state_path
-from runner.store.database import open_database, resolve_store
+from runner.store.database import resolve_store
 from runner.store.runstore import now_iso
 
 if TYPE_CHECKING:
@@ -44,13 +44,13 @@ def ledger_target(root: Path, store_url: str | None) -> str | Path:
 
 def budget_ledger(root: Path, store_url: str | None) -> CapLedger:
     """This process's connection to the budgets' ledger (opened once per place)."""
-    from runner.store.cap_ledger import CapLedger
+    from runner.store.cap_ledger import open_cap_ledger
 
     target = ledger_target(root, store_url)
     with _LOCK:
         ledger = _LEDGERS.get(str(target))
         if ledger is None:
-            ledger = _LEDGERS[str(target)] = CapLedger(open_database(target, role="budget ledger"))
+            ledger = _LEDGERS[str(target)] = open_cap_ledger(target, role="budget ledger")
         return ledger
 
 

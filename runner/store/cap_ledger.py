@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 
 from runner.config.specs import SUMMED_CAPS, Caps
@@ -46,9 +47,10 @@ from runner.core.usage import Usage
 from runner.errors import UsageError
 from runner.store import cap_holders
 from runner.store.cap_holders import Holder
-from runner.store.database import Database
+from runner.store.database import Database, open_database
 from runner.store.group_commit import commit_now
 from runner.store.schema import Schema
+from runner.store.store_kind import refuse_foreign_ledger
 
 SCHEMA = Schema("""
 CREATE TABLE IF NOT EXISTS cap_scopes (
@@ -180,7 +182,11 @@ class CapLedger:
     """The ``cap_scopes`` and ``cap_entries`` tables of one database (a
     :class:`~runner.caps.shared.ScopeLedger`); this process is one holder in it."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, role: str = "cap ledger") -> None:
+        """The ledger in ``database``, its tables created unless ``database`` is another
+        application's (:func:`~runner.store.store_kind.refuse_foreign_ledger`; a file is best
+        opened by :func:`open_cap_ledger`, which looks before anything is written)."""
+        refuse_foreign_ledger(database, role)
         self.db = database
         # Each operation stays its own transaction, also in a batch's group commit: a scope's row is
         # what every worker waits on, and it is never held for a group's window.
@@ -375,6 +381,25 @@ class CapLedger:
             if entry.state != "unrecorded":
                 self._settle(db, key, entry.id, entry.worst, entry.recorded)
         return DeadSettlement(key, tuple(dead), live)
+
+
+def open_cap_ledger(target: str | Path, role: str = "cap ledger") -> CapLedger:
+    """The ledger in ``target`` (an SQLite file or a PostgreSQL URL). An existing file is looked
+    at read-only first: another application's database, or one with a ``cap_scopes`` table of
+    another shape, is refused (:class:`~runner.errors.StoreDamaged`, exit 2) with its bytes
+    left as they were, not even its journal mode changed."""
+    if isinstance(target, Path) and target.is_file():
+        probe = open_database(target, read_only=True, role=role)
+        try:
+            refuse_foreign_ledger(probe, role)
+        finally:
+            probe.close()
+    database = open_database(target, role=role)
+    try:
+        return CapLedger(database, role)
+    except BaseException:
+        database.close()
+        raise
 
 
 def dead_entries(db: Database, key: str, recorded: Recorded) -> list[DeadEntry]:

@@ -1,13 +1,15 @@
-"""Whose database a run store is, looked at without writing: the commands that only read
-(``runner runs``, ``runs show``, ``runs prune --dry-run``, ``runner stats``, ``runner report``)
-open a store read-only, and every command first makes sure a file it is pointed at is
-runner's before anything (not even SQLite's journal mode) is written to it.
+"""Whose database a run store or a cap ledger is, looked at without writing: the commands that
+only read (``runner runs``, ``runs show``, ``runs prune --dry-run``, ``runner stats``, ``runner
+report``, ``runner budgets``, ``runner caps show``) open a store read-only, and every command
+first makes sure a file it is pointed at is runner's before anything (not even SQLite's journal
+mode) is written to it.
 
 * runner's store, complete: read as it is.
 * runner's store from an earlier runner (a table or column missing): brought up to date by the
   writable open that follows, as any command would.
-* another application's database (tables, but no ``runs`` table with runner's columns): refused
-  with :class:`~runner.errors.StoreDamaged`, the file untouched.
+* another application's database (tables, but no ``runs`` table with runner's columns; for a
+  ledger, no ``cap_scopes`` table with runner's columns): refused with
+  :class:`~runner.errors.StoreDamaged`, the file untouched.
 * an empty database: nothing to read yet (a read-only command says so).
 """
 
@@ -49,6 +51,29 @@ def refuse_foreign(db: Database, role: str = "run store") -> bool:
     else:
         return False  # an empty file, or a PostgreSQL database shared with other applications
     fix = "--store PATH, or RUNNER_STATE_DIR" if db.dialect == "sqlite" else "another database in $RUNNER_STORE_URL"
+    raise StoreDamaged(f"{db.where} is not a {role} ({reason}); it was left as it was: give runner its own ({fix})")
+
+
+LEDGER_COLUMNS = frozenset({"key", "max_cost_usd", "spent_cost_usd", "reserved_cost_usd", "created_at"})
+"""Columns every runner's ``cap_scopes`` table has had; a ``cap_scopes`` table without them is not runner's."""
+
+
+def refuse_foreign_ledger(db: Database, role: str = "cap ledger") -> None:
+    """Raise :class:`StoreDamaged` when ``db`` cannot hold runner's cap ledger: its ``cap_scopes``
+    table is of another shape, or (an SQLite file) it holds another application's tables and
+    neither a ledger nor a run store of runner's."""
+    names = {name for name in tables(db) if not name.startswith("sqlite_")}
+    if "cap_scopes" in names:
+        missing = LEDGER_COLUMNS - db.columns("cap_scopes")
+        if not missing:
+            return
+        reason = f"its table 'cap_scopes' has no column(s) {', '.join(sorted(missing))}"
+    elif db.dialect == "sqlite" and names and not ("runs" in names and db.columns("runs") >= RUN_COLUMNS):
+        shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+        reason = f"it holds other tables ({shown}) and no 'cap_scopes' table"
+    else:
+        return  # an empty file, runner's run store, or a PostgreSQL database shared with other applications
+    fix = "move it away, and runner starts a new one there" if db.dialect == "sqlite" else "another database in $RUNNER_STORE_URL"
     raise StoreDamaged(f"{db.where} is not a {role} ({reason}); it was left as it was: give runner its own ({fix})")
 
 
