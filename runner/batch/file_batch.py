@@ -30,6 +30,7 @@ from runner.config.specs import BatchApiLimits, Caps, TaskSpec
 from runner.errors import UsageError
 from runner.locations import Location
 from runner.model.factory import check_endpoints
+from runner.runs.budget_scopes import check_budget_ledger
 from runner.runs.options import RunOptions
 from runner.store.cap_ledger import CapLedger, open_cap_ledger
 from runner.store.database import Database, resolve_store
@@ -190,6 +191,7 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
     check_endpoints(
         project, task, model_override=request.model_override, base_url_override=request.base_url_override, api_key=request.api_key,
     )
+    check_budget_ledger(project, task, request.store_url)  # a ledger that cannot be used stops the batch, not each row
     if request.mode(task) == "batch-api":
         from runner.batch.batch_api import check_batch_api, refused_flags
 

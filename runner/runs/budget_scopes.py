@@ -54,6 +54,15 @@ def budget_ledger(root: Path, store_url: str | None) -> CapLedger:
         return ledger
 
 
+def check_budget_ledger(project: Project, task: TaskSpec, store_url: str | None) -> None:
+    """Open the ledger now if some budget covers ``task``: a damaged or foreign one
+    (:class:`~runner.errors.StoreDamaged`) stops a batch before its first row."""
+    from runner.config.budgets import budgets_of_task
+
+    if budgets_of_task(project, task.name):
+        budget_ledger(project.root, store_url)
+
+
 def open_window(ledger: CapLedger, key: str, caps: Caps) -> None:
     """Create window scope ``key`` with the budget's limits; an existing one takes the limits
     as the budget now declares them (a raised budget lets the window's refused calls through)."""

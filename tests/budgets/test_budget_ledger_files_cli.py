@@ -1,5 +1,5 @@
 """A damaged or foreign budget ledger is refused with the file named, never rewritten: through
-the real CLI, ``runner run`` of a task under a budget and ``runner budgets`` meet a
+the real CLI, ``runner run`` and ``runner batch`` of a task under a budget and ``runner budgets`` meet a
 ``budgets.sqlite3`` of garbage bytes, another application's SQLite database, or a
 ``cap_scopes`` table of another shape (in the file, or in the shared PostgreSQL store). Each
 exits 2 (a store file that needs a person, as the run store's refusals) with one line naming
@@ -24,8 +24,12 @@ FILES = {
     "agents.d/a.yaml": "apiVersion: runner/v1\nkind: Agent\nname: writer\nmodel: {id: gpt-4o-mini}\nsystem_prompt: Write.\n",
     "tasks.d/t.yaml": "apiVersion: runner/v1\nkind: Task\nname: digest\nagent: writer\ngoal: Write.\n",
     "budgets.d/daily.yaml": "apiVersion: runner/v1\nkind: Budget\nname: daily\nmax_cost_usd: 2\nwindow: day\n",
+    "rows.jsonl": '{"id": "a"}\n{"id": "b"}\n',
 }
-COMMANDS = [("run", "digest", "--no-report"), ("budgets",), ("budgets", "--json")]
+COMMANDS = [
+    ("run", "digest", "--no-report"), ("budgets",), ("budgets", "--json"),
+    ("batch", "digest", "--input", "rows.jsonl", "--output", "out.jsonl", "--progress", "none"),
+]
 OTHER_SHAPE = "CREATE TABLE cap_scopes (key TEXT PRIMARY KEY, quota INTEGER)"
 
 
@@ -83,6 +87,7 @@ def test_a_damaged_or_foreign_ledger_file_is_refused_by_name_and_left_as_it_was(
     assert "it was left as it was" in line or how == "garbage"
     assert digest(ledger) == before  # nothing rewritten: not a row, not the journal mode
     assert not any(p.name.startswith("budgets.sqlite3-") for p in ledger.parent.iterdir())  # no -wal, -shm, -journal
+    assert not (root / "out.jsonl").exists()  # a batch stops before its first row, not row by row
 
 
 def test_a_cap_scopes_table_of_another_shape_in_the_store_is_refused_untouched(
