@@ -320,17 +320,16 @@ class _Batch:
         self._after(attempt, outcome)
 
     def _outcome(self, result: RunResult) -> RowOutcome:
+        met = RowOutcome("done", usage=result.usage, warnings=result.warnings, budget_warnings=result.budget_warnings)
         if result.status == "completed":
-            return RowOutcome("done", output=result.output, usage=result.usage, warnings=result.warnings)
+            return replace(met, output=result.output)
         error = redact(result.error or result.status, [self.base_options.api_key])
         kind = result.error_kind or result.status
         if (result.status == "capped" and self._batch_cap_reached(result)) or kind == QUOTA_EXCEEDED:
             self._stop(error, kind)  # a provider's spend ceiling refuses every row alike: they run again once it is raised
-            return RowOutcome("not_run", error=error, error_kind=kind, usage=result.usage, warnings=result.warnings)
+            return replace(met, status="not_run", error=error, error_kind=kind)
         final = result.status in ("capped", "stuck") or kind in FINAL_ERROR_KINDS
-        return RowOutcome(
-            "failed", error=error, error_kind=kind, retryable=not final, usage=result.usage, warnings=result.warnings
-        )
+        return replace(met, status="failed", error=error, error_kind=kind, retryable=not final)
 
     def _batch_cap_reached(self, result: RunResult) -> bool:
         """Whether a capped run was stopped by the batch's cap (or a scope around it, such as a

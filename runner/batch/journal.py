@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from runner.batch.inputs import Row
+from runner.core.budget_warnings import BudgetWarning
 from runner.core.usage import Usage
 from runner.errors import StoreDamaged, UsageError
 
@@ -54,7 +55,7 @@ TODO = "(status = 'pending' OR (status = 'failed' AND retryable = 1 AND attempts
 COLUMNS = (
     "row_number, id, status, attempts, retryable, inputs, output, error, error_kind, run_id,"
     " input_tokens, output_tokens, cached_input_tokens, cost_usd, model_calls, tool_calls,"
-    " duration_seconds, started_at, finished_at, warnings, fingerprint"
+    " duration_seconds, started_at, finished_at, warnings, fingerprint, budget_warnings"
 )
 """A row's columns in the order :func:`journal_row` reads them (the same in both implementations)."""
 
@@ -79,6 +80,7 @@ class JournalRow:
     finished_at: str | None
     warnings: tuple[str, ...] = ()  # e.g. spend counted at its worst case after a crash
     fingerprint: str | None = None  # the configuration an answer kept by --keep-answers was made under; None: the journal's
+    budget_warnings: tuple[BudgetWarning, ...] = ()  # warn_at shares its run's calls took a budget window past
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class RowOutcome:
     duration_seconds: float | None = None
     warnings: tuple[str, ...] = ()
     counts_attempt: bool = True  # False: the row only waited (a provider batch still out), so its attempt is given back
+    budget_warnings: tuple[BudgetWarning, ...] = ()  # every attempt's, as the run store holds them
 
     def values(self) -> tuple[Any, ...]:
         """``status, output, error, error_kind, retryable, <6 usage values or NULLs>, duration``."""
@@ -115,6 +118,11 @@ class RowOutcome:
     def warnings_json(self) -> str | None:
         """The ``warnings`` column: a JSON list, or NULL when there are none."""
         return json.dumps([clean(w) for w in self.warnings], ensure_ascii=False) if self.warnings else None
+
+    def budget_warnings_json(self) -> str | None:
+        """The ``budget_warnings`` column: a JSON list of :meth:`BudgetWarning.as_dict`, or NULL."""
+        found = [w.as_dict() for w in self.budget_warnings]
+        return json.dumps(found, ensure_ascii=False) if found else None
 
 
 @dataclass(frozen=True)
@@ -416,7 +424,7 @@ def usage_values(usage: Usage) -> tuple[Any, ...]:
 def journal_row(found: tuple[Any, ...]) -> JournalRow:
     """A row read as :data:`COLUMNS`."""
     (number, row_id, status, attempts, retryable, inputs, output, error, kind, run_id, tin, tout, cached, cost,
-     calls, tools, took, started, finished, warnings, fingerprint) = found  # fmt: skip
+     calls, tools, took, started, finished, warnings, fingerprint, budget_warnings) = found  # fmt: skip
     return JournalRow(
         number=int(number),
         id=row_id,
@@ -434,6 +442,7 @@ def journal_row(found: tuple[Any, ...]) -> JournalRow:
         finished_at=finished,
         warnings=tuple(json.loads(warnings)) if warnings else (),
         fingerprint=fingerprint,
+        budget_warnings=tuple(BudgetWarning.from_dict(w) for w in json.loads(budget_warnings)) if budget_warnings else (),
     )
 
 

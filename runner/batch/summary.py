@@ -1,7 +1,8 @@
 """What a batch did: the engine's :class:`BatchSummary`, and the batch report built from the journal.
 
 :func:`batch_report` collects the data first (counts by status, spend, per-row cost
-distribution, slowest rows, errors grouped by kind with example ids, rows not run and why)
+distribution, slowest rows, errors grouped by kind with example ids, rows not run and why,
+the budget warnings the rows' calls made, each with its row)
 as a JSON-ready dict; :func:`render_markdown` and :func:`write_reports` render it.
 """
 
@@ -91,9 +92,13 @@ def batch_report(journal: BatchRecords, summary: BatchSummary | None = None, *, 
     durations: list[tuple[float, int, str | None]] = []  # a min-heap of the slowest rows
     errors: dict[str, dict[str, Any]] = defaultdict(lambda: {"count": 0, "example_ids": [], "example": None})
     not_run: dict[str, dict[str, Any]] = defaultdict(lambda: {"count": 0, "example_ids": []})
+    budget_warnings: dict[tuple[str, str, float], dict[str, Any]] = {}
     tokens = input_tokens = cached_tokens = 0
     for record in journal.records():
         counts[record.status] += 1
+        for warning in record.budget_warnings:  # each made once, by the row whose call crossed it
+            key = (warning.window, warning.cap, warning.threshold)
+            budget_warnings.setdefault(key, {**warning.as_dict(), "row_id": record.id, "row": record.number})
         tokens += record.usage.total_tokens
         input_tokens += record.usage.input_tokens
         cached_tokens += record.usage.cached_input_tokens
@@ -127,12 +132,13 @@ def batch_report(journal: BatchRecords, summary: BatchSummary | None = None, *, 
         ],
         "errors_by_kind": dict(sorted(errors.items(), key=lambda kv: -kv[1]["count"])),
         "not_run": dict(not_run),
+        "budget_warnings": [budget_warnings[key] for key in sorted(budget_warnings)],
         "run": summary.as_dict() if summary else None,
     }
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    """``batch_report.md``: counts, spend, slowest rows, errors by kind, rows not run."""
+    """``batch_report.md``: counts, spend, slowest rows, errors by kind, rows not run, budget warnings."""
     from runner.reports.markdown import table
     from runner.reports.tables import Table
 
@@ -161,6 +167,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report["not_run"]:
         rows = [[reason, g["count"], ", ".join(map(str, g["example_ids"]))] for reason, g in report["not_run"].items()]
         lines += section("Rows not run", ["reason", "rows", "example ids"], rows, [False, True, False])
+    if report.get("budget_warnings"):
+        rows = [[w["scope"], f"{w['threshold']:.0%} of {w['cap']}={w['limit']:g}", _figure(w["cap"], w["spent"]),
+                 w["row_id"] or f"row {w['row']}"] for w in report["budget_warnings"]]  # fmt: skip
+        lines += section("Budget warnings", ["budget window", "passed", "spent then", "row"], rows, [False, False, True, False])
     if report.get("ledger"):
         ledger = report["ledger"]
         rows = [[cap, _figure(cap, limit), _figure(cap, _used(cap, ledger["spent"])), _figure(cap, _used(cap, ledger["reserved"]))]

@@ -21,6 +21,7 @@ from runner.caps.shared import SharedBudget
 from runner.caps.windows import Window, previous_window, window_at
 from runner.config.budgets import BudgetSpec
 from runner.config.specs import Caps, cap_figure
+from runner.core.budget_warnings import BudgetWarning
 from runner.core.usage import Usage
 from runner.errors import CapReached
 
@@ -51,8 +52,8 @@ class BudgetWindow(SharedBudget):
     spec: BudgetSpec = field(kw_only=True)
     opener: WindowOpener = field(kw_only=True, repr=False)
     clock: Clock = field(kw_only=True, default=utc_now, repr=False)
-    notice: Callable[[str], None] | None = field(kw_only=True, default=None, repr=False)
-    """Told, in words, when a settlement here takes the window past one of ``spec.warn_at``."""
+    notice: Callable[[BudgetWarning], None] | None = field(kw_only=True, default=None, repr=False)
+    """Told when a settlement here takes the window past one of ``spec.warn_at``."""
     _opened: set[str] = field(default_factory=set, repr=False)
     _keys: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -83,27 +84,27 @@ class BudgetWindow(SharedBudget):
     def _give_back(self, held: Reservation, actual: Usage | None) -> None:
         key = self._keys.pop(held.id, None)
         if key is not None and (held.usage != Usage() or actual is not None):
-            self.ledger.settle(key, held.usage, actual, entry=held.id)
-            if actual is not None and self.spec.warn_at and self.notice is not None:
-                self._warn(key, actual)
+            spend = self.ledger.settle(key, held.usage, actual, entry=held.id)
+            if spend is not None and self.notice is not None:
+                for warning in self._crossed(key, *spend):
+                    self.notice(warning)
         Budget._give_back(self, held, actual)
 
-    def _warn(self, key: str, actual: Usage) -> None:
-        """Tell ``notice`` of each ``warn_at`` threshold this settlement took the window past:
-        the share of the limit spent before it was below, after it is not."""
-        spent, _ = self.ledger.figures(key)
-        for cap, limit, after, added in (
-            ("max_cost_usd", self.caps.max_cost_usd, spent.cost_usd, actual.cost_usd),
-            ("max_tokens", self.caps.max_tokens, spent.input_tokens + spent.output_tokens, actual.input_tokens + actual.output_tokens),
-        ):  # fmt: skip
+    def _crossed(self, key: str, before: Usage, after: Usage) -> list[BudgetWarning]:
+        """Each ``warn_at`` share this settlement took the window past: the share of the limit
+        spent before it was below, after it is not. The ledger read both in the settlement's
+        transaction, so of all the processes spending in the window exactly one sees each."""
+        found = []
+        for cap, limit in (("max_cost_usd", self.caps.max_cost_usd), ("max_tokens", self.caps.max_tokens)):
             if not limit:
                 continue
-            for threshold in self.spec.warn_at:
-                if (after - added) / limit < threshold <= after / limit:
-                    assert self.notice is not None
-                    self.notice(
-                        f"{self.scope} passed {threshold:.0%} of {cap}={limit:g} ({cap.removeprefix('max_')}={round(after, 8):g})"
-                    )
+            was, now = cap_figure(cap, before), cap_figure(cap, after)
+            found += [
+                BudgetWarning(self.spec.name, key, self.scope, cap, threshold, limit, now)
+                for threshold in self.spec.warn_at
+                if was / limit < threshold <= now / limit
+            ]
+        return found
 
     def _take_over(self, run_id: str, recorded: Mapping[str, Usage | None]) -> Usage:
         window = self.current()

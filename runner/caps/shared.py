@@ -46,8 +46,9 @@ class ScopeLedger(Protocol):
         :meth:`Budget._check <runner.caps.budget.Budget._check>` for the rule), as reservation
         ``entry`` of ``owner`` (run id, attempt); ``False`` if not."""
 
-    def settle(self, key: str, held: Usage, actual: Usage | None, *, entry: str | None = None) -> None:
-        """Remove reservation ``entry`` (``held``) from the reservations and add ``actual`` to the spend."""
+    def settle(self, key: str, held: Usage, actual: Usage | None, *, entry: str | None = None) -> tuple[Usage, Usage] | None:
+        """Remove reservation ``entry`` (``held``) from the reservations and add ``actual`` to the
+        spend; the scope's spend just before and after (``None``: nothing applied, settled before)."""
 
     def count_tool_call(self, key: str, count: int, *, entry: str | None = None) -> bool:
         """Add ``count`` tool calls unless that exceeds ``max_tool_calls``; ``False`` if it would."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from runner.core.budget_warnings import BudgetWarning
 from runner.core.status import EXIT_UNDELIVERED, Status, exit_code
 from runner.core.usage import Usage
 from runner.locations import Location
@@ -26,6 +27,7 @@ class RunResult:
     report_dir: Location | None = None  # a local directory, or a URL's (runner.locations)
     warnings: tuple[str, ...] = ()  # spend that is an estimate, usage above the reservation, ...
     deliveries: tuple[dict[str, Any], ...] = ()  # report.deliver outcomes (name, kind, status, target, error)
+    budget_warnings: tuple[BudgetWarning, ...] = ()  # warn_at shares its calls took a budget window past, every attempt's
 
     @property
     def undelivered(self) -> list[str]:

@@ -15,13 +15,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 from runner.caps.budget import Budget
 from runner.caps.budget_windows import BudgetWindow, Clock, budget_caps, describe, utc_now
 from runner.caps.windows import window_at
 from runner.config.budgets import BudgetSpec
 from runner.config.specs import Caps
+from runner.core.budget_warnings import BudgetWarning
 from runner.local_state import state_path
 from runner.store.database import resolve_store
 from runner.store.runstore import now_iso
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from runner.config.project import Project
     from runner.config.specs import AgentSpec, TaskSpec
     from runner.store.cap_ledger import CapLedger
+    from runner.store.recorder import RunRecorder
 
 _LEDGERS: dict[str, CapLedger] = {}
 _LOCK = threading.Lock()
@@ -79,7 +81,7 @@ def window_scope(
     ledger: CapLedger,
     parent: Budget | None,
     clock: Clock = utc_now,
-    notice: Callable[[str], None] | None = None,
+    notice: Callable[[BudgetWarning], None] | None = None,
 ) -> BudgetWindow:
     """Budget ``spec`` as a scope of ``ledger``, enclosed by ``parent`` (``notice``: told of ``warn_at`` crossings)."""
     window = window_at(spec, clock())
@@ -94,7 +96,7 @@ def with_budgets(
     parent: Budget | None,
     root: Path,
     store_url: str | None,
-    notice: Callable[[str], None] | None = None,
+    notice: Callable[[BudgetWarning], None] | None = None,
 ) -> Budget | None:
     """A window scope of each of ``budgets``, nested inside ``parent``: the scope to enclose a
     task's or step's own (``parent`` itself when there are none)."""
@@ -121,16 +123,13 @@ def step_budgets(project: Project, task: TaskSpec, agent: AgentSpec, model_id: s
     ]  # fmt: skip
 
 
-class _Emitter(Protocol):
-    def emit(self, event: str, **fields: Any) -> None: ...
+def budget_notice(warnings: list[str], recorder: RunRecorder) -> Callable[[BudgetWarning], None]:
+    """A ``warn_at`` crossing as a line in the run's warnings, kept in the run store and emitted
+    as a ``budget_warning`` event (:meth:`RunRecorder.budget_warning`)."""
 
-
-def budget_notice(warnings: list[str], recorder: _Emitter) -> Callable[[str], None]:
-    """A ``warn_at`` crossing as a ``budget_warning`` event and a line in the run's warnings."""
-
-    def notice(message: str) -> None:
-        if message not in warnings:
-            warnings.append(message)
-        recorder.emit("budget_warning", message=message)
+    def notice(warning: BudgetWarning) -> None:
+        if warning.message not in warnings:
+            warnings.append(warning.message)
+        recorder.budget_warning(warning)
 
     return notice

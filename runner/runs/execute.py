@@ -27,6 +27,7 @@ from runner.config.coerce import resolve_inputs
 from runner.config.project import Project
 from runner.config.specs import TaskSpec
 from runner.config.templates import TemplateError, render
+from runner.core.budget_warnings import BudgetWarning
 from runner.core.results import RunResult
 from runner.errors import CapReached, StoreDamaged, StoreUnavailable, UsageError
 from runner.local_state import confined_tree, state_path
@@ -183,6 +184,7 @@ async def _attempt(ctx: RunContext) -> RunResult:
     started_at, started = now_iso(), time.monotonic()
     preflight_prices(ctx, task.agents_used())
     outcome = await _refresh_knowledge(ctx) or await _run_steps(ctx)
+    met = await _budget_warnings(ctx)
     duration = time.monotonic() - started
     output, error = redact_secrets(outcome.output, recorder.secrets), redact_secrets(outcome.error, recorder.secrets)
     record = redact_secrets(
@@ -200,10 +202,18 @@ async def _attempt(ctx: RunContext) -> RunResult:
         run_id=ctx.run_id, task=task.name, status=outcome.status, output=output, error=error,
         error_kind=outcome.error_kind, error_scope=outcome.error_scope, usage=budget.spent,
         duration_seconds=duration, report_dir=report_dir, warnings=tuple(record["warnings"]), deliveries=deliveries,
+        budget_warnings=met,
     )
     ctx.store.finish_run(result, record)
     recorder.emit("run_finished", **result.manifest())
     return result
+
+
+async def _budget_warnings(ctx: RunContext) -> tuple[BudgetWarning, ...]:
+    """The budget warnings the run met, every attempt's (the run store's)."""
+    if not ctx.project.budgets:
+        return ()
+    return tuple(warning for warning, _ in ctx.store.budget_warnings.of_run(ctx.run_id))
 
 
 async def _refresh_knowledge(ctx: RunContext) -> PipelineOutcome | None:

@@ -1,5 +1,6 @@
 """From the run store's rows to figures: per task (runs), agent (agent steps), model (model
-calls) and tool (tool calls and tool steps), a trend per task, and the window before.
+calls) and tool (tool calls and tool steps), a trend per task, the window before, and the
+budget warnings (``warn_at`` crossings) the runs met in the window.
 
 Every group is summarised the same way (:class:`Summary`): how many, the status mix, the
 success rate over what finished, median and p95 duration, cost and tokens per item, tool
@@ -82,6 +83,7 @@ class Stats:
     tools: list[Summary]
     trends: dict[str, list[TrendPoint]]
     previous: dict[str, Summary]
+    budget_warnings: list[Row] = field(default_factory=list)  # warn_at crossings met in the window, oldest first
 
     def change(self, task: Summary, metric: str) -> tuple[Any, Any, float | None]:
         """``(now, before, now / before)`` of one task's metric against the window before."""
@@ -100,6 +102,7 @@ class Stats:
             "models": [asdict(s) for s in self.models],
             "tools": [asdict(s) for s in self.tools],
             "trends": {task: [asdict(p) for p in points] for task, points in self.trends.items()},
+            "budget_warnings": self.budget_warnings,
         }
 
 
@@ -120,6 +123,7 @@ def compute_stats(store: RunStore, window: Window, bucket: Bucket | None = None,
         tools=_tools(tool_calls, [s for s in steps if s["kind"] == "tool" and s["tool"]]),
         trends=_trends(runs, bucket),
         previous={s.name: s for s in _by(previous_runs, "task", _run_item, previous_tools, "task")},
+        budget_warnings=store.budget_warnings.between(since, until, task),
     )
 
 

@@ -25,7 +25,19 @@ def render_text(stats: Stats) -> str:
         for p in points:
             lines.append(f"  {p.start.replace('+00:00', 'Z'):<22} {p.runs:>5} {_pct(p.success_rate):>7} "
                          f"{_usd(p.cost_per_run):>11} {_num(p.tokens_per_run):>9} {_secs(p.duration_p95):>8}")
+    if stats.budget_warnings:
+        lines += ["", f"BUDGET WARNINGS ({len(stats.budget_warnings)})"]
+        lines += [f"  {w['at'][:19]}Z {w['message']}: run {w['run_id']} ({w['task']}){_delivered(w)}" for w in stats.budget_warnings]
     return "\n".join(lines)
+
+
+def _delivered(warning: dict[str, object]) -> str:
+    """``; delivered: email, webhook; failed: copy`` from a warning's delivery outcomes."""
+    outcomes = warning.get("deliveries") or []
+    assert isinstance(outcomes, list)
+    parts = [f"{status}: {', '.join(o['name'] for o in outcomes if o.get('status') == status)}"
+             for status in ("delivered", "failed") if any(o.get("status") == status for o in outcomes)]  # fmt: skip
+    return "; " + "; ".join(parts) if parts else ""
 
 
 def _table(title: str, unit: str, rows: list[Summary]) -> list[str]:

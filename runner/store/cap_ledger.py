@@ -142,6 +142,8 @@ class ScopeFigures:
                 "dead_holders": list(self.dead_holders)}  # fmt: skip
 
 
+Spend = tuple[Usage, Usage]
+"""A scope's spend just before and just after one settlement (:meth:`CapLedger.settle`)."""
 DeadState = Literal["recorded", "not_billed", "unrecorded"]
 """What the run store knows of a dead holder's reservation: the call's usage was recorded, it
 was recorded as not billed, or nothing was recorded (its real amount is unknown)."""
@@ -250,16 +252,17 @@ class CapLedger:
 
         return self.db.atomic(hold, check=lambda db: True if self._entry(db, key, entry) else None)
 
-    def settle(self, key: str, held: Usage, actual: Usage | None, *, entry: str | None = None) -> None:
+    def settle(self, key: str, held: Usage, actual: Usage | None, *, entry: str | None = None) -> Spend | None:
         """Replace reservation ``entry``'s worst case by ``actual`` (``None``: the call was not
         made). Once: an entry already settled is left alone. Without ``entry``, ``held`` is
-        taken out by amount (a caller from before entries)."""
+        taken out by amount (a caller from before entries). Returns the scope's spend just
+        before and after, read in the same transaction (``None`` when nothing was applied)."""
         commit_now()  # the run store's record of the call first (a batch's group commit holds it)
         if entry is None:
             spend = actual or Usage()
             self.db.execute(_MOVE, (*_held(held), *_spent(spend), key))
-            return
-        self.db.atomic(lambda db: self._settle(db, key, entry, held, actual))
+            return None
+        return self.db.atomic(lambda db: self._settle(db, key, entry, held, actual))
 
     def count_tool_call(self, key: str, count: int, *, entry: str | None = None) -> bool:
         """Count ``count`` tool calls unless that exceeds ``max_tool_calls``; ``False`` if it would."""
@@ -321,19 +324,20 @@ class CapLedger:
     def _entry(self, db: Database, key: str, entry: str) -> dict[str, Any] | None:
         return db.row(f"SELECT * FROM cap_entries WHERE scope = ? AND id = ?{db.lock_rows}", (key, entry))
 
-    def _settle(self, db: Database, key: str, entry: str, held: Usage, actual: Usage | None) -> None:
+    def _settle(self, db: Database, key: str, entry: str, held: Usage, actual: Usage | None) -> Spend | None:
         found = self._entry(db, key, entry)
         spend = actual or Usage()
         if found is None:  # nothing was held (a zero estimate), but the call used something
-            if actual is not None and spend != Usage():
-                db.execute(
-                    "INSERT INTO cap_entries (scope, id, holder, status, created_at, settled_at) VALUES (?, ?, ?, 'settled', ?, ?)",
-                    (key, entry, self.holder.id, _now(), _now()),
-                )
-                db.execute(_MOVE, (*_held(Usage()), *_spent(spend), key))
-            return
+            if actual is None or spend == Usage():
+                return None
+            db.execute(
+                "INSERT INTO cap_entries (scope, id, holder, status, created_at, settled_at) VALUES (?, ?, ?, 'settled', ?, ?)",
+                (key, entry, self.holder.id, _now(), _now()),
+            )
+            db.execute(_MOVE, (*_held(Usage()), *_spent(spend), key))
+            return _spend(db, key, spend)
         if found["status"] not in ("held", "carried"):
-            return  # settled or released before: applied once
+            return None  # settled or released before: applied once
         worst = _usage(found)
         db.execute(
             "UPDATE cap_entries SET status = ?, spent_input_tokens = ?, spent_output_tokens = ?, spent_cost_usd = ?,"
@@ -343,8 +347,10 @@ class CapLedger:
         )  # fmt: skip
         if found["status"] == "held":
             db.execute(_MOVE, (*_held(worst), *_spent(spend), key))
-        else:  # carried: its worst case is in the spend already; the actual replaces it
-            db.execute(_MOVE, (*_held(Usage()), *_spent(spend - worst), key))
+            return _spend(db, key, spend)
+        # carried: its worst case is in the spend already; the actual replaces it
+        db.execute(_MOVE, (*_held(Usage()), *_spent(spend - worst), key))
+        return _spend(db, key, spend - worst)
 
     def _take_over(self, db: Database, key: str, run_id: str, recorded: Mapping[str, Usage | None]) -> Usage:
         held = db.rows(
@@ -455,6 +461,12 @@ def _scope_row(db: Database, key: str) -> ScopeFigures:
         int(row["reserved_model_calls"]),
     )  # fmt: skip
     return ScopeFigures(key, caps, spent, reserved)
+
+
+def _spend(db: Database, key: str, added: Usage) -> Spend:
+    """Scope ``key``'s spend after ``added`` was added to it (in the transaction that added it), and before."""
+    after = _scope_row(db, key).spent
+    return after - added, after
 
 
 def _conditions(held: Usage) -> tuple[str, list[float]]:

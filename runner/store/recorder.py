@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from runner.core.budget_warnings import BudgetWarning
 from runner.core.calls import Exchange, ModelCallEntry, ToolCallEntry
 from runner.core.ports import EventSink
 from runner.core.steps import ToolCallSummary
@@ -31,6 +32,12 @@ class RunRecorder:
     def emit(self, event: str, **fields: Any) -> None:
         if self.sink is not None:
             self.sink(redact_secrets({"event": event, "run_id": self.run_id, "at": now_iso(), **fields}, self.secrets))
+
+    def budget_warning(self, warning: BudgetWarning) -> None:
+        """A ``warn_at`` share a call of this run took a budget window past: kept in the run
+        store (``runner stats``, its deliveries) and emitted as a ``budget_warning`` event."""
+        self.store.budget_warnings.add(self.run_id, self.attempt, warning)
+        self.emit("budget_warning", **warning.as_dict())
 
     def call_reserved(self, call: ModelCallEntry) -> int:
         """Write a call's worst case before it is sent, with its request in the transcript

@@ -1,5 +1,5 @@
 """Retention: delete runs that ended before a cutoff, with their steps, calls, plans,
-transcript entries, provider-batch answers and tool results, then the transcript blobs no
+transcript entries, budget warnings, provider-batch answers and tool results, then the transcript blobs no
 remaining run refers to.
 
 A run still marked ``running`` is never deleted (it may be in progress on another worker).
@@ -15,7 +15,7 @@ from typing import Any
 from runner.core.ages import before
 from runner.store.database import Database
 
-RUN_TABLES = ("steps", "model_calls", "tool_calls", "plans", "transcript_entries", "transcript_refs", "runs")
+RUN_TABLES = ("steps", "model_calls", "tool_calls", "plans", "transcript_entries", "transcript_refs", "budget_warnings", "runs")
 PROVIDER_TABLES = ("provider_answers", "provider_tool_results")
 """What a run sent through provider batches kept (made on first use: a store may not have them)."""
 _OLD = "u.status != 'running' AND COALESCE(u.finished_at, u.started_at) < ?"  # a run the prune deletes

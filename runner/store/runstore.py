@@ -20,6 +20,8 @@ from runner.core.steps import StepRecord
 from runner.core.usage import Usage
 from runner.errors import UsageError
 from runner.store.abandoned import abandoned, settle_abandoned, this_process
+from runner.store.budget_warnings import SCHEMA as BUDGET_WARNINGS
+from runner.store.budget_warnings import BudgetWarningLog
 from runner.store.database import Database, open_database
 from runner.store.result_cache import ResultStore
 from runner.store.schema import AddedColumn, Schema
@@ -196,6 +198,7 @@ class RunStore:
             self._db: Database = readable
             self.where = readable.where
             self.transcripts = TranscriptStore(readable, now=now_iso, create=False)
+            self.budget_warnings = BudgetWarningLog(readable, now=now_iso, create=False)
             return
         if isinstance(target, Path) and target.is_file():  # looked at read-only first: a foreign file stays as it is
             probe = open_database(target, read_only=True)
@@ -211,6 +214,7 @@ class RunStore:
         stamp(self._db)
         settle_abandoned(self._db, now_iso())  # runs a dead process left 'running' say so, not 'running' for ever
         self.transcripts = TranscriptStore(self._db, now=now_iso)  # full requests, responses and tool outputs
+        self.budget_warnings = BudgetWarningLog(self._db, now=now_iso)  # warn_at crossings the runs met
 
     @staticmethod
     def _open_read_only(target: Path | str) -> Database | None:
@@ -220,7 +224,7 @@ class RunStore:
         db = open_database(target, read_only=True)
         try:
             refuse_newer(db)
-            current = refuse_foreign(db) and found_version(db) >= STORE_VERSION and complete(db, (SCHEMA, TRANSCRIPT_SCHEMA))
+            current = refuse_foreign(db) and found_version(db) >= STORE_VERSION and complete(db, (SCHEMA, TRANSCRIPT_SCHEMA, BUDGET_WARNINGS))
             if current and not abandoned(db):
                 return db
         except BaseException:
