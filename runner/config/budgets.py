@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, cast
 
+from runner.config.report_options import WARNING_TEMPLATE_ROOTS, Delivery, build_deliveries
 from runner.config.sources import Document
 from runner.errors import Problem, did_you_mean
 
@@ -36,6 +37,7 @@ class BudgetSpec:
     models: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     warn_at: tuple[float, ...] = ()  # fractions of the limit whose crossing is a warning
+    deliver: tuple[Delivery, ...] = ()  # where each warning is sent
     description: str = ""
 
     @property
@@ -77,7 +79,7 @@ def build_budget(doc: Document) -> BudgetSpec:
         max_cost_usd=None if d.get("max_cost_usd") is None else float(d["max_cost_usd"]), max_tokens=d.get("max_tokens"),
         timezone=d.get("timezone", "UTC"), tasks=tuple(scope.get("tasks", ())), agents=tuple(scope.get("agents", ())),
         models=tuple(scope.get("models", ())), tags=tuple(scope.get("tags", ())), description=d.get("description", ""),
-        warn_at=tuple(sorted(float(x) for x in d.get("warn_at", ()))),
+        warn_at=tuple(sorted(float(x) for x in d.get("warn_at", ()))), deliver=build_deliveries(d.get("deliver"), "/deliver"),
     )  # fmt: skip
 
 
@@ -131,6 +133,7 @@ def budget_problems(project: Project) -> list[Problem]:
                         f"no task or agent declares tag '{tag}'{did_you_mean(tag, tags)}; add it under their tags:",
                     )
                 )
+        problems += delivery_problems(budget, doc)
         if budget.max_cost_usd is None:
             continue
         for agent in project.agents.values():
@@ -142,6 +145,41 @@ def budget_problems(project: Project) -> list[Problem]:
                         "/max_cost_usd", f"budget '{budget.name}': {unpriced_message(agent.model.id, agent.name)}"
                     )
                 )
+    return problems
+
+
+def delivery_problems(budget: BudgetSpec, doc: Document) -> list[Problem]:
+    """Located problems of a budget's ``deliver:`` targets: ``when`` (a warning is no run's
+    outcome), a name given twice, a template reading something a warning does not have."""
+    from runner.config.template_check import static_problems
+    from runner.config.template_engine import references
+    from runner.config.templates import TemplateError
+
+    problems: list[Problem] = []
+    if budget.deliver and not budget.warn_at:
+        problems.append(doc.problem("/deliver", "deliver: sends the warnings of warn_at; add warn_at: [0.8] (say) or drop deliver:"))
+    seen: dict[str, int] = {}
+    for i, target in enumerate(budget.deliver):
+        if "when" in doc.data["deliver"][i]:
+            problems.append(doc.problem(f"/deliver/{i}/when", "a budget's delivery is sent for every warning; drop when:", key=True))
+        if target.name in seen:
+            problems.append(doc.problem(f"/deliver/{i}", f"a second delivery named '{target.name}' (also #{seen[target.name]}); give each a distinct name:"))
+        seen.setdefault(target.name, i)
+        for key in ("subject", "link", "to"):
+            template = target.settings.get(key)
+            if not isinstance(template, str):
+                continue
+            pointer = f"/deliver/{i}/{target.kind}/{key}"
+            try:
+                unknown = sorted({r.root for r in references(template)} - set(WARNING_TEMPLATE_ROOTS))
+                found = static_problems(template)
+            except TemplateError as exc:
+                problems.append(doc.problem(pointer, str(exc)))
+                continue
+            problems += [doc.problem(pointer, f"unknown variable '{name}'{did_you_mean(name, WARNING_TEMPLATE_ROOTS)} "
+                                     f"(a budget's delivery reads {', '.join(WARNING_TEMPLATE_ROOTS)})")
+                         for name in unknown]  # fmt: skip
+            problems += [doc.problem(pointer, problem) for problem in found]
     return problems
 
 

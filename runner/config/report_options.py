@@ -14,6 +14,9 @@ DeliveryWhen = Literal["always", "success", "failure"]
 DELIVERY_TEMPLATE_ROOTS = ("status", "exit_code")
 """What a delivery's templates (subject, link, copy target) read besides a goal's variables:
 the run's status and exit code, known once the report is written."""
+WARNING_TEMPLATE_ROOTS = ("budget", "warning", "run_id", "task", "today")
+"""What the templates of a budget's delivery read: the budget's name, the warning
+(:meth:`~runner.core.budget_warnings.BudgetWarning.as_dict`), the run that met it, its task, the date."""
 
 
 @dataclass(frozen=True)
@@ -51,11 +54,12 @@ def build_columns(data: Mapping[str, Any] | None) -> dict[str, ColumnFormat]:
     return {name: ColumnFormat.from_dict(spec) for name, spec in (data or {}).items()}
 
 
-def build_deliveries(items: list[Mapping[str, Any]] | None) -> tuple[Delivery, ...]:
-    """The report's delivery targets, in order. A target without ``name`` is named after its kind."""
+def build_deliveries(items: list[Mapping[str, Any]] | None, base: str = "/report/deliver") -> tuple[Delivery, ...]:
+    """The delivery targets at ``base`` (a task's report, a budget's warnings), in order. A
+    target without ``name`` is named after its kind."""
     deliveries = []
     for index, item in enumerate(items or ()):
         kind = next(k for k in DELIVERY_KINDS if k in item)
         when = item.get("when", "always")
-        deliveries.append(Delivery(str(item.get("name", kind)), kind, dict(item[kind]), f"/report/deliver/{index}", when))
+        deliveries.append(Delivery(str(item.get("name", kind)), kind, dict(item[kind]), f"{base}/{index}", when))
     return tuple(deliveries)

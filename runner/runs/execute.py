@@ -210,10 +210,12 @@ async def _attempt(ctx: RunContext) -> RunResult:
 
 
 async def _budget_warnings(ctx: RunContext) -> tuple[BudgetWarning, ...]:
-    """The budget warnings the run met, every attempt's (the run store's)."""
+    """The budget warnings the run met, delivered where their budgets say (:mod:`runner.runs.budget_delivery`)."""
     if not ctx.project.budgets:
         return ()
-    return tuple(warning for warning, _ in ctx.store.budget_warnings.of_run(ctx.run_id))
+    from runner.runs.budget_delivery import deliver_budget_warnings
+
+    return await deliver_budget_warnings(ctx)
 
 
 async def _refresh_knowledge(ctx: RunContext) -> PipelineOutcome | None:

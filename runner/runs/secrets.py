@@ -36,12 +36,13 @@ def _source_secrets(project: Project, options: RunOptions) -> list[str]:
 
 
 def delivery_secret_names(project: Project) -> set[str]:
-    """Variables report deliveries read secrets from (the SMTP password, webhook URLs, storage
-    options); the SMTP user name is not one (it is often the sender's address)."""
+    """Variables report and budget warning deliveries read secrets from (the SMTP password,
+    webhook URLs, storage options); the SMTP user name is not one (it is often the sender's address)."""
     names: set[str] = set()
-    for task in project.tasks.values():
-        for target in task.report.deliver:
-            smtp = target.settings.get("smtp") or {}
-            candidates = (smtp.get("password_env"), target.settings.get("url_env"), target.settings.get("options_env"))
-            names |= {str(name) for name in candidates if name}
+    targets = [*(t for task in project.tasks.values() for t in task.report.deliver),
+               *(t for budget in project.budgets.values() for t in budget.deliver)]  # fmt: skip
+    for target in targets:
+        smtp = target.settings.get("smtp") or {}
+        candidates = (smtp.get("password_env"), target.settings.get("url_env"), target.settings.get("options_env"))
+        names |= {str(name) for name in candidates if name}
     return names

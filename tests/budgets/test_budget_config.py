@@ -42,6 +42,9 @@ goal: Write.
 """
 
 
+HOOK = "  - webhook: {url: 'https://hooks.example.com/budget'}\n"  # one item of deliver:
+
+
 def budget(body: str, name: str = "daily") -> str:
     return f"apiVersion: runner/v1\nkind: Budget\nname: {name}\n{body}"
 
@@ -107,6 +110,15 @@ def test_budgets_load_with_windows_zones_and_scopes(tmp_path: Path) -> None:
             "'my-own-model' (agent 'local_writer') has no known price",
         ),
         ("window: day\n", "", "max_cost_usd"),
+        (f"max_cost_usd: 1\nwindow: day\ndeliver:\n{HOOK}", "/deliver", "deliver: sends the warnings of warn_at"),
+        (f"max_cost_usd: 1\nwindow: day\nwarn_at: [0.5]\ndeliver:\n{HOOK}    when: failure\n", "/deliver/0/when", "drop when:"),
+        (f"max_cost_usd: 1\nwindow: day\nwarn_at: [0.5]\ndeliver:\n{HOOK}{HOOK}", "/deliver/1", "a second delivery named 'webhook'"),
+        (
+            "max_cost_usd: 1\nwindow: day\nwarn_at: [0.5]\ndeliver:\n  - webhook: {url: 'https://h.example/x', link: '{{ bugdet }}'}\n",
+            "/deliver/0/webhook/link",
+            "unknown variable 'bugdet'. Did you mean 'budget'? (a budget's delivery reads budget, warning, run_id, task, today)",
+        ),
+        ("max_cost_usd: 1\nwindow: day\nwarn_at: [0.5]\ndeliver:\n  - pager: {to: x}\n", "/deliver/0", ""),
     ],
 )
 def test_bad_budgets_are_located_problems(tmp_path: Path, body: str, pointer: str, message: str) -> None:

@@ -104,7 +104,10 @@ def _plain_text(package: Package) -> str:
     lines = [package.title, f"Status: {package.status} (run {package.run_id})", ""]
     if package.summary:
         lines += [package.summary, ""]
-    lines.append("The full report is in the HTML part of this message and in the attachments.")
+    if "html" in package.files:
+        lines.append("The full report is in the HTML part of this message and in the attachments.")
+    else:
+        lines.append("The details are in the attachments.")
     return "\n".join(lines) + "\n"
 
 

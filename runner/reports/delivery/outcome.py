@@ -65,6 +65,7 @@ class Package:
     task: str = ""
     exit_code: int = 0
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
+    facts: Mapping[str, Any] = field(default_factory=dict)  # plain fields a webhook adds (a budget warning's)
 
     def chosen(self, names: Sequence[str] | None, default: Sequence[str]) -> list[Path]:
         """The files named by format (``charts`` for the chart images); ``default`` when not given."""

@@ -1,7 +1,8 @@
 """A webhook: one JSON POST that Slack's incoming webhooks (and most chat tools) accept.
 
 The payload has Slack's ``text`` and ``blocks`` plus plain ``title``, ``summary``,
-``status``, ``link``, ``run_id`` and ``task`` for any other receiver. Connection errors,
+``status``, ``link``, ``run_id`` and ``task`` for any other receiver (and a budget warning's
+fields under ``budget_warning``). Connection errors,
 timeouts, 429 and 5xx are retried with backoff (``Retry-After`` honoured, at most 60 s);
 other statuses fail at once, a redirect too (it is not followed). The URL may itself be a
 secret (Slack's is): it is never recorded, only its host.
@@ -43,7 +44,8 @@ def describe(url: str) -> str:
 def payload(package: Package, link: str | None) -> dict[str, Any]:
     """The JSON body: Slack blocks, and the same facts as plain fields."""
     summary = package.summary if len(package.summary) <= SUMMARY_CHARS else package.summary[: SUMMARY_CHARS - 1] + "…"
-    icon = {"completed": ":white_check_mark:", "failed": ":x:", "capped": ":warning:", "stuck": ":warning:"}.get(package.status, "")
+    icon = {"completed": ":white_check_mark:", "failed": ":x:", "capped": ":warning:", "stuck": ":warning:",
+            "warning": ":warning:"}.get(package.status, "")  # fmt: skip
     text = f"{package.title}: {package.status}" + (f" — {link}" if link else "")
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": package.title[:150]}},
@@ -55,7 +57,7 @@ def payload(package: Package, link: str | None) -> dict[str, Any]:
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"<{link}|Open the report>"}})
     return {
         "text": text, "blocks": blocks, "title": package.title, "summary": package.summary, "status": package.status,
-        "link": link, "run_id": package.run_id, "task": package.task, "exit_code": package.exit_code,
+        "link": link, "run_id": package.run_id, "task": package.task, "exit_code": package.exit_code, **package.facts,
     }  # fmt: skip
 
 
