@@ -108,6 +108,7 @@ class AgentOutcome:
     error: str | None = None
     error_kind: str | None = None
     error_scope: str | None = None  # the budget scope of the cap that stopped it
+    error_budget: str | None = None  # the budget over time whose window that scope is, if one is
     usage: Usage = field(default_factory=Usage)
     artifacts: list[str] = field(default_factory=list)
     data: list[Any] = field(default_factory=list)
@@ -144,7 +145,7 @@ async def run_agent(agent: AgentSpec, goal: str, env: AgentEnv) -> AgentOutcome:
             if outcome is not None:  # else: more work (tool results, or a check sent it back to its tools)
                 return outcome
     except CapReached as cap:
-        return run.finish("capped", None, error=str(cap), kind=cap.cap, scope=cap.scope)
+        return run.finish("capped", None, error=str(cap), kind=cap.cap, scope=cap.scope, budget=cap.budget)
     except ModelError as exc:
         return run.finish("failed", None, error=str(exc), kind=exc.kind)
 
@@ -396,11 +397,12 @@ class _AgentRun:
         return await self.final_answer(messages, response.content)
 
     def finish(
-        self, status: Status, output: Any, *, error: str | None = None, kind: str | None = None, scope: str | None = None
+        self, status: Status, output: Any, *, error: str | None = None, kind: str | None = None,
+        scope: str | None = None, budget: str | None = None,
     ) -> AgentOutcome:
         outcome = self.outcome
         outcome.status, outcome.output, outcome.error, outcome.error_kind = status, output, error, kind
-        outcome.error_scope, outcome.usage = scope, self.env.budget.spent
+        outcome.error_scope, outcome.error_budget, outcome.usage = scope, budget, self.env.budget.spent
         return outcome
 
 

@@ -128,25 +128,20 @@ class BudgetWindow(SharedBudget):
 
     def _explain(self, key: str, estimate: Estimate, count_step: bool) -> None:
         spent, reserved = self.ledger.figures(key)
-        Budget(self.caps, self.scope, spent=spent, _reserved=reserved)._check(estimate, False)
+        try:
+            Budget(self.caps, self.scope, spent=spent, _reserved=reserved)._check(estimate, False)
+        except CapReached as refused:
+            refused.budget = self.spec.name
+            raise
 
     def _refused_in(self, key: str, cap: str) -> CapReached:
         spent, _ = self.ledger.figures(key)
         limit = getattr(self.caps, cap)
-        return CapReached(cap, limit if limit is not None else 0, round(cap_figure(cap, spent), 8), self.scope)
-
-
-BUDGET_SCOPE = "budget '"
-"""How every :func:`describe` begins (see :func:`is_budget_scope`)."""
-
-
-def is_budget_scope(scope: str | None) -> bool:
-    """Whether a ``CapReached`` scope (a run's ``error_scope``) is a budget's window: the budget
-    spans every run and batch, so a batch stops (its rows run again once the window reopens)."""
-    return bool(scope) and scope.startswith(BUDGET_SCOPE)  # type: ignore[union-attr]
+        observed = round(cap_figure(cap, spent), 8)
+        return CapReached(cap, limit if limit is not None else 0, observed, self.scope, budget=self.spec.name)
 
 
 def describe(spec: BudgetSpec, window: Window) -> str:
     """``budget 'daily' (day window 2026-12-02T00:00:00+01:00 .. 2026-12-03T00:00:00+01:00)``: a
     :class:`CapReached`'s scope, so the error names the budget and its window."""
-    return f"{BUDGET_SCOPE}{spec.name}' ({spec.window_name} window {window.describe()})"
+    return f"budget '{spec.name}' ({spec.window_name} window {window.describe()})"

@@ -21,6 +21,7 @@ class RunResult:
     error: str | None = None
     error_kind: str | None = None  # e.g. cap name, model fault kind, 'input'
     error_scope: str | None = None  # the budget scope whose cap stopped the run
+    error_budget: str | None = None  # the budget over time (kind: Budget) whose window that scope is
     usage: Usage = field(default_factory=Usage)
     duration_seconds: float = 0.0
     report_dir: Location | None = None  # a local directory, or a URL's (runner.locations)

@@ -28,10 +28,11 @@ class PlanOutcome:
     error: str | None = None
     error_kind: str | None = None
     error_scope: str | None = None
+    error_budget: str | None = None
 
     def failed_with(self, record: StepRecord, error: str | None = None) -> None:
         self.status, self.error = as_final(record.status), error or record.error
-        self.error_kind, self.error_scope = record.error_kind, record.error_scope
+        self.error_kind, self.error_scope, self.error_budget = record.error_kind, record.error_scope, record.error_budget
 
 
 RESERVED_IDS = ("main", "plan", "synthesis")

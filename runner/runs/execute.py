@@ -198,7 +198,7 @@ async def _attempt(ctx: RunContext) -> RunResult:
         record = {**record, "deliveries": list(deliveries)}
     result = RunResult(
         run_id=ctx.run_id, task=task.name, status=outcome.status, output=output, error=error,
-        error_kind=outcome.error_kind, error_scope=outcome.error_scope, usage=budget.spent,
+        error_kind=outcome.error_kind, error_scope=outcome.error_scope, error_budget=outcome.error_budget, usage=budget.spent,
         duration_seconds=duration, report_dir=report_dir, warnings=tuple(record["warnings"]), deliveries=deliveries,
     )
     ctx.store.finish_run(result, record)
@@ -215,7 +215,7 @@ async def _refresh_knowledge(ctx: RunContext) -> PipelineOutcome | None:
     try:
         await ctx.services.refresh_knowledge(meter_for)
     except CapReached as cap:
-        return PipelineOutcome("capped", None, str(cap), cap.cap, cap.scope)
+        return PipelineOutcome("capped", None, str(cap), cap.cap, cap.scope, error_budget=cap.budget)
     ctx.warnings += [w for w in ctx.services.warnings if w not in ctx.warnings]
     return None
 
@@ -233,7 +233,10 @@ async def _run_steps(ctx: RunContext) -> PipelineOutcome:
     assert task.agent is not None and task.goal is not None
     record = await run_agent_step(ctx, "main", "agent", task.agent, task.goal, visible=set(), output_schema=task.output_schema)
     if not record.completed:
-        return PipelineOutcome(record.status, record.output, record.error, record.error_kind, record.error_scope)
+        return PipelineOutcome(
+            record.status, record.output, record.error, record.error_kind, record.error_scope,
+            error_budget=record.error_budget,
+        )  # fmt: skip
     return PipelineOutcome("completed", record.output)
 
 

@@ -107,7 +107,7 @@ async def run_agent_step(
     except TemplateError as exc:
         return _finish(ctx, record, started, "failed", error=str(exc), kind="template")
     except CapReached as cap:
-        return _finish(ctx, record, started, "capped", error=str(cap), kind=cap.cap, scope=cap.scope)
+        return _finish(ctx, record, started, "capped", error=str(cap), kind=cap.cap, scope=cap.scope, budget=cap.budget)
     endpoint = ctx.endpoint(agent)
     tool_ctx = _agent_tools(ctx, agent, step_id) if agent.tools else None
     env = AgentEnv(
@@ -133,7 +133,10 @@ async def run_agent_step(
         artifacts=tuple(outcome.artifacts), usage=outcome.usage, warnings=tuple(outcome.warnings),
         sources=unique_sources(outcome.sources), cached_calls=outcome.cached_calls,
     )
-    return _finish(ctx, record, started, outcome.status, error=outcome.error, kind=outcome.error_kind, scope=outcome.error_scope)
+    return _finish(
+        ctx, record, started, outcome.status, error=outcome.error, kind=outcome.error_kind,
+        scope=outcome.error_scope, budget=outcome.error_budget,
+    )  # fmt: skip
 
 
 def call_cache(ctx: RunContext, agent: AgentSpec, network: NetworkPolicy | None) -> CallAnswers | None:
@@ -181,7 +184,7 @@ async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dic
         error = exc.short if isinstance(exc, ArgumentsRefused) else str(exc)
         return _finish(ctx, record, started, "failed", error=error, kind="tool")
     except CapReached as cap:
-        return _finish(ctx, record, started, "capped", error=str(cap), kind=cap.cap, scope=cap.scope)
+        return _finish(ctx, record, started, "capped", error=str(cap), kind=cap.cap, scope=cap.scope, budget=cap.budget)
     call = ToolCallSummary(tool_name, "ok", rendered, time.monotonic() - started, result.content[:500])
     record = replace(
         record, output=result.content, data=result.data, artifacts=tuple(result.artifacts),
@@ -221,13 +224,13 @@ def _reuse(ctx: RunContext, step_id: str) -> StepRecord:
 
 def _finish(
     ctx: RunContext, record: StepRecord, started: float, status: Status, *,
-    error: str | None = None, kind: str | None = None, scope: str | None = None,
+    error: str | None = None, kind: str | None = None, scope: str | None = None, budget: str | None = None,
 ) -> StepRecord:
     secrets = ctx.recorder.secrets
     if record.kind != "tool":
         record = replace(record, tool_calls=tuple(ctx.recorder.tool_calls_by_step.get(record.id, ())))
     record = replace(
-        record, status=status, error_kind=kind, error_scope=scope, finished_at=now_iso(),
+        record, status=status, error_kind=kind, error_scope=scope, error_budget=budget, finished_at=now_iso(),
         duration_seconds=time.monotonic() - started, output=redact_secrets(record.output, secrets),
         data=redact_secrets(record.data, secrets), error=redact_secrets(error, secrets),
     )
