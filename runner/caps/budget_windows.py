@@ -72,7 +72,8 @@ class BudgetWindow(SharedBudget):
         owner = held.owner
         for _ in range(_ATTEMPTS):
             if self.ledger.reserve(
-                key, held.usage, entry=held.id, owner=(owner.run_id, owner.attempt) if owner else None
+                key, held.usage, entry=held.id, owner=(owner.run_id, owner.attempt) if owner else None,
+                spender=held.spender,
             ):
                 self._keys[held.id] = key
                 Budget._hold(self, held)
@@ -83,7 +84,7 @@ class BudgetWindow(SharedBudget):
     def _give_back(self, held: Reservation, actual: Usage | None) -> None:
         key = self._keys.pop(held.id, None)
         if key is not None and (held.usage != Usage() or actual is not None):
-            self.ledger.settle(key, held.usage, actual, entry=held.id)
+            self.ledger.settle(key, held.usage, actual, entry=held.id, spender=held.spender)
             if actual is not None and self.spec.warn_at and self.notice is not None:
                 self._warn(key, actual)
         Budget._give_back(self, held, actual)

@@ -119,7 +119,7 @@ async def _execute(
     attempt = store.start_run(run_id, task.name, redact_secrets(inputs, secrets), chash, caps.as_dict())
     recorder = RunRecorder(store, run_id, attempt, options.events, secrets)
     try:
-        owner = Owner(run_id, attempt)  # a shared scope records whose calls it holds
+        owner = Owner(run_id, attempt, task.name)  # a shared scope records whose calls it holds
         parent = options.parent_budget
         run_warnings: list[str] = []  # the run's warnings, budget warnings included as they come
         if project.budgets:

@@ -19,6 +19,7 @@ from runner.caps.shared import SharedBudget
 from runner.config.specs import Caps
 from runner.core.calls import ModelCallEntry
 from runner.core.usage import Usage
+from runner.store.cap_ledger import SCHEMA as LEDGER_SCHEMA
 from runner.store.cap_ledger import CapLedger
 from runner.store.database import open_database
 from runner.store.runstore import SCHEMA as RUN_SCHEMA
@@ -91,9 +92,10 @@ def test_a_new_store_gets_each_dialects_types(store_target: str | Path, backend:
     assert {("runs", "attempt_token"), ("model_calls", "token"), ("cap_entries", "holder")} <= set(found)
 
 
-def test_every_added_column_is_in_the_tables_a_new_store_creates() -> None:
-    created = " ".join(RUN_SCHEMA.statements("sqlite"))
-    for added in RUN_SCHEMA.added:
+@pytest.mark.parametrize("schema", [RUN_SCHEMA, LEDGER_SCHEMA], ids=["run store", "cap ledger"])
+def test_every_added_column_is_in_the_tables_a_new_store_creates(schema: Schema) -> None:
+    created = " ".join(schema.statements("sqlite"))
+    for added in schema.added:
         assert f"{added.column} " in created, added  # a new store and an upgraded one end with the same columns
 
 
