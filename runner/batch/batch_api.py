@@ -38,7 +38,8 @@ from runner.config.project import Project
 from runner.config.providers import Provider, no_batch_api_message
 from runner.config.specs import AgentSpec, TaskSpec
 from runner.errors import UsageError
-from runner.model.factory import Endpoint, resolve_endpoint
+from runner.model.endpoint import Endpoint
+from runner.model.factory import resolve_endpoint
 from runner.runs.options import RunOptions
 from runner.runs.secrets import known_secrets
 

@@ -17,6 +17,7 @@ from runner.batch.executor import TaskExecutor
 from runner.batch.fingerprint import check_fingerprint
 from runner.batch.inputs import InputSource, Row, file_sha256, parse_mapping, read_rows
 from runner.batch.journal import BatchJournal, default_journal_path
+from runner.batch.journal_open import open_batch_journal
 from runner.batch.output import KeptColumns, check_output_target, exclusive_output, write_output
 from runner.batch.output_lock import OutputHold, while_held
 from runner.batch.ratelimit import SharedRateLimiter
@@ -38,7 +39,8 @@ from runner.locations import Location
 from runner.model.factory import check_endpoints
 from runner.runs.options import RunOptions
 from runner.store.cap_ledger import CapLedger
-from runner.store.database import open_database, resolve_store
+from runner.store.connect import open_database
+from runner.store.database import resolve_store
 from runner.store.runstore import now_iso
 from runner.tracing import current_span
 
@@ -69,7 +71,7 @@ def _journal_path(project: Project, task: TaskSpec, request: BatchRequest, sourc
 
 def _open_journal(task: TaskSpec, request: BatchRequest, source: InputSource, journal_path: Path) -> BatchJournal:
     options = {**source.options(), **({"rows": list(request.rows)} if request.rows else {})}
-    return BatchJournal.open(
+    return open_batch_journal(
         journal_path, task=task.name, input_path=source.path, input_sha256=file_sha256(source.path),
         options=options, restart=request.restart, durable=request.durable, database_url=journal_database(request),
     )

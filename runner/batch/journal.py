@@ -12,7 +12,7 @@ Resume (:meth:`BatchJournal.prepare_resume`): rows left ``running`` by a crash b
 ``attempts < max_attempts``. Money and tokens already recorded are returned by
 :meth:`BatchJournal.spent` so the caller counts them against the batch caps.
 
-One interface, two implementations (:meth:`BatchJournal.open` picks one):
+One interface, two implementations (:func:`runner.batch.journal_open.open_batch_journal` picks one):
 
 * :class:`~runner.batch.journal_sqlite.SqliteJournal`, the default: a file of its own,
   locked by an exclusive ``flock`` (one process at a time, dropped by the kernel when the
@@ -135,49 +135,6 @@ class BatchJournal(ABC):
 
     path: Path
     meta: dict[str, str]
-
-    @classmethod
-    def open(
-        cls,
-        path: str | Path,
-        *,
-        task: str,
-        input_path: Path,
-        input_sha256: str,
-        options: Mapping[str, Any] | None = None,
-        restart: bool = False,
-        durable: bool = False,
-        database_url: str | None = None,
-    ) -> BatchJournal:
-        """Open or create the journal ``path`` for this task and input; in PostgreSQL when
-        ``database_url`` is given, else in the SQLite file ``path``.
-
-        An existing journal for another task, input content or input options is refused
-        (:class:`UsageError`) unless ``restart`` deletes it and starts over; its batch id and
-        provider state are then kept in :attr:`discarded`, in the same transaction.
-        """
-        wanted = {
-            "task": task,
-            "input_path": str(Path(input_path).resolve()),
-            "input_sha256": input_sha256,
-            "options": json.dumps(dict(options or {}), sort_keys=True),
-        }
-        if database_url:
-            from runner.batch.journal_postgres import PostgresJournal
-
-            return PostgresJournal.connect(database_url, Path(path), wanted, restart=restart, durable=durable)
-        from runner.batch.journal_sqlite import SqliteJournal
-
-        return SqliteJournal.connect(Path(path), wanted, restart=restart, durable=durable)
-
-    @staticmethod
-    def exists(path: str | Path, *, database_url: str | None = None) -> bool:
-        """Whether journal ``path`` was ever created: its file, or its name in the database."""
-        if database_url:
-            from runner.batch.journal_postgres import journal_exists
-
-            return journal_exists(database_url, str(path))
-        return Path(path).is_file()
 
     # --- metadata --------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from runner.batch.request import BatchRequest
     from runner.config.project import Project
     from runner.config.specs import TaskSpec
-    from runner.model.factory import Endpoint
+    from runner.model.endpoint import Endpoint
 
 Say = Callable[[str], None]
 

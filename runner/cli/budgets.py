@@ -57,7 +57,7 @@ def budgets(root: Path, store_url: str | None, as_json: bool) -> None:
     Reads only. Exit 2 when the project does not load."""
     from runner.config.project import load_project_or_raise
     from runner.runs.budget_scopes import ledger_target
-    from runner.store.database import open_database
+    from runner.store.connect import open_database
 
     project = load_project_or_raise(root.resolve())
     target = ledger_target(project.root, store_url)

@@ -32,7 +32,7 @@ from runner.config.template_check import (
     static_problems,
 )
 from runner.config.template_engine import environment, references
-from runner.config.templates import Reference, TemplateError
+from runner.config.template_types import Reference, TemplateError
 from runner.errors import Problem, did_you_mean
 
 if TYPE_CHECKING:

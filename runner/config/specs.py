@@ -17,7 +17,7 @@ from runner.config.providers import Provider, declared_provider
 from runner.config.report_options import ColumnFormat, Delivery, build_columns, build_deliveries
 from runner.config.sources import Document, escape_pointer_token
 from runner.config.sql_sources import task_sources
-from runner.config.templates import LocatedTemplate, Origin
+from runner.config.template_types import LocatedTemplate, Origin
 from runner.core.steps import StepKind
 from runner.core.usage import Usage
 from runner.errors import Problem

@@ -10,7 +10,8 @@ from typing import Any
 from runner.config.graph import find_cycle
 from runner.config.schema import schema, validate_value
 from runner.config.specs import PlannerSpec
-from runner.config.templates import TemplateError, render
+from runner.config.template_types import TemplateError
+from runner.config.templates import render
 from runner.core.status import Status, as_final
 from runner.core.steps import StepRecord
 from runner.pipelines.dag import Node, run_dag

@@ -23,7 +23,8 @@ from runner.caps.windows import window_at
 from runner.config.budgets import BudgetSpec
 from runner.config.specs import Caps
 from runner.local_state import state_path
-from runner.store.database import open_database, resolve_store
+from runner.store.connect import open_database
+from runner.store.database import resolve_store
 from runner.store.runstore import now_iso
 
 if TYPE_CHECKING:

@@ -26,7 +26,8 @@ from runner.caps.budget import Budget, Owner
 from runner.config.coerce import resolve_inputs
 from runner.config.project import Project
 from runner.config.specs import TaskSpec
-from runner.config.templates import TemplateError, render
+from runner.config.template_types import TemplateError
+from runner.config.templates import render
 from runner.core.results import RunResult
 from runner.errors import CapReached, StoreDamaged, StoreUnavailable, UsageError
 from runner.local_state import confined_tree, state_path

@@ -19,7 +19,8 @@ from runner.config.prices import find_price, unpriced_message
 from runner.config.profile_checks import refused_settings
 from runner.config.providers import Provider
 from runner.config.specs import AgentSpec, Caps, ToolRef
-from runner.config.templates import TemplateError, render
+from runner.config.template_types import TemplateError
+from runner.config.templates import render
 from runner.core.sources import unique_sources
 from runner.core.status import Status
 from runner.core.steps import StepKind, StepRecord, ToolCallSummary

@@ -85,7 +85,7 @@ def test_shards_sharing_a_cap_scope_each_send_their_rows_in_provider_batches(pro
     from runner.batch.request import SharedScope
     from runner.config.specs import Caps
     from runner.store.cap_ledger import CapLedger
-    from runner.store.database import open_database
+    from runner.store.connect import open_database
 
     scope = SharedScope("fan-out:test", Caps(max_cost_usd=1.0), sqlite_path=project / "ledger.sqlite3")
     project_spec = load_project_or_raise(project)

@@ -19,7 +19,7 @@ from runner.core.usage import Usage
 from runner.errors import CapReached
 from runner.runs.budget_scopes import window_scope
 from runner.store.cap_ledger import CapLedger
-from runner.store.database import open_database
+from runner.store.connect import open_database
 
 MONTH = BudgetSpec("monthly", "month", max_cost_usd=1.0, timezone="Europe/Berlin")
 NOVEMBER = "budget:monthly:2026-11-01T00:00:00+01:00"

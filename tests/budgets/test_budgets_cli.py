@@ -22,7 +22,7 @@ from runner.core.usage import Usage
 from runner.model.server import ScriptedServer
 from runner.runs.budget_scopes import window_scope
 from runner.store.cap_ledger import CapLedger
-from runner.store.database import open_database
+from runner.store.connect import open_database
 from tests.support.project import run_cli, write_project
 
 pytestmark = pytest.mark.timeout(120)

@@ -21,7 +21,8 @@ from runner.core.spender import Spender
 from runner.core.usage import Usage
 from runner.store.cap_ledger import SCHEMA, CapLedger, dead_entries
 from runner.store.cap_spenders import SpenderFigures, spenders
-from runner.store.database import Database, open_database
+from runner.store.connect import open_database
+from runner.store.database import Database
 from tests.support.cap_holder import Holder
 
 pytestmark = pytest.mark.timeout(120)

@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 from runner.batch.inputs import InputSource, file_sha256
-from runner.batch.journal import BatchJournal, RowOutcome
+from runner.batch.journal import RowOutcome
+from runner.batch.journal_open import open_batch_journal
 from runner.caps.budget import Budget, Estimate, Owner
 from runner.caps.shared import SharedBudget
 from runner.config.specs import Caps
@@ -21,7 +22,7 @@ from runner.core.calls import ModelCallEntry
 from runner.core.usage import Usage
 from runner.store.cap_ledger import SCHEMA as LEDGER_SCHEMA
 from runner.store.cap_ledger import CapLedger
-from runner.store.database import open_database
+from runner.store.connect import open_database
 from runner.store.runstore import SCHEMA as RUN_SCHEMA
 from runner.store.runstore import RunStore
 from runner.store.schema import TYPES, AddedColumn, Schema
@@ -219,7 +220,7 @@ def test_a_previous_versions_postgres_journal_resumes_with_its_rows(tmp_path: Pa
 
 
 def resume_old_journal(tmp_path: Path, data: Path, url: str | None) -> None:
-    journal = BatchJournal.open(tmp_path / "journal.sqlite3", task="triage", input_path=data,
+    journal = open_batch_journal(tmp_path / "journal.sqlite3", task="triage", input_path=data,
                                 input_sha256=file_sha256(data), options={"id_column": "id"}, database_url=url)  # fmt: skip
     try:
         assert journal.batch_id == "oldbatch0001" and journal.ingested

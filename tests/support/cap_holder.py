@@ -17,7 +17,7 @@ from runner.caps.shared import SharedBudget
 from runner.config.specs import Caps
 from runner.core.spender import Spender
 from runner.store.cap_ledger import CapLedger
-from runner.store.database import open_database
+from runner.store.connect import open_database
 
 ledger = CapLedger(open_database(sys.argv[1]))
 scope = SharedBudget(Caps(max_cost_usd=1.0), scope="fan-out", ledger=ledger, key=sys.argv[2])

@@ -87,7 +87,7 @@ def _send(kind: str, settings: Mapping[str, Any], package: Package, render: Rend
 
 
 def _rendered(render: Render, template: str | None) -> str | None:
-    from runner.config.templates import TemplateError
+    from runner.config.template_types import TemplateError
 
     if not template:
         return None
