@@ -273,10 +273,14 @@ def fallback_route(ctx: RunContext, agent: AgentSpec) -> FallbackRoute | None:
     )  # fmt: skip
 
 
+def _as_called(agent: AgentSpec) -> list[AgentSpec]:
+    """``agent`` as its calls may be sent: on its model, and on its fallback model."""
+    return [agent, *([agent.on_fallback()] if agent.fallback_model is not None else [])]
+
+
 def _called_models(ctx: RunContext, agent: AgentSpec) -> list[str]:
     """The ids ``agent``'s calls may go to: its model's, and its fallback model's."""
-    called = [agent, *([agent.on_fallback()] if agent.fallback_model is not None else [])]
-    return list(dict.fromkeys(ctx.endpoint(a).model_id for a in called))
+    return list(dict.fromkeys(ctx.endpoint(called).model_id for called in _as_called(agent)))
 
 
 def _step_budgets(ctx: RunContext, agent: AgentSpec) -> list[BudgetSpec]:
@@ -322,7 +326,7 @@ def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:
             for setting, why in refused_settings(agent.model, ctx.profile(agent, endpoint), endpoint.model_id):
                 ctx.warnings.append(f"agent '{name}': {why.split(';')[0]}: model.{setting} is not sent")
         capped = money_capped or agent.caps.max_cost_usd is not None or _money_budget(ctx, agent)
-        for called in (agent, *([agent.on_fallback()] if agent.fallback_model is not None else [])):
+        for called in _as_called(agent):
             endpoint = ctx.endpoint(called)
             if capped and endpoint.provider is not Provider.LOCAL and not ctx.pricer(endpoint, called).priced:
                 raise ConfigError(unpriced_message(endpoint.model_id, name))
