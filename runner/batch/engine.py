@@ -318,15 +318,18 @@ class _Batch:
 
     def _outcome(self, result: RunResult) -> RowOutcome:
         if result.status == "completed":
-            return RowOutcome("done", output=result.output, usage=result.usage, warnings=result.warnings)
+            return RowOutcome("done", output=result.output, usage=result.usage, warnings=result.warnings, degraded=result.degraded)
         error = redact(result.error or result.status, [self.base_options.api_key])
         kind = result.error_kind or result.status
         if (result.status == "capped" and self._batch_cap_reached(result)) or kind == QUOTA_EXCEEDED:
             self._stop(error, kind)  # a provider's spend ceiling refuses every row alike: they run again once it is raised
-            return RowOutcome("not_run", error=error, error_kind=kind, usage=result.usage, warnings=result.warnings)
+            return RowOutcome(
+                "not_run", error=error, error_kind=kind, usage=result.usage, warnings=result.warnings, degraded=result.degraded
+            )
         final = result.status in ("capped", "stuck") or kind in FINAL_ERROR_KINDS
         return RowOutcome(
-            "failed", error=error, error_kind=kind, retryable=not final, usage=result.usage, warnings=result.warnings
+            "failed", error=error, error_kind=kind, retryable=not final, usage=result.usage, warnings=result.warnings,
+            degraded=result.degraded,
         )
 
     def _batch_cap_reached(self, result: RunResult) -> bool:

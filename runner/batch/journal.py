@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from runner.batch.inputs import Row
+from runner.core.degradation import Degradation
 from runner.core.usage import Usage
 from runner.errors import StoreDamaged, UsageError
 
@@ -54,7 +55,7 @@ TODO = "(status = 'pending' OR (status = 'failed' AND retryable = 1 AND attempts
 COLUMNS = (
     "row_number, id, status, attempts, retryable, inputs, output, error, error_kind, run_id,"
     " input_tokens, output_tokens, cached_input_tokens, cost_usd, model_calls, tool_calls,"
-    " duration_seconds, started_at, finished_at, warnings, fingerprint"
+    " duration_seconds, started_at, finished_at, warnings, fingerprint, degraded"
 )
 """A row's columns in the order :func:`journal_row` reads them (the same in both implementations)."""
 
@@ -79,6 +80,7 @@ class JournalRow:
     finished_at: str | None
     warnings: tuple[str, ...] = ()  # e.g. spend counted at its worst case after a crash
     fingerprint: str | None = None  # the configuration an answer kept by --keep-answers was made under; None: the journal's
+    degraded: tuple[Degradation, ...] = ()  # where its run's calls went to a fallback model (on_exceed: degrade)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ class RowOutcome:
     usage: Usage | None = None
     duration_seconds: float | None = None
     warnings: tuple[str, ...] = ()
+    degraded: tuple[Degradation, ...] = ()
     counts_attempt: bool = True  # False: the row only waited (a provider batch still out), so its attempt is given back
 
     def values(self) -> tuple[Any, ...]:
@@ -115,6 +118,10 @@ class RowOutcome:
     def warnings_json(self) -> str | None:
         """The ``warnings`` column: a JSON list, or NULL when there are none."""
         return json.dumps([clean(w) for w in self.warnings], ensure_ascii=False) if self.warnings else None
+
+    def degraded_json(self) -> str | None:
+        """The ``degraded`` column: a JSON list of :class:`Degradation`, or NULL when the run called no fallback model."""
+        return json.dumps([d.as_dict() for d in self.degraded], ensure_ascii=False) if self.degraded else None
 
 
 @dataclass(frozen=True)
@@ -373,7 +380,7 @@ def usage_values(usage: Usage) -> tuple[Any, ...]:
 def journal_row(found: tuple[Any, ...]) -> JournalRow:
     """A row read as :data:`COLUMNS`."""
     (number, row_id, status, attempts, retryable, inputs, output, error, kind, run_id, tin, tout, cached, cost,
-     calls, tools, took, started, finished, warnings, fingerprint) = found  # fmt: skip
+     calls, tools, took, started, finished, warnings, fingerprint, degraded) = found  # fmt: skip
     return JournalRow(
         number=int(number),
         id=row_id,
@@ -391,6 +398,7 @@ def journal_row(found: tuple[Any, ...]) -> JournalRow:
         finished_at=finished,
         warnings=tuple(json.loads(warnings)) if warnings else (),
         fingerprint=fingerprint,
+        degraded=tuple(Degradation.from_dict(d) for d in json.loads(degraded)) if degraded else (),
     )
 
 

@@ -1,7 +1,8 @@
 """What a batch did: the engine's :class:`BatchSummary`, and the batch report built from the journal.
 
 :func:`batch_report` collects the data first (counts by status, spend, per-row cost
-distribution, slowest rows, errors grouped by kind with example ids, rows not run and why)
+distribution, slowest rows, errors grouped by kind with example ids, rows not run and why,
+rows run on a fallback model)
 as a JSON-ready dict; :func:`render_markdown` and :func:`write_reports` render it.
 """
 
@@ -11,10 +12,11 @@ import heapq
 import json
 import math
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from runner.batch.journal import STATUSES
+from runner.batch.journal import STATUSES, JournalRow
 from runner.batch.records import BatchRecords
 from runner.config.specs import CAP_FIGURES, CAP_NAMES
 from runner.core.usage import Usage, cache_hit_rate
@@ -22,6 +24,8 @@ from runner.errors import EXIT_CAPPED, EXIT_FAILED, EXIT_OK
 from runner.locations import Location, write_text
 
 _EXAMPLE_IDS = 5
+DEGRADED_ROWS_LISTED = 200
+"""Rows the batch report lists one by one as run on a fallback model (all are counted)."""
 
 
 @dataclass(frozen=True)
@@ -91,9 +95,11 @@ def batch_report(journal: BatchRecords, summary: BatchSummary | None = None, *, 
     durations: list[tuple[float, int, str | None]] = []  # a min-heap of the slowest rows
     errors: dict[str, dict[str, Any]] = defaultdict(lambda: {"count": 0, "example_ids": [], "example": None})
     not_run: dict[str, dict[str, Any]] = defaultdict(lambda: {"count": 0, "example_ids": []})
+    degraded: dict[str, Any] = {"rows": 0, "listed": []}
     tokens = input_tokens = cached_tokens = 0
     for record in journal.records():
         counts[record.status] += 1
+        _add_degraded(degraded, record)
         tokens += record.usage.total_tokens
         input_tokens += record.usage.input_tokens
         cached_tokens += record.usage.cached_input_tokens
@@ -127,12 +133,13 @@ def batch_report(journal: BatchRecords, summary: BatchSummary | None = None, *, 
         ],
         "errors_by_kind": dict(sorted(errors.items(), key=lambda kv: -kv[1]["count"])),
         "not_run": dict(not_run),
+        "degraded": degraded,
         "run": summary.as_dict() if summary else None,
     }
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    """``batch_report.md``: counts, spend, slowest rows, errors by kind, rows not run."""
+    """``batch_report.md``: counts, spend, slowest rows, errors by kind, rows not run, rows run on a fallback model."""
     from runner.reports.markdown import table
     from runner.reports.tables import Table
 
@@ -161,6 +168,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report["not_run"]:
         rows = [[reason, g["count"], ", ".join(map(str, g["example_ids"]))] for reason, g in report["not_run"].items()]
         lines += section("Rows not run", ["reason", "rows", "example ids"], rows, [False, True, False])
+    lines += _degraded_section(report.get("degraded") or {}, section)
     if report.get("ledger"):
         ledger = report["ledger"]
         rows = [[cap, _figure(cap, limit), _figure(cap, _used(cap, ledger["spent"])), _figure(cap, _used(cap, ledger["reserved"]))]
@@ -173,6 +181,32 @@ def render_markdown(report: dict[str, Any]) -> str:
                   "worst case).", ""]  # fmt: skip
         lines += _dead_holders(ledger)
     return "\n".join(lines)
+
+
+def _add_degraded(degraded: dict[str, Any], record: JournalRow) -> None:
+    """Count a row whose run called a fallback model, and list it while the list is short."""
+    if not record.degraded:
+        return
+    degraded["rows"] += 1
+    if len(degraded["listed"]) < DEGRADED_ROWS_LISTED:
+        degraded["listed"] += [
+            {"id": record.id, "row": record.number, "status": record.status} | d.as_dict() for d in record.degraded
+        ]
+
+
+def _degraded_section(degraded: dict[str, Any], section: Callable[..., list[str]]) -> list[str]:
+    """Rows run on a fallback model: one line per row and step, and how many there were."""
+    if not degraded.get("rows"):
+        return []
+    rows = [[d["id"], d["row"], d["status"], d["step"], d["agent"], d["model"], d["fallback_model"],
+             f"{d['budget']} ({d['threshold']:.0%})", d["first_call"]] for d in degraded["listed"]]  # fmt: skip
+    columns = ["id", "row", "status", "step", "agent", "model", "ran on", "budget (threshold)", "from call"]
+    lines = section(f"Rows run on a fallback model ({degraded['rows']})", columns, rows,
+                    [False, True, False, False, False, False, False, False, True])  # fmt: skip
+    listed = len({d["row"] for d in degraded["listed"]})
+    if listed < degraded["rows"]:
+        lines += [f"The first {listed} of {degraded['rows']} rows are listed; each row's run report names its degraded steps.", ""]
+    return lines
 
 
 def _dead_holders(ledger: dict[str, Any]) -> list[str]:

@@ -93,18 +93,34 @@ class BudgetWindow(SharedBudget):
         """Tell ``notice`` of each ``warn_at`` threshold this settlement took the window past:
         the share of the limit spent before it was below, after it is not."""
         spent, _ = self.ledger.figures(key)
-        for cap, limit, after, added in (
-            ("max_cost_usd", self.caps.max_cost_usd, spent.cost_usd, actual.cost_usd),
-            ("max_tokens", self.caps.max_tokens, spent.input_tokens + spent.output_tokens, actual.input_tokens + actual.output_tokens),
-        ):  # fmt: skip
-            if not limit:
-                continue
+        for (cap, limit, after), (_, _, added) in zip(self._figures(spent), self._figures(actual), strict=True):
             for threshold in self.spec.warn_at:
                 if (after - added) / limit < threshold <= after / limit:
                     assert self.notice is not None
                     self.notice(
                         f"{self.scope} passed {threshold:.0%} of {cap}={limit:g} ({cap.removeprefix('max_')}={round(after, 8):g})"
                     )
+
+    def degrading(self) -> Window | None:
+        """The current window when this budget degrades (``on_exceed: degrade``) and that window's
+        spend, as the ledger holds it now (every process's settled calls), has reached its threshold."""
+        threshold = self.spec.degrade_at
+        if threshold is None:
+            return None
+        window = self.current()
+        try:
+            spent, _ = self.ledger.figures(window.key)
+        except KeyError:  # nobody has reserved in this window yet
+            return None
+        return window if any(figure / limit >= threshold for _, limit, figure in self._figures(spent)) else None
+
+    def _figures(self, usage: Usage) -> list[tuple[str, float, float]]:
+        """``(cap, limit, what usage counts of it)`` for each limit this budget has."""
+        found = (
+            ("max_cost_usd", self.caps.max_cost_usd, usage.cost_usd),
+            ("max_tokens", self.caps.max_tokens, usage.input_tokens + usage.output_tokens),
+        )
+        return [(cap, float(limit), float(figure)) for cap, limit, figure in found if limit]
 
     def _take_over(self, run_id: str, recorded: Mapping[str, Usage | None]) -> Usage:
         window = self.current()
@@ -146,3 +162,12 @@ def describe(spec: BudgetSpec, window: Window) -> str:
     """``budget 'daily' (day window 2026-12-02T00:00:00+01:00 .. 2026-12-03T00:00:00+01:00)``: a
     :class:`CapReached`'s scope, so the error names the budget and its window."""
     return f"budget '{spec.name}' ({spec.window_name} window {window.describe()})"
+
+
+def degrading_budget(budget: Budget) -> tuple[BudgetSpec, Window] | None:
+    """The first budget over time around ``budget`` (a call's scope) that is past its degrade
+    threshold now (``on_exceed: degrade``), with its current window; ``None`` if there is none."""
+    for scope in budget.chain():
+        if isinstance(scope, BudgetWindow) and (window := scope.degrading()) is not None:
+            return scope.spec, window
+    return None

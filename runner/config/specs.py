@@ -184,6 +184,7 @@ class AgentSpec:
     name: str
     model: ModelSpec
     description: str = ""
+    fallback_model: ModelSpec | None = None  # what its calls go to while a budget with on_exceed: degrade is past its threshold
     system_prompt: str = ""
     next_step_prompt: str = ""
     tools: tuple[ToolRef, ...] = ()
@@ -219,6 +220,11 @@ class AgentSpec:
 
     def with_tools(self, tools: tuple[ToolRef, ...]) -> AgentSpec:
         return replace(self, tools=tools)
+
+    def on_fallback(self) -> AgentSpec:
+        """This agent with its ``fallback_model`` as its model (how its degraded calls are sent, priced and keyed)."""
+        assert self.fallback_model is not None
+        return replace(self, model=self.fallback_model, fallback_model=None)
 
 
 @dataclass(frozen=True)
@@ -420,6 +426,7 @@ def build_agent(doc: Document, prompts: dict[str, str]) -> AgentSpec:
         name=d["name"],
         tags=tuple(d.get("tags", ())),
         model=build_model(d["model"], doc.source.file),
+        fallback_model=build_model(d["fallback_model"], doc.source.file) if "fallback_model" in d else None,
         description=d.get("description", ""),
         system_prompt=prompts["system_prompt"],
         next_step_prompt=prompts["next_step_prompt"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from runner.core.degradation import Degradation
 from runner.core.status import EXIT_UNDELIVERED, Status, exit_code
 from runner.core.usage import Usage
 from runner.locations import Location
@@ -27,6 +28,7 @@ class RunResult:
     report_dir: Location | None = None  # a local directory, or a URL's (runner.locations)
     warnings: tuple[str, ...] = ()  # spend that is an estimate, usage above the reservation, ...
     deliveries: tuple[dict[str, Any], ...] = ()  # report.deliver outcomes (name, kind, status, target, error)
+    degraded: tuple[Degradation, ...] = ()  # steps whose calls went to a fallback model (on_exceed: degrade)
 
     @property
     def undelivered(self) -> list[str]:
@@ -53,5 +55,6 @@ class RunResult:
             "duration_seconds": round(self.duration_seconds, 3),
             "report_dir": str(self.report_dir) if self.report_dir else None,
             "warnings": list(self.warnings),
+            "degraded": [d.as_dict() for d in self.degraded],
             "deliveries": [{k: d.get(k) for k in ("name", "kind", "status", "target", "error")} for d in self.deliveries],
         }

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from runner import untrusted_json
 from runner.core.calls import CallStatus
+from runner.core.degradation import Degradation
 from runner.core.sources import Source
 from runner.core.status import Status
 from runner.core.usage import Usage
@@ -72,6 +73,7 @@ class StepRecord:
     warnings: tuple[str, ...] = ()  # e.g. an endpoint that reported more than was reserved
     sources: tuple[Source, ...] = ()  # what the step's tools found that an answer may cite
     cached_calls: int = 0  # model and tool calls answered from the result cache (runner.agent.call_cache)
+    degraded: tuple[Degradation, ...] = ()  # calls sent to a fallback model, a budget being past its threshold
 
     @property
     def completed(self) -> bool:
@@ -85,7 +87,7 @@ class StepRecord:
             "duration_seconds": self.duration_seconds, "usage": self.usage.as_dict(), "model": self.model,
             "tool_calls": [call.as_dict() for call in self.tool_calls], "artifacts": list(self.artifacts),
             "resumed": self.resumed, "warnings": list(self.warnings), "sources": [s.as_dict() for s in self.sources],
-            "cached_calls": self.cached_calls,
+            "cached_calls": self.cached_calls, "degraded": [d.as_dict() for d in self.degraded],
         }
 
     @classmethod
@@ -104,4 +106,5 @@ class StepRecord:
             resumed=bool(data.get("resumed")), warnings=tuple(data.get("warnings") or ()),
             sources=tuple(Source.from_dict(s) for s in data.get("sources") or ()),
             cached_calls=int(data.get("cached_calls") or 0),
+            degraded=tuple(Degradation.from_dict(d) for d in data.get("degraded") or ()),
         )

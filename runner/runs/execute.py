@@ -201,6 +201,7 @@ async def _attempt(ctx: RunContext) -> RunResult:
         run_id=ctx.run_id, task=task.name, status=outcome.status, output=output, error=error,
         error_kind=outcome.error_kind, error_scope=outcome.error_scope, error_budget=outcome.error_budget, usage=budget.spent,
         duration_seconds=duration, report_dir=report_dir, warnings=tuple(record["warnings"]), deliveries=deliveries,
+        degraded=tuple(d for step in ctx.done.values() for d in step.degraded),
     )
     ctx.store.finish_run(result, record)
     recorder.emit("run_finished", **result.manifest())
