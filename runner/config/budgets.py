@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, cast
 
-from runner.config.sources import Document
+from runner.config.documents import Document
 from runner.errors import Problem, did_you_mean
 
 if TYPE_CHECKING:

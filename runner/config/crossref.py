@@ -12,6 +12,7 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from runner.config.documents import Document, escape_pointer_token
 from runner.config.graph import ancestors, find_cycle
 from runner.config.prices import find_price, unpriced_message
 from runner.config.profile_checks import check_model_settings, check_tier_price
@@ -20,7 +21,6 @@ from runner.config.project_files import workspace_file_problem
 from runner.config.providers import Provider
 from runner.config.report_options import DELIVERY_TEMPLATE_ROOTS
 from runner.config.schema import check_schema, validate_part
-from runner.config.sources import Document, escape_pointer_token
 from runner.config.specs import AgentSpec, StepSpec, TaskSpec, ToolRef
 from runner.config.template_budget import render_affordable, shared_pool
 from runner.config.template_check import (
@@ -121,7 +121,7 @@ def _check_knowledge_refs(project: Project, doc: Document, names: Iterable[str])
 def _check_knowledge_sources(project: Project) -> list[Problem]:
     """Every knowledge base's sources stay in the project (whether they match files is a
     question for the run and ``runner index``: the data may be deployed apart from the YAML)."""
-    from runner.knowledge.sources import source_problem
+    from runner.knowledge.source_files import source_problem
 
     problems: list[Problem] = []
     for (kind, _), doc in project.documents.items():

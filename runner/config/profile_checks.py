@@ -12,9 +12,9 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from runner.config.documents import Document, escape_pointer_token
 from runner.config.prices import find_price, priority_price
 from runner.config.profiles import ModelProfile
-from runner.config.sources import Document, escape_pointer_token
 from runner.config.specs import AgentSpec, ModelSpec, Price
 from runner.errors import Problem, did_you_mean
 
