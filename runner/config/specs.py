@@ -18,6 +18,7 @@ from runner.config.providers import Provider, declared_provider
 from runner.config.report_options import ColumnFormat, Delivery, build_columns, build_deliveries
 from runner.config.sql_sources import task_sources
 from runner.config.template_types import LocatedTemplate, Origin
+from runner.core.report_formats import DEFAULT_FORMATS
 from runner.core.steps import StepKind
 from runner.core.usage import Usage
 from runner.errors import Problem
@@ -288,7 +289,7 @@ class PipelineSpec:
 @dataclass(frozen=True)
 class ReportSpec:
     title: str | None = None
-    formats: tuple[str, ...] = ("markdown", "html", "json")
+    formats: tuple[str, ...] = DEFAULT_FORMATS
     narrative_step: str | None = None
     tables: tuple[str, ...] = ()
     columns: dict[str, ColumnFormat] = field(default_factory=dict)  # labels and number formats by column name
@@ -523,7 +524,7 @@ def build_task(doc: Document, root: Path) -> TaskSpec:
         knowledge=knowledge_names(doc.data.get("knowledge")),
         report=ReportSpec(
             title=report.get("title"),
-            formats=tuple(report.get("formats", ("markdown", "html", "json"))),
+            formats=tuple(report.get("formats", DEFAULT_FORMATS)),
             narrative_step=report.get("narrative_step"),
             tables=tuple(report.get("tables", ())),
             columns=build_columns(report.get("columns")),

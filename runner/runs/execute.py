@@ -28,6 +28,7 @@ from runner.config.project import Project
 from runner.config.specs import TaskSpec
 from runner.config.template_types import TemplateError
 from runner.config.templates import render
+from runner.core.report_formats import DOCUMENTS, FILE_NAMES
 from runner.core.results import RunResult
 from runner.errors import CapReached, StoreDamaged, StoreUnavailable, UsageError
 from runner.local_state import confined_tree, state_path
@@ -366,7 +367,7 @@ async def _deliver(ctx: RunContext, record: dict[str, Any], report_dir: Path) ->
     from runner.reports.delivery.outcome import Package
 
     stored = ctx.store.run(ctx.run_id) if ctx.attempt > 1 else None
-    written = {fmt: report_dir / name for fmt, name in _REPORT_FILES.items() if (report_dir / name).is_file()}
+    written = {fmt: report_dir / name for fmt, name in FILE_NAMES.items() if (report_dir / name).is_file()}
     package = Package(
         report_dir=report_dir, files=written, charts=sorted((report_dir / "artifacts").rglob("*.png")),
         title=str(record.get("title") or ctx.task.name), status=str(record["status"]),
@@ -395,14 +396,12 @@ def _show_deliveries(ctx: RunContext, record: dict[str, Any], outcomes: list[Any
     """report.md and report.html on disk say where the report went (what was sent is unchanged)."""
     from runner.reports.writer import write_report
 
-    shown = [fmt for fmt in ("markdown", "html") if fmt in ctx.task.report.formats]
+    shown = [fmt for fmt in DOCUMENTS if fmt in ctx.task.report.formats]
     if shown:
         final = {**record, "deliveries": [o.as_dict() for o in outcomes]}
         workspace = ctx.workspace if ctx.workspace.is_dir() else None
         write_report(final, report_dir, workspace, formats=shown, secrets=ctx.recorder.secrets)
 
-
-_REPORT_FILES = {"markdown": "report.md", "html": "report.html", "json": "report.json", "pdf": "report.pdf", "xlsx": "report.xlsx"}
 
 
 def _summary_text(output: Any) -> str:
