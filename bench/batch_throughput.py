@@ -304,7 +304,7 @@ async def engine_loop(
     from runner.batch.engine import batch_budget, run_batch
     from runner.batch.executor import TaskExecutor
     from runner.batch.inputs import InputSource, file_sha256, read_rows
-    from runner.batch.journal import BatchJournal
+    from runner.batch.journal_open import open_batch_journal
     from runner.batch.ratelimit import SharedRateLimiter
     from runner.config.project import load_project_or_raise
     from runner.config.specs import Caps
@@ -319,7 +319,7 @@ async def engine_loop(
         write_report=False, base_url_override=base_url, api_key="sk-bench",
         store_path=None if store_url else root / "runs.sqlite3", store_url=store_url,
     )
-    journal = BatchJournal.open(
+    journal = open_batch_journal(
         root / f"journal-{executor_kind}-{Path(data).stem}.sqlite3",
         task=task.name,
         input_path=source.path,

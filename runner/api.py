@@ -140,7 +140,8 @@ def run_batch(
     ``keep_answers``). Returns ``{batch_id, counts, total, cost_usd, output_path, report_path,
     exit_code, fingerprint, not_retried, notes, ...}``.
     """
-    from runner.batch.file_batch import BatchRequest, run_batch_file
+    from runner.batch.file_batch import run_batch_file
+    from runner.batch.request import BatchRequest
 
     project = load_project_or_raise(Path(root))
     spec = project.task_for(task)

@@ -95,11 +95,13 @@ class CapReached(RunnerError):
     exit_code = EXIT_CAPPED
 
     def __init__(self, cap: str, limit: float, observed: float, scope: str = "run", *, next_call: float | None = None,
-                 held: float = 0.0):
+                 held: float = 0.0, budget: str | None = None):
         """``observed`` is what the scope has spent; ``next_call`` (when the cap is not reached yet) the worst
-        case of the call that would pass it, and ``held`` what calls in flight hold meanwhile."""
+        case of the call that would pass it, and ``held`` what calls in flight hold meanwhile. ``budget``
+        names the budget over time (``kind: Budget``) whose window ``scope`` is, when it is one: such a
+        stop spans every run and batch until the window rolls over or the limit is raised."""
         self.cap, self.limit, self.observed, self.scope = cap, limit, observed, scope
-        self.next_call, self.held = next_call, held
+        self.next_call, self.held, self.budget = next_call, held, budget
         figure = cap.removeprefix("max_")
         if next_call is None:
             message = f"{scope} cap {cap}={_fmt(limit)} reached ({figure}={_fmt(observed)})"

@@ -40,7 +40,7 @@ from runner.tools.base import ToolResult
 from runner.untrusted_json import loads as load_json
 
 if TYPE_CHECKING:
-    from runner.model.factory import Endpoint
+    from runner.model.endpoint import Endpoint
     from runner.tools.net import NetworkPolicy
 
 IDEMPOTENT_TOOLS = frozenset({"calculator", "fetch_url", "web_search"})

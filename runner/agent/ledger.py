@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from runner.caps.budget import Budget, Estimate, Reservation
 from runner.core.calls import ModelCallEntry, ModelCallStatus
+from runner.core.spender import Spender
 from runner.core.usage import Usage
 from runner.model.base import Tariff
 from runner.store.group_commit import commit_now, durable
@@ -80,7 +81,8 @@ class CallLedger:
             raise
 
     def _open(self) -> None:
-        self._held = self.budget.reserve(self.estimate, count_step=self.count_step)
+        caller = Spender(agent=self.template.agent, model=self.template.model)  # who spent, in a shared scope's entry
+        self._held = self.budget.reserve(self.estimate, count_step=self.count_step, caller=caller)
         self.attempts += 1
         self._ledger_id = self.recorder.call_reserved(self._entry(self.worst, "reserved"))
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from runner.agent.call_cache import CallAnswers
 from runner.agent.checks import AnswerCheck, Rejection, Seen, build_checks, figures_fallback, parse_json_answer
 from runner.agent.context import compact, history_budget, summary_span, transcript, truncate_output
+from runner.agent.fallback import FallbackRoute, ModelChoice
 from runner.agent.ledger import CallLedger
 from runner.agent.stuck import StuckDetector
 from runner.caps.budget import Budget, Estimate, within_deadline
@@ -25,6 +26,7 @@ from runner.caps.pricing import Pricer, needs_exact_prompt
 from runner.config.profiles import DEFAULT_PROFILE, ModelProfile
 from runner.config.specs import AgentSpec
 from runner.core.calls import CallStatus, Exchange, ModelCallEntry, ToolCallEntry
+from runner.core.degradation import Degradation
 from runner.core.ports import RateGate
 from runner.core.sources import Source
 from runner.core.status import Status
@@ -75,6 +77,7 @@ class ModelBinding:
     settings: CallSettings  # the request fields of every call (runner.model.call_settings)
     system_prompt: str = ""
     endpoint_identity: str = ""  # who answers: part of a cached answer's key (runner.agent.call_cache)
+    fallback: ModelBinding | None = None  # the agent's fallback_model, called while a budget degrades (runner.agent.fallback)
 
 
 @dataclass
@@ -97,6 +100,8 @@ class AgentEnv:
     profile: ModelProfile | None = None  # the model's profile (runner.config.profiles); None: the default one
     call_cache: CallAnswers | None = None  # the result cache (cache: {ttl}), or a provider batch's stored answers
     tool_settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # by tool name: part of a cached tool call's key
+    fallback: FallbackRoute | None = None  # the agent's fallback_model (on_exceed: degrade budgets)
+    on_degraded: Callable[[Degradation], None] | None = None  # told when the step first calls a fallback model
 
 
 @dataclass
@@ -108,12 +113,14 @@ class AgentOutcome:
     error: str | None = None
     error_kind: str | None = None
     error_scope: str | None = None  # the budget scope of the cap that stopped it
+    error_budget: str | None = None  # the budget over time whose window that scope is, if one is
     usage: Usage = field(default_factory=Usage)
     artifacts: list[str] = field(default_factory=list)
     data: list[Any] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)  # what the tools found, for citations
     cached_calls: int = 0  # model and tool calls answered from the result cache
+    degraded: list[Degradation] = field(default_factory=list)  # where calls went to a fallback model
 
 
 @dataclass(frozen=True)
@@ -144,7 +151,7 @@ async def run_agent(agent: AgentSpec, goal: str, env: AgentEnv) -> AgentOutcome:
             if outcome is not None:  # else: more work (tool results, or a check sent it back to its tools)
                 return outcome
     except CapReached as cap:
-        return run.finish("capped", None, error=str(cap), kind=cap.cap, scope=cap.scope)
+        return run.finish("capped", None, error=str(cap), kind=cap.cap, scope=cap.scope, budget=cap.budget)
     except ModelError as exc:
         return run.finish("failed", None, error=str(exc), kind=exc.kind)
 
@@ -169,8 +176,10 @@ class _AgentRun:
         self.schema = env.output_schema or agent.output_schema
         settings = call_settings(agent.model, env.profile or ModelProfile(DEFAULT_PROFILE), self.schema, env.prompt_cache_key)
         self.own = ModelBinding(
-            agent.name, env.model, env.pricer, env.model_id or agent.model.id, settings, endpoint_identity=env.endpoint_identity
+            agent.name, env.model, env.pricer, env.model_id or agent.model.id, settings, endpoint_identity=env.endpoint_identity,
+            fallback=fallback_binding(agent.name, env.fallback, self.schema),
         )
+        self.models = ModelChoice(env.budget, env.step_id, env.on_degraded)
         self.checks: list[AnswerCheck] = build_checks(agent, self.schema, self.prompts, self.consult)
         self.outcome = AgentOutcome(status="running")
         self.observations: list[str] = []  # every tool result as the model first saw it (compaction keeps this whole)
@@ -196,6 +205,7 @@ class _AgentRun:
         before it is sent, cut off at the earliest wall-clock deadline around it. ``structured``:
         the agent's own turn, which carries the strict response format when there is one."""
         env = self.env
+        binding = self.models.choose(binding, self.model_seq + 1)
         request = binding.settings.request(
             binding.model_id, tuple(messages), tools=tools if binding.model.supports_tools else (),
             tool_choice=tool_choice if tools else "none", structured=structured,
@@ -396,12 +406,22 @@ class _AgentRun:
         return await self.final_answer(messages, response.content)
 
     def finish(
-        self, status: Status, output: Any, *, error: str | None = None, kind: str | None = None, scope: str | None = None
+        self, status: Status, output: Any, *, error: str | None = None, kind: str | None = None,
+        scope: str | None = None, budget: str | None = None,
     ) -> AgentOutcome:
         outcome = self.outcome
         outcome.status, outcome.output, outcome.error, outcome.error_kind = status, output, error, kind
-        outcome.error_scope, outcome.usage = scope, self.env.budget.spent
+        outcome.error_scope, outcome.error_budget, outcome.usage = scope, budget, self.env.budget.spent
+        outcome.degraded = list(self.models.degraded)
         return outcome
+
+
+def fallback_binding(agent: str, route: FallbackRoute | None, schema: dict[str, Any] | None = None) -> ModelBinding | None:
+    """``agent``'s fallback model as a binding (``schema``: the answer's, for a strict response format)."""
+    if route is None:
+        return None
+    settings = call_settings(route.spec, route.profile, schema, route.prompt_cache_key)
+    return ModelBinding(agent, route.model, route.pricer, route.model_id, settings, endpoint_identity=route.endpoint_identity)
 
 
 def _exchange(request: ModelRequest) -> Exchange:

@@ -86,8 +86,8 @@ if TYPE_CHECKING:
 
     from runner.airflow.batch_wait import BatchWaitEvent
     from runner.airflow.execution import BatchStep
-    from runner.batch.file_batch import BatchRequest
     from runner.batch.provider_cancel import ProviderWatch
+    from runner.batch.request import BatchRequest
     from runner.config.project import Project
     from runner.config.specs import TaskSpec
 

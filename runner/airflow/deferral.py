@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from runner.endpoints import DEFAULT_BASE_URL, STANDARD_KEY_VARIABLES
 
 if TYPE_CHECKING:
-    from runner.batch.file_batch import BatchRequest
+    from runner.batch.request import BatchRequest
     from runner.config.project import Project
     from runner.config.specs import TaskSpec
 

@@ -33,7 +33,7 @@ from runner.airflow.failures import RowsLeft, rows_left, short
 from runner.tracing import flushed, joined
 
 if TYPE_CHECKING:
-    from runner.batch.file_batch import BatchRequest
+    from runner.batch.request import BatchRequest
     from runner.config.project import Project
     from runner.config.specs import TaskSpec
     from runner.core.ports import EventSink

@@ -16,6 +16,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperatorLink
 
+from runner.core.report_formats import FILE_NAMES
+
 REPORTS_URL_ENV = "RUNNER_REPORTS_URL"
 
 
@@ -50,7 +52,7 @@ def report_url(manifest: dict[str, Any]) -> str:
     if "://" in text:
         return text.rstrip("/") + ("/report.html" if _is_run_report(manifest) else "")
     path = Path(text)
-    target = path / "report.html" if _is_run_report(manifest) and path.suffix == "" else path
+    target = path / FILE_NAMES["html"] if _is_run_report(manifest) and path.suffix == "" else path
     base, served = os.environ.get(REPORTS_URL_ENV, ""), os.environ.get("RUNNER_REPORTS_DIR", "")
     if base and served and not served.startswith(("s3://", "gs://")) and target.is_relative_to(Path(served)):
         return base.rstrip("/") + "/" + target.relative_to(Path(served)).as_posix()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from runner.airflow.failures import RowsLeft, rows_left
 from runner.airflow.plan import FanoutPlan, ShardSpec
 from runner.batch.journal import STATUSES, BatchJournal, JournalRow
+from runner.batch.journal_open import batch_journal_exists
 from runner.batch.summary import BatchSummary
 from runner.core.usage import Usage
 from runner.errors import RunnerError
@@ -90,7 +91,7 @@ def check_shard_results(
     for shard in shards:
         if shard.index not in results:
             problems.append(f"{shard.describe()}: the shard task returned no result")
-        if not BatchJournal.exists(plan.journal_path(shard), database_url=plan.store_url):
+        if not batch_journal_exists(plan.journal_path(shard), database_url=plan.store_url):
             problems.append(f"{shard.describe()}: its journal {plan.journal_path(shard)} is missing")
         if not plan.output_path(shard).is_file():
             problems.append(f"{shard.describe()}: its output {plan.output_path(shard)} is missing")

@@ -192,7 +192,7 @@ class RunnerTaskOperator(BaseOperator):
             base_url, api_key = model_credentials(self.conn_id)
             store_url = shared_store_url(optional_text(self.store_conn_id, "store_conn_id"))
             reports_dir = optional_text(self.reports_dir, "reports_dir") or os.environ.get(REPORTS_ENV) or None
-            from runner.airflow.sources import source_urls
+            from runner.airflow.sql_connections import source_urls
 
             urls = source_urls(root, task)  # SQL sources given as Airflow connections
             from runner.airflow.progress import TaskLogProgress

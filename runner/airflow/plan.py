@@ -38,7 +38,7 @@ from runner.local_state import DEFAULT_FANOUT_WORK_DIR, FANOUT_WORK_DIR_ENV
 from runner.locations import Location, is_remote, is_url, location
 
 if TYPE_CHECKING:
-    from runner.batch.file_batch import BatchRequest, SharedScope
+    from runner.batch.request import BatchRequest, SharedScope
     from runner.config.project import Project
     from runner.config.specs import TaskSpec
 
@@ -174,7 +174,7 @@ class FanoutPlan:
 
     def shared_scope(self) -> SharedScope | None:
         """The fan-out's batch caps as one scope every shard reserves in (``None`` without summed caps)."""
-        from runner.batch.file_batch import SharedScope
+        from runner.batch.request import SharedScope
         from runner.caps.shared import shared_caps
 
         if not shared_caps(self.options.batch_caps).as_dict():
@@ -224,7 +224,7 @@ class FanoutPlan:
         Rows get ``try_number * max_attempts`` attempts in all, so every Airflow try gives a
         row whose attempts are used up ``max_attempts`` more.
         """
-        from runner.batch.file_batch import BatchRequest
+        from runner.batch.request import BatchRequest
         from runner.caps.shared import local_caps
 
         options = self.options.shard_share(shard.count) if shard else self.options

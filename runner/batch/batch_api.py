@@ -38,13 +38,14 @@ from runner.config.project import Project
 from runner.config.providers import Provider, no_batch_api_message
 from runner.config.specs import AgentSpec, TaskSpec
 from runner.errors import UsageError
-from runner.model.factory import Endpoint, resolve_endpoint
+from runner.model.endpoint import Endpoint
+from runner.model.factory import resolve_endpoint
 from runner.runs.options import RunOptions
 from runner.runs.secrets import known_secrets
 
 if TYPE_CHECKING:
     from runner.batch.batch_flavours import BatchTarget
-    from runner.batch.file_batch import BatchRequest
+    from runner.batch.request import BatchRequest
 
 TODO_STATUSES = ("pending", "running", "failed", "not_run")
 
@@ -140,7 +141,7 @@ async def _rounds(
     base: RunOptions, started: float,
 ) -> BatchSummary:
     """The rows through the engine, their calls in rounds (after what an earlier run left is collected)."""
-    from runner.batch.file_batch import progress_for
+    from runner.batch.request import progress_for
 
     async with collector:
         if not await collector.resume():

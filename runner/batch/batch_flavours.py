@@ -20,7 +20,7 @@ from runner.batch.provider_api import ProviderClient
 from runner.config.profiles import BatchApiProfile, ModelProfile
 from runner.config.providers import Provider
 from runner.config.specs import BatchApiLimits
-from runner.model.factory import Endpoint
+from runner.model.endpoint import Endpoint
 
 BatchClient = ProviderClient | MessageBatchesClient
 """The Batch API of one endpoint (both flavours have the same methods)."""

@@ -45,7 +45,6 @@ from runner.batch.journal import INTERRUPTED, BatchJournal, JournalRow, RowOutco
 from runner.batch.progress import BatchProgress, NoProgress
 from runner.batch.summary import BatchSummary
 from runner.caps.budget import Budget
-from runner.caps.budget_windows import is_budget_scope
 from runner.config.specs import Caps
 from runner.core.ports import RateGate
 from runner.core.results import RunResult
@@ -310,7 +309,9 @@ class _Batch:
             self.progress.row_finished("not_run", self.budget.spent.cost_usd)
             return
         except CapReached as exc:  # the contract is a 'capped' result, but treat it the same
-            result = RunResult(run_id, "", "capped", error=str(exc), error_kind=exc.cap, error_scope=exc.scope)
+            result = RunResult(
+                run_id, "", "capped", error=str(exc), error_kind=exc.cap, error_scope=exc.scope, error_budget=exc.budget
+            )
         except Exception as exc:  # the row's isolation boundary: a bug in one row must not stop the batch
             result, crashed = _crash_result(run_id, exc), True
         outcome = replace(self._outcome(result), duration_seconds=round(time.monotonic() - started, 6))
@@ -320,7 +321,10 @@ class _Batch:
         self._after(attempt, outcome)
 
     def _outcome(self, result: RunResult) -> RowOutcome:
-        met = RowOutcome("done", usage=result.usage, warnings=result.warnings, budget_warnings=result.budget_warnings)
+        met = RowOutcome(
+            "done", usage=result.usage, warnings=result.warnings, budget_warnings=result.budget_warnings,
+            degraded=result.degraded,
+        )
         if result.status == "completed":
             return replace(met, output=result.output)
         error = redact(result.error or result.status, [self.base_options.api_key])
@@ -338,7 +342,7 @@ class _Batch:
             self.budget.check_can_start()
         except CapReached:
             return True
-        if is_budget_scope(result.error_scope):  # a budget over time spans every batch: its rows wait for the next window
+        if result.error_budget is not None:  # a budget over time spans every batch: its rows wait for the next window
             return True
         return result.error_scope in {scope.scope for scope in self.budget.chain()}
 

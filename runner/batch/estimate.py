@@ -32,8 +32,8 @@ from runner.config.specs import Price, TaskSpec
 from runner.errors import EXIT_CAPPED, EXIT_OK, UsageError
 
 if TYPE_CHECKING:
-    from runner.batch.file_batch import BatchRequest
     from runner.batch.journal import JournalRow
+    from runner.batch.request import BatchRequest
 
 DEFAULT_SAMPLE = 20
 Z_90 = 1.645
@@ -177,7 +177,7 @@ def _model_price(project: Project, task: TaskSpec, request: BatchRequest) -> tup
 
 def _seconds(request: BatchRequest, rows: int, row_seconds: float | None, calls_per_row: float, tokens_per_row: float) -> float | None:
     """The longest of: rows at the concurrency, calls at ``--rpm``, tokens at ``--tpm`` (None when none is known)."""
-    from runner.batch.file_batch import DEFAULT_CONCURRENCY
+    from runner.batch.request import DEFAULT_CONCURRENCY
 
     bounds = []
     if row_seconds is not None:

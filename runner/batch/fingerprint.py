@@ -30,7 +30,7 @@ from runner.config.specs import ModelSpec, TaskSpec
 from runner.errors import UsageError
 
 if TYPE_CHECKING:
-    from runner.batch.file_batch import BatchRequest
+    from runner.batch.request import BatchRequest
 
 NOT_DECIDING: Mapping[str, frozenset[str]] = {
     "task": frozenset({"name", "source", "root", "caps", "report", "mode", "batch_api", "description"}),

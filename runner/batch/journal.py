@@ -12,7 +12,7 @@ Resume (:meth:`BatchJournal.prepare_resume`): rows left ``running`` by a crash b
 ``attempts < max_attempts``. Money and tokens already recorded are returned by
 :meth:`BatchJournal.spent` so the caller counts them against the batch caps.
 
-One interface, two implementations (:meth:`BatchJournal.open` picks one):
+One interface, two implementations (:func:`runner.batch.journal_open.open_batch_journal` picks one):
 
 * :class:`~runner.batch.journal_sqlite.SqliteJournal`, the default: a file of its own,
   locked by an exclusive ``flock`` (one process at a time, dropped by the kernel when the
@@ -42,6 +42,7 @@ from typing import Any, Literal, get_args
 
 from runner.batch.inputs import Row
 from runner.core.budget_warnings import BudgetWarning
+from runner.core.degradation import Degradation
 from runner.core.usage import Usage
 from runner.errors import StoreDamaged, UsageError
 
@@ -55,7 +56,7 @@ TODO = "(status = 'pending' OR (status = 'failed' AND retryable = 1 AND attempts
 COLUMNS = (
     "row_number, id, status, attempts, retryable, inputs, output, error, error_kind, run_id,"
     " input_tokens, output_tokens, cached_input_tokens, cost_usd, model_calls, tool_calls,"
-    " duration_seconds, started_at, finished_at, warnings, fingerprint, budget_warnings"
+    " duration_seconds, started_at, finished_at, warnings, fingerprint, budget_warnings, degraded"
 )
 """A row's columns in the order :func:`journal_row` reads them (the same in both implementations)."""
 
@@ -81,6 +82,7 @@ class JournalRow:
     warnings: tuple[str, ...] = ()  # e.g. spend counted at its worst case after a crash
     fingerprint: str | None = None  # the configuration an answer kept by --keep-answers was made under; None: the journal's
     budget_warnings: tuple[BudgetWarning, ...] = ()  # warn_at shares its run's calls took a budget window past
+    degraded: tuple[Degradation, ...] = ()  # where its run's calls went to a fallback model (on_exceed: degrade)
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class RowOutcome:
     usage: Usage | None = None
     duration_seconds: float | None = None
     warnings: tuple[str, ...] = ()
+    degraded: tuple[Degradation, ...] = ()
     counts_attempt: bool = True  # False: the row only waited (a provider batch still out), so its attempt is given back
     budget_warnings: tuple[BudgetWarning, ...] = ()  # every attempt's, as the run store holds them
 
@@ -124,6 +127,10 @@ class RowOutcome:
         found = [w.as_dict() for w in self.budget_warnings]
         return json.dumps(found, ensure_ascii=False) if found else None
 
+    def degraded_json(self) -> str | None:
+        """The ``degraded`` column: a JSON list of :class:`Degradation`, or NULL when the run called no fallback model."""
+        return json.dumps([d.as_dict() for d in self.degraded], ensure_ascii=False) if self.degraded else None
+
 
 @dataclass(frozen=True)
 class ResumeState:
@@ -143,49 +150,6 @@ class BatchJournal(ABC):
 
     path: Path
     meta: dict[str, str]
-
-    @classmethod
-    def open(
-        cls,
-        path: str | Path,
-        *,
-        task: str,
-        input_path: Path,
-        input_sha256: str,
-        options: Mapping[str, Any] | None = None,
-        restart: bool = False,
-        durable: bool = False,
-        database_url: str | None = None,
-    ) -> BatchJournal:
-        """Open or create the journal ``path`` for this task and input; in PostgreSQL when
-        ``database_url`` is given, else in the SQLite file ``path``.
-
-        An existing journal for another task, input content or input options is refused
-        (:class:`UsageError`) unless ``restart`` deletes it and starts over; its batch id and
-        provider state are then kept in :attr:`discarded`, in the same transaction.
-        """
-        wanted = {
-            "task": task,
-            "input_path": str(Path(input_path).resolve()),
-            "input_sha256": input_sha256,
-            "options": json.dumps(dict(options or {}), sort_keys=True),
-        }
-        if database_url:
-            from runner.batch.journal_postgres import PostgresJournal
-
-            return PostgresJournal.connect(database_url, Path(path), wanted, restart=restart, durable=durable)
-        from runner.batch.journal_sqlite import SqliteJournal
-
-        return SqliteJournal.connect(Path(path), wanted, restart=restart, durable=durable)
-
-    @staticmethod
-    def exists(path: str | Path, *, database_url: str | None = None) -> bool:
-        """Whether journal ``path`` was ever created: its file, or its name in the database."""
-        if database_url:
-            from runner.batch.journal_postgres import journal_exists
-
-            return journal_exists(database_url, str(path))
-        return Path(path).is_file()
 
     # --- metadata --------------------------------------------------------------------
 
@@ -424,7 +388,7 @@ def usage_values(usage: Usage) -> tuple[Any, ...]:
 def journal_row(found: tuple[Any, ...]) -> JournalRow:
     """A row read as :data:`COLUMNS`."""
     (number, row_id, status, attempts, retryable, inputs, output, error, kind, run_id, tin, tout, cached, cost,
-     calls, tools, took, started, finished, warnings, fingerprint, budget_warnings) = found  # fmt: skip
+     calls, tools, took, started, finished, warnings, fingerprint, budget_warnings, degraded) = found  # fmt: skip
     return JournalRow(
         number=int(number),
         id=row_id,
@@ -443,6 +407,7 @@ def journal_row(found: tuple[Any, ...]) -> JournalRow:
         warnings=tuple(json.loads(warnings)) if warnings else (),
         fingerprint=fingerprint,
         budget_warnings=tuple(BudgetWarning.from_dict(w) for w in json.loads(budget_warnings)) if budget_warnings else (),
+        degraded=tuple(Degradation.from_dict(d) for d in json.loads(degraded)) if degraded else (),
     )
 
 

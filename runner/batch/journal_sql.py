@@ -74,6 +74,7 @@ CREATE TABLE IF NOT EXISTS {rows} (
     token TEXT,
     fingerprint TEXT,
     budget_warnings TEXT,
+    degraded TEXT,
     PRIMARY KEY ({key_prefix}row_number)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS {rows}_by_id ON {rows} ({key_prefix}id) WHERE status <> 'invalid'
@@ -84,6 +85,7 @@ ADDED = (
     AddedColumn("{rows}", "token", "TEXT"),  # journals from before writes were repeated after a lost connection
     AddedColumn("{rows}", "fingerprint", "TEXT"),  # journals from before answers named the configuration they were made under
     AddedColumn("{rows}", "budget_warnings", "TEXT"),  # journals from before budget warnings were kept with their rows
+    AddedColumn("{rows}", "degraded", "TEXT"),  # journals from before budgets degraded to fallback models
 )
 
 
@@ -191,7 +193,7 @@ class SqlJournal(BatchJournal):
         # One statement: the result and the status land together or not at all.
         token, rows, mine = new_token(), self._layout.rows, self._layout.mine
         given_back = 0 if outcome.counts_attempt else 1
-        values = (*outcome.values(), now_iso(), outcome.warnings_json(), outcome.budget_warnings_json(), token, given_back,
+        values = (*outcome.values(), now_iso(), outcome.warnings_json(), outcome.budget_warnings_json(), outcome.degraded_json(), token, given_back,
                   *self._layout.key, number)  # fmt: skip
 
         def write(db: Database) -> bool:
@@ -200,7 +202,7 @@ class SqlJournal(BatchJournal):
                 " input_tokens = COALESCE(?, input_tokens), output_tokens = COALESCE(?, output_tokens),"
                 " cached_input_tokens = COALESCE(?, cached_input_tokens), cost_usd = COALESCE(?, cost_usd),"
                 " model_calls = COALESCE(?, model_calls), tool_calls = COALESCE(?, tool_calls),"
-                f" duration_seconds = ?, finished_at = ?, warnings = ?, budget_warnings = ?, token = ?, attempts = attempts - ?"
+                f" duration_seconds = ?, finished_at = ?, warnings = ?, budget_warnings = ?, degraded = ?, token = ?, attempts = attempts - ?"
                 f" WHERE {mine} AND row_number = ?"
                 " AND status = 'running'",
                 values,

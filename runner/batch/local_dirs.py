@@ -4,7 +4,7 @@ is written). See :mod:`runner.runs.local_dirs` for a single run's."""
 
 from __future__ import annotations
 
-from runner.batch.file_batch import BatchRequest, journal_database
+from runner.batch.request import BatchRequest, journal_database
 from runner.config.project import Project
 from runner.local_state import refuse_outside, require_writable, state_dir
 from runner.runs.local_dirs import STATE_FIX

@@ -28,7 +28,7 @@ from typing import Any
 from runner.batch.provider_state import BatchPart
 from runner.errors import ModelError
 from runner.model.base import ModelRequest
-from runner.model.factory import Endpoint
+from runner.model.endpoint import Endpoint
 
 MAX_REQUESTS = 100_000
 MAX_BYTES = 256_000_000

@@ -142,7 +142,7 @@ def _same_file(lock_path: Path, fd: int) -> bool:
 
 
 def _busy_message(path: Path, fd: int) -> str:
-    from runner.batch.output_lock import busy_message
+    from runner.batch.output_holder import busy_message
 
     try:
         holder = json.loads(os.pread(fd, 65536, 0) or b"{}")

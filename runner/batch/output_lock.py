@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from runner.batch.output_holder import busy_message
 from runner.batch.output_lock_object import stale
 from runner.batch.output_lock_store import SCHEMA
 from runner.errors import OutputLockLost
@@ -191,16 +192,6 @@ def exclusive_url_output(
         hold = OutputHold(target, holder, lambda renew: bounded(checking, lambda: lock.verify(renew=renew)), every)
         with hold.watch():
             yield hold
-
-
-def busy_message(target: object, holder: Mapping[str, Any], where: str = "") -> str:
-    """The refusal of a second batch: who holds the output (pid, host, task, input, journal) and what to do."""
-    known = [f"{key} {holder[key]}" for key in ("pid", "host", "task", "input", "journal") if holder.get(key) is not None]
-    who = f" ({', '.join(known)})" if known else ""
-    return (
-        f"{target}: another batch{who} is writing this output file right now{where}; give this batch its own "
-        "--output, or wait for that batch to end"
-    )
 
 
 def _now() -> dt.datetime:

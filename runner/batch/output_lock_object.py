@@ -138,7 +138,7 @@ class ObjectLock:
         return self.lock.parent / f"{self.lock.name}.{holder.get('token')}.{kind}"
 
     def _busy(self, found: Mapping[str, Any], claimed: Mapping[str, Any] | None = None) -> str:
-        from runner.batch.output_lock import busy_message
+        from runner.batch.output_holder import busy_message
 
         if claimed is not None:
             return busy_message(self.target, found, (

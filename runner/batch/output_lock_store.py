@@ -77,7 +77,7 @@ def lock_key(target: str) -> int:
 
 
 def _take(db: Database, target: str, record: dict[str, Any], now: str) -> None:
-    from runner.batch.output_lock import busy_message
+    from runner.batch.output_holder import busy_message
 
     if not _try_lock(db, target):
         found = db.row("SELECT holder FROM output_locks WHERE target = ?", (target,))

@@ -17,7 +17,7 @@ from typing import Any
 from runner.batch.provider_state import BatchPart
 from runner.errors import ModelError
 from runner.model.base import ModelRequest
-from runner.model.factory import Endpoint
+from runner.model.endpoint import Endpoint
 from runner.model.faults import kind_for_status
 
 CHAT_COMPLETIONS = "/v1/chat/completions"

@@ -34,11 +34,11 @@ from runner.batch.provider_state import BatchPart, ProviderState, UnneededFile, 
 from runner.errors import ModelError
 
 if TYPE_CHECKING:
-    from runner.batch.file_batch import BatchRequest
     from runner.batch.journal import BatchJournal
+    from runner.batch.request import BatchRequest
     from runner.config.project import Project
     from runner.config.specs import TaskSpec
-    from runner.model.factory import Endpoint
+    from runner.model.endpoint import Endpoint
 
 Say = Callable[[str], None]
 
@@ -102,7 +102,7 @@ async def cancel_out(
 class ProviderWatch:
     """The provider batches a ``--via batch-api`` run has out right now, for code outside its
     event loop to cancel: Airflow's ``on_kill``, called from a signal handler while the loop runs
-    (:attr:`runner.batch.file_batch.BatchRequest.watch`)."""
+    (:attr:`runner.batch.request.BatchRequest.watch`)."""
 
     def __init__(self) -> None:
         self._state: ProviderState | None = None

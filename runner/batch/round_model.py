@@ -25,7 +25,7 @@ from runner.batch.rounds import CURRENT_RUN, LineError, RoundCollector
 from runner.core.results import RunResult
 from runner.model.answers import parse_answer
 from runner.model.base import AttemptHook, ChatModel, ModelRequest, ModelResponse
-from runner.model.factory import Endpoint
+from runner.model.endpoint import Endpoint
 from runner.runs.options import RunOptions
 
 

@@ -47,7 +47,7 @@ from runner.endpoints import DEFAULT_BASE_URL, safe_url
 from runner.errors import ModelError
 from runner.model.answers import parse_answer
 from runner.model.base import ModelRequest
-from runner.model.factory import Endpoint
+from runner.model.endpoint import Endpoint
 from runner.model.faults import RETRYABLE_KINDS
 from runner.model.fingerprint import request_fingerprint
 from runner.model.wire import InvalidResponse

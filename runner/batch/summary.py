@@ -2,7 +2,7 @@
 
 :func:`batch_report` collects the data first (counts by status, spend, per-row cost
 distribution, slowest rows, errors grouped by kind with example ids, rows not run and why,
-the budget warnings the rows' calls made, each with its row)
+the budget warnings the rows' calls made, each with its row; rows run on a fallback model)
 as a JSON-ready dict; :func:`render_markdown` and :func:`write_reports` render it.
 """
 
@@ -12,10 +12,11 @@ import heapq
 import json
 import math
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from runner.batch.journal import STATUSES
+from runner.batch.journal import STATUSES, JournalRow
 from runner.batch.records import BatchRecords
 from runner.config.specs import CAP_FIGURES, CAP_NAMES
 from runner.core.usage import Usage, cache_hit_rate
@@ -23,6 +24,8 @@ from runner.errors import EXIT_CAPPED, EXIT_FAILED, EXIT_OK
 from runner.locations import Location, write_text
 
 _EXAMPLE_IDS = 5
+DEGRADED_ROWS_LISTED = 200
+"""Rows the batch report lists one by one as run on a fallback model (all are counted)."""
 
 
 @dataclass(frozen=True)
@@ -93,12 +96,14 @@ def batch_report(journal: BatchRecords, summary: BatchSummary | None = None, *, 
     errors: dict[str, dict[str, Any]] = defaultdict(lambda: {"count": 0, "example_ids": [], "example": None})
     not_run: dict[str, dict[str, Any]] = defaultdict(lambda: {"count": 0, "example_ids": []})
     budget_warnings: dict[tuple[str, str, float], dict[str, Any]] = {}
+    degraded: dict[str, Any] = {"rows": 0, "listed": []}
     tokens = input_tokens = cached_tokens = 0
     for record in journal.records():
         counts[record.status] += 1
         for warning in record.budget_warnings:  # each made once, by the row whose call crossed it
             key = (warning.window, warning.cap, warning.threshold)
             budget_warnings.setdefault(key, {**warning.as_dict(), "row_id": record.id, "row": record.number})
+        _add_degraded(degraded, record)
         tokens += record.usage.total_tokens
         input_tokens += record.usage.input_tokens
         cached_tokens += record.usage.cached_input_tokens
@@ -133,12 +138,14 @@ def batch_report(journal: BatchRecords, summary: BatchSummary | None = None, *, 
         "errors_by_kind": dict(sorted(errors.items(), key=lambda kv: -kv[1]["count"])),
         "not_run": dict(not_run),
         "budget_warnings": [budget_warnings[key] for key in sorted(budget_warnings)],
+        "degraded": degraded,
         "run": summary.as_dict() if summary else None,
     }
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    """``batch_report.md``: counts, spend, slowest rows, errors by kind, rows not run, budget warnings."""
+    """``batch_report.md``: counts, spend, slowest rows, errors by kind, rows not run, budget warnings,
+    rows run on a fallback model."""
     from runner.reports.markdown import table
     from runner.reports.tables import Table
 
@@ -171,6 +178,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         rows = [[w["scope"], f"{w['threshold']:.0%} of {w['cap']}={w['limit']:g}", _figure(w["cap"], w["spent"]),
                  w["row_id"] or f"row {w['row']}"] for w in report["budget_warnings"]]  # fmt: skip
         lines += section("Budget warnings", ["budget window", "passed", "spent then", "row"], rows, [False, False, True, False])
+    lines += _degraded_section(report.get("degraded") or {}, section)
     if report.get("ledger"):
         ledger = report["ledger"]
         rows = [[cap, _figure(cap, limit), _figure(cap, _used(cap, ledger["spent"])), _figure(cap, _used(cap, ledger["reserved"]))]
@@ -183,6 +191,32 @@ def render_markdown(report: dict[str, Any]) -> str:
                   "worst case).", ""]  # fmt: skip
         lines += _dead_holders(ledger)
     return "\n".join(lines)
+
+
+def _add_degraded(degraded: dict[str, Any], record: JournalRow) -> None:
+    """Count a row whose run called a fallback model, and list it while the list is short."""
+    if not record.degraded:
+        return
+    degraded["rows"] += 1
+    if len(degraded["listed"]) < DEGRADED_ROWS_LISTED:
+        degraded["listed"] += [
+            {"id": record.id, "row": record.number, "status": record.status} | d.as_dict() for d in record.degraded
+        ]
+
+
+def _degraded_section(degraded: dict[str, Any], section: Callable[..., list[str]]) -> list[str]:
+    """Rows run on a fallback model: one line per row and step, and how many there were."""
+    if not degraded.get("rows"):
+        return []
+    rows = [[d["id"], d["row"], d["status"], d["step"], d["agent"], d["model"], d["fallback_model"],
+             f"{d['budget']} ({d['threshold']:.0%})", d["first_call"]] for d in degraded["listed"]]  # fmt: skip
+    columns = ["id", "row", "status", "step", "agent", "model", "ran on", "budget (threshold)", "from call"]
+    lines = section(f"Rows run on a fallback model ({degraded['rows']})", columns, rows,
+                    [False, True, False, False, False, False, False, False, True])  # fmt: skip
+    listed = len({d["row"] for d in degraded["listed"]})
+    if listed < degraded["rows"]:
+        lines += [f"The first {listed} of {degraded['rows']} rows are listed; each row's run report names its degraded steps.", ""]
+    return lines
 
 
 def _dead_holders(ledger: dict[str, Any]) -> list[str]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from runner.batch.journal import BatchJournal, JournalRow
 
 if TYPE_CHECKING:
-    from runner.batch.file_batch import BatchRequest
+    from runner.batch.request import BatchRequest
 
 
 def trial_rows(journal: BatchJournal, request: BatchRequest) -> frozenset[int] | None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from runner.config.specs import Caps, cap_figure
+from runner.core.spender import Spender
 from runner.core.usage import Usage
 from runner.errors import CapReached
 
@@ -35,11 +36,13 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Owner:
-    """Whose calls a scope's reservations are: a run and its attempt. A shared scope records it
-    with each reservation, so the run's next attempt can take over what a dead worker held."""
+    """Whose calls a scope's reservations are: a run and its attempt (and the run's task). A
+    shared scope records it with each reservation, so the run's next attempt can take over what
+    a dead worker held, and its spend can be told by task (:class:`~runner.core.spender.Spender`)."""
 
     run_id: str
     attempt: int = 1
+    task: str | None = None
 
 
 @dataclass
@@ -100,9 +103,10 @@ class Budget:
         """Raise :class:`CapReached` if any scope is already exhausted (no estimate needed)."""
         self.reserve(Estimate(0, 0, 0.0), count_step=False).release()
 
-    def reserve(self, estimate: Estimate, *, count_step: bool = True) -> Reservation:
-        """Reserve one model call's worst case in every scope, or raise ``CapReached``."""
-        reservation = Reservation(self, estimate, count_step)
+    def reserve(self, estimate: Estimate, *, count_step: bool = True, caller: Spender | None = None) -> Reservation:
+        """Reserve one model call's worst case in every scope, or raise ``CapReached``
+        (``caller``: the call's agent and model, recorded where a scope keeps its entries)."""
+        reservation = Reservation(self, estimate, count_step, caller=caller or Spender())
         chain = self.chain()
         with _locked(chain):
             for budget in chain:
@@ -270,6 +274,7 @@ class Reservation:
     count_step: bool
     done: bool = False
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    caller: Spender = field(default_factory=Spender)  # the call's agent and model
 
     @property
     def usage(self) -> Usage:
@@ -280,6 +285,13 @@ class Reservation:
     def owner(self) -> Owner | None:
         """The run whose call this is (see :meth:`Budget.calls_owner`)."""
         return self.budget.calls_owner()
+
+    @property
+    def spender(self) -> Spender:
+        """Who the call's spend counts for: its caller's agent and model, its owner's task."""
+        owner = self.owner
+        task = owner.task if owner is not None and owner.task is not None else self.caller.task
+        return Spender(task, self.caller.agent, self.caller.model)
 
     def settle(self, actual: Usage, *, step: bool = True) -> None:
         """Replace the held worst case by what the call used (tokens and priced cost; the

@@ -73,7 +73,8 @@ class BudgetWindow(SharedBudget):
         owner = held.owner
         for _ in range(_ATTEMPTS):
             if self.ledger.reserve(
-                key, held.usage, entry=held.id, owner=(owner.run_id, owner.attempt) if owner else None
+                key, held.usage, entry=held.id, owner=(owner.run_id, owner.attempt) if owner else None,
+                spender=held.spender,
             ):
                 self._keys[held.id] = key
                 Budget._hold(self, held)
@@ -84,7 +85,7 @@ class BudgetWindow(SharedBudget):
     def _give_back(self, held: Reservation, actual: Usage | None) -> None:
         key = self._keys.pop(held.id, None)
         if key is not None and (held.usage != Usage() or actual is not None):
-            spend = self.ledger.settle(key, held.usage, actual, entry=held.id)
+            spend = self.ledger.settle(key, held.usage, actual, entry=held.id, spender=held.spender)
             if spend is not None and self.notice is not None:
                 for warning in self._crossed(key, *spend):
                     self.notice(warning)
@@ -105,6 +106,27 @@ class BudgetWindow(SharedBudget):
                 if was / limit < threshold <= now / limit
             ]
         return found
+
+    def degrading(self) -> Window | None:
+        """The current window when this budget degrades (``on_exceed: degrade``) and that window's
+        spend, as the ledger holds it now (every process's settled calls), has reached its threshold."""
+        threshold = self.spec.degrade_at
+        if threshold is None:
+            return None
+        window = self.current()
+        try:
+            spent, _ = self.ledger.figures(window.key)
+        except KeyError:  # nobody has reserved in this window yet
+            return None
+        return window if any(figure / limit >= threshold for _, limit, figure in self._figures(spent)) else None
+
+    def _figures(self, usage: Usage) -> list[tuple[str, float, float]]:
+        """``(cap, limit, what usage counts of it)`` for each limit this budget has."""
+        found = (
+            ("max_cost_usd", self.caps.max_cost_usd, usage.cost_usd),
+            ("max_tokens", self.caps.max_tokens, usage.input_tokens + usage.output_tokens),
+        )
+        return [(cap, float(limit), float(figure)) for cap, limit, figure in found if limit]
 
     def _take_over(self, run_id: str, recorded: Mapping[str, Usage | None]) -> Usage:
         window = self.current()
@@ -129,25 +151,29 @@ class BudgetWindow(SharedBudget):
 
     def _explain(self, key: str, estimate: Estimate, count_step: bool) -> None:
         spent, reserved = self.ledger.figures(key)
-        Budget(self.caps, self.scope, spent=spent, _reserved=reserved)._check(estimate, False)
+        try:
+            Budget(self.caps, self.scope, spent=spent, _reserved=reserved)._check(estimate, False)
+        except CapReached as refused:
+            refused.budget = self.spec.name
+            raise
 
     def _refused_in(self, key: str, cap: str) -> CapReached:
         spent, _ = self.ledger.figures(key)
         limit = getattr(self.caps, cap)
-        return CapReached(cap, limit if limit is not None else 0, round(cap_figure(cap, spent), 8), self.scope)
-
-
-BUDGET_SCOPE = "budget '"
-"""How every :func:`describe` begins (see :func:`is_budget_scope`)."""
-
-
-def is_budget_scope(scope: str | None) -> bool:
-    """Whether a ``CapReached`` scope (a run's ``error_scope``) is a budget's window: the budget
-    spans every run and batch, so a batch stops (its rows run again once the window reopens)."""
-    return bool(scope) and scope.startswith(BUDGET_SCOPE)  # type: ignore[union-attr]
+        observed = round(cap_figure(cap, spent), 8)
+        return CapReached(cap, limit if limit is not None else 0, observed, self.scope, budget=self.spec.name)
 
 
 def describe(spec: BudgetSpec, window: Window) -> str:
     """``budget 'daily' (day window 2026-12-02T00:00:00+01:00 .. 2026-12-03T00:00:00+01:00)``: a
     :class:`CapReached`'s scope, so the error names the budget and its window."""
-    return f"{BUDGET_SCOPE}{spec.name}' ({spec.window_name} window {window.describe()})"
+    return f"budget '{spec.name}' ({spec.window_name} window {window.describe()})"
+
+
+def degrading_budget(budget: Budget) -> tuple[BudgetSpec, Window] | None:
+    """The first budget over time around ``budget`` (a call's scope) that is past its degrade
+    threshold now (``on_exceed: degrade``), with its current window; ``None`` if there is none."""
+    for scope in budget.chain():
+        if isinstance(scope, BudgetWindow) and (window := scope.degrading()) is not None:
+            return scope.spec, window
+    return None

@@ -29,6 +29,7 @@ from typing import ClassVar, Protocol
 
 from runner.caps.budget import Budget, Estimate, Reservation
 from runner.config.specs import SUMMED_CAPS, Caps, cap_figure
+from runner.core.spender import Spender
 from runner.core.usage import Usage
 from runner.errors import CapReached
 
@@ -41,14 +42,20 @@ class ScopeLedger(Protocol):
     """Where a shared scope's figures live; every method is atomic, and applied once per
     ``entry`` (a reservation's id) however often it is sent."""
 
-    def reserve(self, key: str, held: Usage, *, entry: str | None = None, owner: tuple[str, int] | None = None) -> bool:
+    def reserve(
+        self, key: str, held: Usage, *, entry: str | None = None, owner: tuple[str, int] | None = None,
+        spender: Spender | None = None,
+    ) -> bool:
         """Add ``held`` to the scope's reservations if every cap still allows it (see
         :meth:`Budget._check <runner.caps.budget.Budget._check>` for the rule), as reservation
-        ``entry`` of ``owner`` (run id, attempt); ``False`` if not."""
+        ``entry`` of ``owner`` (run id, attempt) for ``spender``; ``False`` if not."""
 
-    def settle(self, key: str, held: Usage, actual: Usage | None, *, entry: str | None = None) -> tuple[Usage, Usage] | None:
+    def settle(
+        self, key: str, held: Usage, actual: Usage | None, *, entry: str | None = None, spender: Spender | None = None
+    ) -> tuple[Usage, Usage] | None:
         """Remove reservation ``entry`` (``held``) from the reservations and add ``actual`` to the
-        spend; the scope's spend just before and after (``None``: nothing applied, settled before)."""
+        spend (``spender``: whose it is, should nothing have been held); the scope's spend just
+        before and after (``None``: nothing applied, settled before)."""
 
     def count_tool_call(self, key: str, count: int, *, entry: str | None = None) -> bool:
         """Add ``count`` tool calls unless that exceeds ``max_tool_calls``; ``False`` if it would."""
@@ -94,7 +101,10 @@ class SharedBudget(Budget):
     def _hold(self, held: Reservation) -> None:
         owner = held.owner
         for _ in range(_ATTEMPTS):
-            if self.ledger.reserve(self.key, held.usage, entry=held.id, owner=(owner.run_id, owner.attempt) if owner else None):
+            if self.ledger.reserve(
+                self.key, held.usage, entry=held.id, owner=(owner.run_id, owner.attempt) if owner else None,
+                spender=held.spender,
+            ):
                 super()._hold(held)
                 return
             self._explain_refusal(held.estimate, held.count_step)
@@ -102,7 +112,7 @@ class SharedBudget(Budget):
 
     def _give_back(self, held: Reservation, actual: Usage | None) -> None:
         if held.usage != Usage() or actual is not None:
-            self.ledger.settle(self.key, held.usage, actual, entry=held.id)
+            self.ledger.settle(self.key, held.usage, actual, entry=held.id, spender=held.spender)
         super()._give_back(held, actual)
 
     def _take_over(self, run_id: str, recorded: Mapping[str, Usage | None]) -> Usage:

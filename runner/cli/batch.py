@@ -83,8 +83,9 @@ def batch(task: str, input_path: Path, output_path: Location, input_format: str 
     """
     from dataclasses import replace
 
-    from runner.batch.file_batch import BatchRequest, run_batch_file
+    from runner.batch.file_batch import run_batch_file
     from runner.batch.local_dirs import check_batch_dirs
+    from runner.batch.request import BatchRequest
 
     root = (root or find_root(Path(task) if task.endswith((".yaml", ".yml")) else Path.cwd())).resolve()
     project = load_project_or_raise(root)

@@ -1,10 +1,12 @@
 """``runner budgets``: what each budget over time (``budgets.d/``) has spent and reserved in
-its current and last windows, and what is left.
+its current and last windows, what is left, and who spent it (by task, agent and model).
 
 The figures are the budgets' scopes in the shared cap ledger (:mod:`runner.runs.budget_scopes`):
 the shared PostgreSQL store (``--store-url``, ``$RUNNER_STORE_URL``), else
-``<state dir>/budgets.sqlite3``. It only reads: an SQLite ledger is opened read-only, and a
-window nobody has spent in yet shows zero.
+``<state dir>/budgets.sqlite3``. Who spent is summed from the ledger's entries, each of which
+records its call's task, agent and model (:mod:`runner.store.cap_spenders`), so it adds up
+to the window's figures. It only reads: an SQLite ledger is opened read-only, and a window
+nobody has spent in yet shows zero.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ from runner.cli.terminal import echo_line as echo
 if TYPE_CHECKING:
     from runner.caps.windows import Window
     from runner.config.budgets import BudgetSpec
+    from runner.core.usage import Usage
     from runner.store.database import Database
+
+TOP_SPENDERS = 5
+"""How many spenders the text output lists per window (the largest spend first; ``--json`` lists all)."""
+_SPENDER_HEADERS = ("task", "agent", "model", "spent", "tokens", "calls", "reserved")
 
 
 @click.command()
@@ -34,15 +41,24 @@ if TYPE_CHECKING:
     help="The shared PostgreSQL store (default: $RUNNER_STORE_URL, else <root>/.runner/budgets.sqlite3).",
 )
 @click.option(
-    "--json", "as_json", is_flag=True, help="JSON output: {ledger, budgets: [{name, window, current, last}]}."
-)
+    "--json", "as_json", is_flag=True,
+    help="JSON output: {ledger, budgets: [{name, window, current, last}]}; each window has spent, reserved, left and "
+    "spenders: [{task, agent, model, spent, reserved}], every spender, the largest spend first.",
+)  # fmt: skip
 def budgets(root: Path, store_url: str | None, as_json: bool) -> None:
     """Per budget: its limits, and spent, reserved (calls in flight) and left in the current
-    and the last window. Reads only. Exit 2 when the project does not load, or the ledger is
-    damaged or another application's file (named; it is left as it was)."""
+    and the last window, and who spent it: a table of the top 5 spenders by task, agent and
+    model, the largest spend first (a judge's calls count under the judge agent, a knowledge
+    base's embeddings requests under its name).
+
+    Spent is what settled calls used, plus the worst case of calls a worker that died left
+    in flight once its run's next attempt took them over; the spenders add up to the
+    window. '-' is not recorded (a call reserved by an older runner, or outside a run).
+    Reads only. Exit 2 when the project does not load, or the ledger is damaged or another
+    application's file (named; it is left as it was)."""
     from runner.config.project import load_project_or_raise
     from runner.runs.budget_scopes import ledger_target
-    from runner.store.database import open_database
+    from runner.store.connect import open_database
     from runner.store.store_kind import refuse_foreign_ledger
 
     project = load_project_or_raise(root.resolve())
@@ -73,6 +89,27 @@ def budgets(root: Path, store_url: str | None, as_json: bool) -> None:
             echo(f"  {label:8} {w['start']} .. {w['end']}: spent ${w['spent']['cost_usd']:.6f} "
                  f"({w['spent']['tokens']} tokens, {w['spent']['model_calls']} calls), "
                  f"reserved ${w['reserved']['cost_usd']:.6f}; left: {left}")  # fmt: skip
+            for line in _spender_table(w["spenders"]):
+                echo(f"{'':11}{line}")
+
+
+def _spender_table(spenders: list[dict[str, Any]]) -> list[str]:
+    """The top :data:`TOP_SPENDERS` as aligned lines (names left, figures right), and how many more there are."""
+    rows = [
+        (s["task"] or "-", s["agent"] or "-", s["model"] or "-", f"${s['spent']['cost_usd']:.6f}",
+         str(s["spent"]["tokens"]), str(s["spent"]["model_calls"]), f"${s['reserved']['cost_usd']:.6f}")
+        for s in spenders[:TOP_SPENDERS]
+    ]  # fmt: skip
+    if not rows:
+        return []
+    widths = [max(len(cells[i]) for cells in (_SPENDER_HEADERS, *rows)) for i in range(len(_SPENDER_HEADERS))]
+    lines = [
+        "  ".join(cell.ljust(width) if i < 3 else cell.rjust(width) for i, (cell, width) in enumerate(zip(cells, widths, strict=True)))
+        for cells in (_SPENDER_HEADERS, *rows)
+    ]  # fmt: skip
+    if len(spenders) > TOP_SPENDERS:
+        lines.append(f"... {len(spenders) - TOP_SPENDERS} more spender(s) (--json lists them all)")
+    return lines
 
 
 def _exists(target: str | Path) -> bool:
@@ -94,13 +131,15 @@ def _budget(db: Database | None, spec: BudgetSpec, now: datetime) -> dict[str, A
 def _window(db: Database | None, spec: BudgetSpec, window: Window) -> dict[str, Any]:
     from runner.core.usage import Usage
     from runner.store.cap_ledger import read_scope
+    from runner.store.cap_spenders import SpenderFigures, spenders
     from runner.store.cap_view import has_ledger
 
     spent = reserved = Usage()
+    who: list[SpenderFigures] = []
     if db is not None and has_ledger(db):
         try:
             found = read_scope(db, window.key)
-            spent, reserved = found.spent, found.reserved
+            spent, reserved, who = found.spent, found.reserved, spenders(db, window.key)
         except KeyError:
             pass
     left: dict[str, float] = {}
@@ -111,12 +150,14 @@ def _window(db: Database | None, spec: BudgetSpec, window: Window) -> dict[str, 
         left["max_tokens"] = max(spec.max_tokens - used, 0)
     return {
         "key": window.key, "start": window.start.isoformat(), "end": window.end.isoformat(),
-        "spent": {"cost_usd": round(spent.cost_usd, 8), "tokens": spent.input_tokens + spent.output_tokens,
-                  "model_calls": spent.model_calls},
-        "reserved": {"cost_usd": round(reserved.cost_usd, 8), "tokens": reserved.input_tokens + reserved.output_tokens,
-                     "model_calls": reserved.model_calls},
-        "left": left,
+        "spent": _amounts(spent), "reserved": _amounts(reserved), "left": left,
+        "spenders": [{**s.spender.as_dict(), "spent": _amounts(s.spent), "reserved": _amounts(s.reserved)} for s in who],
     }  # fmt: skip
+
+
+def _amounts(usage: Usage) -> dict[str, Any]:
+    """A window's or a spender's spent or reserved figures, as the JSON shows them."""
+    return {"cost_usd": round(usage.cost_usd, 8), "tokens": usage.total_tokens, "model_calls": usage.model_calls}
 
 
 def _fmt(cap: str, value: float) -> str:

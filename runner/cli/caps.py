@@ -66,7 +66,7 @@ def show(store: str | None, scopes: tuple[str, ...], runs: str | None, root: Pat
     """
     from runner.cli.caps_locate import ledger_target, run_store_lookup
     from runner.store.cap_view import scope_keys, view_scopes
-    from runner.store.database import open_database
+    from runner.store.connect import open_database
     from runner.store.store_kind import refuse_foreign_ledger
 
     db = open_database(ledger_target(store), read_only=True, role="cap ledger")
@@ -103,7 +103,7 @@ def settle_dead(store: str | None, scopes: tuple[str, ...], runs: str | None, ro
     from runner.cli.caps_locate import ledger_target, run_store_lookup
     from runner.store.cap_ledger import CapLedger
     from runner.store.cap_view import has_ledger, scope_keys
-    from runner.store.database import open_database
+    from runner.store.connect import open_database
 
     db = open_database(ledger_target(store), role="cap ledger")
     try:

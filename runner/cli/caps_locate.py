@@ -106,7 +106,7 @@ class RunStoreLookup:
 def run_store_lookup(ledger: Database, given: str | None, root: Path) -> RunStoreLookup:
     """The run store for ``ledger``'s calls, opened read-only (see the module doc)."""
     from runner.local_state import state_dir
-    from runner.store.database import open_database
+    from runner.store.connect import open_database
 
     if given is not None:
         return RunStoreLookup(open_database(store_target("--runs", given), read_only=True), owned=True)

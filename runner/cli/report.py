@@ -11,6 +11,7 @@ import click
 
 from runner.cli.runs import open_store, resolve_run_id
 from runner.cli.terminal import safe_line
+from runner.core.report_formats import DEFAULT_FORMATS, NAMES
 from runner.errors import RunnerError, UsageError
 
 
@@ -19,7 +20,7 @@ from runner.errors import RunnerError, UsageError
 @click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), help="Run store (SQLite) path.")
 @click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=".", help="Project root.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Output directory (default: the run's report directory).")
-@click.option("--format", "formats", multiple=True, type=click.Choice(["markdown", "html", "json", "pdf", "xlsx"]), help="Formats (default: markdown, html, json).")
+@click.option("--format", "formats", multiple=True, type=click.Choice(NAMES), help=f"Formats (default: {', '.join(DEFAULT_FORMATS)}).")
 def report(run_id: str, store_path: Path | None, root: Path, out_dir: Path | None, formats: tuple[str, ...]) -> None:
     """Re-render the report of RUN_ID (Markdown, HTML, JSON; PDF, Excel on request) from the run store."""
     from runner.reports.writer import write_report
@@ -36,7 +37,7 @@ def report(run_id: str, store_path: Path | None, root: Path, out_dir: Path | Non
     workspace = default_workspace(root.resolve(), run_id)
     written = write_report(
         record, target, workspace if workspace.is_dir() else None,
-        formats=formats or ("markdown", "html", "json"), secrets=_secrets(root), transcript=store.transcripts.read(run_id),
+        formats=formats or DEFAULT_FORMATS, secrets=_secrets(root), transcript=store.transcripts.read(run_id),
     )  # fmt: skip
     for path in written.values():
         click.echo(safe_line(path))

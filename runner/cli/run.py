@@ -12,6 +12,7 @@ from runner.cli.json_output import json_text
 from runner.cli.options import EndpointURL, LocationType, ModelId, caps_from_flags, caps_options, parse_inputs
 from runner.cli.terminal import safe_line, safe_text
 from runner.config.project import find_root, load_project_or_raise
+from runner.core.report_formats import by_opening_order
 from runner.locations import Location
 from runner.runs.options import RunOptions
 
@@ -56,8 +57,8 @@ def run(
     result = asyncio.run(execute_task(project, spec, parse_inputs(inputs), options))
     if not as_json:
         if result.report_dir:
-            order = {"html": "report.html", "pdf": "report.pdf", "xlsx": "report.xlsx", "markdown": "report.md", "json": "report.json"}  # what a person opens first
-            files = [name for fmt, name in order.items() if fmt in spec.report.formats and (result.report_dir / name).is_file()]
+            shown = by_opening_order(spec.report.formats)
+            files = [f.file for f in shown if (result.report_dir / f.file).is_file()]
             also = f" (also {', '.join(files[1:])})" if files[1:] else ""
             if files:
                 click.echo(safe_line(f"report: {result.report_dir / files[0]}{also}"), err=True)

@@ -13,14 +13,17 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, cast
 
+from runner.config.documents import Document
 from runner.config.report_options import WARNING_TEMPLATE_ROOTS, Delivery, build_deliveries
-from runner.config.sources import Document
 from runner.errors import Problem, did_you_mean
 
 if TYPE_CHECKING:
     from runner.config.project import Project
 
 Calendar = Literal["day", "week", "month"]
+OnExceed = Literal["stop", "degrade"]
+"""What a budget does as its window fills: refuse the call that would pass the limit (``stop``),
+or first switch its agents to their ``fallback_model`` from the first ``warn_at`` threshold (``degrade``)."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,14 @@ class BudgetSpec:
     tags: tuple[str, ...] = ()
     warn_at: tuple[float, ...] = ()  # fractions of the limit whose crossing is a warning
     deliver: tuple[Delivery, ...] = ()  # where each warning is sent
+    on_exceed: OnExceed = "stop"
     description: str = ""
+
+    @property
+    def degrade_at(self) -> float | None:
+        """The share of the limit from which calls in scope go to their agents' fallback models
+        (``on_exceed: degrade``: the first ``warn_at`` threshold), ``None`` for a budget that only stops."""
+        return self.warn_at[0] if self.on_exceed == "degrade" and self.warn_at else None
 
     @property
     def window_name(self) -> str:
@@ -80,15 +90,15 @@ def build_budget(doc: Document) -> BudgetSpec:
         timezone=d.get("timezone", "UTC"), tasks=tuple(scope.get("tasks", ())), agents=tuple(scope.get("agents", ())),
         models=tuple(scope.get("models", ())), tags=tuple(scope.get("tags", ())), description=d.get("description", ""),
         warn_at=tuple(sorted(float(x) for x in d.get("warn_at", ()))), deliver=build_deliveries(d.get("deliver"), "/deliver"),
+        on_exceed=cast(OnExceed, d.get("on_exceed", "stop")),
     )  # fmt: skip
 
 
 def budget_problems(project: Project) -> list[Problem]:
     """Located problems of every budget: a limit that is not a number, an unknown time zone,
-    a scope naming a task, agent or tag nobody declares, a money budget over an unpriced model."""
+    a scope naming a task, agent or tag nobody declares, a money budget over an unpriced model,
+    ``on_exceed: degrade`` without a threshold or over an agent without a ``fallback_model``."""
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-    from runner.config.prices import find_price, unpriced_message
 
     problems: list[Problem] = []
     tags = {t for task in project.tasks.values() for t in task.tags} | {
@@ -134,17 +144,63 @@ def budget_problems(project: Project) -> list[Problem]:
                     )
                 )
         problems += delivery_problems(budget, doc)
-        if budget.max_cost_usd is None:
-            continue
-        for agent in project.agents.values():
-            covered = any(budget.covers(t.name, t.tags, agent.name, agent.tags, agent.model.id) for t in project.tasks.values()
-                          if agent.name in t.agents_used())  # fmt: skip
-            if covered and agent.model.provider != "local" and find_price(project.prices, agent.model.id) is None:
-                problems.append(
-                    doc.problem(
-                        "/max_cost_usd", f"budget '{budget.name}': {unpriced_message(agent.model.id, agent.name)}"
-                    )
-                )
+        problems += _degrade_problems(project, budget, doc)
+        problems += _price_problems(project, budget, doc)
+    return problems
+
+
+def covered_agents(project: Project, budget: BudgetSpec, *, fallback: bool = False) -> dict[str, str]:
+    """The agents some of whose calls count in ``budget``, each with a task that runs it (agent
+    name -> task name); with ``fallback``, calls on the agent's ``fallback_model`` count too."""
+    found: dict[str, str] = {}
+    for task in project.tasks.values():
+        for name in task.agents_used():
+            agent = project.agents.get(name)
+            if agent is None or name in found:
+                continue
+            models = [agent.model.id, *([agent.fallback_model.id] if fallback and agent.fallback_model else [])]
+            if any(budget.covers(task.name, task.tags, agent.name, agent.tags, model) for model in models):
+                found[name] = task.name
+    return found
+
+
+def _degrade_problems(project: Project, budget: BudgetSpec, doc: Document) -> list[Problem]:
+    """``on_exceed: degrade`` needs a threshold to switch at and a fallback model for every agent it covers."""
+    if budget.on_exceed != "degrade":
+        return []
+    problems = []
+    if not budget.warn_at:
+        problems.append(doc.problem("/on_exceed", (
+            "on_exceed: degrade switches to the fallback models at the first warn_at threshold, and this budget "
+            "declares none; add warn_at (e.g. warn_at: [0.8]) or use on_exceed: stop"
+        )))  # fmt: skip
+    for name, task in covered_agents(project, budget).items():
+        agent = project.agents[name]
+        if agent.fallback_model is None:
+            problems.append(doc.problem("/on_exceed", (
+                f"budget '{budget.name}' degrades agent '{name}' (run by task '{task}'), which declares no "
+                f"fallback_model; add one to {agent.source or 'the agent'}, narrow the scope, or use on_exceed: stop"
+            )))  # fmt: skip
+    return problems
+
+
+def _price_problems(project: Project, budget: BudgetSpec, doc: Document) -> list[Problem]:
+    """A money budget over an agent whose model or fallback model has no price (neither could be reserved)."""
+    from runner.config.prices import find_price, unpriced_message
+
+    if budget.max_cost_usd is None:
+        return []
+    problems = []
+    for name in covered_agents(project, budget, fallback=True):
+        agent = project.agents[name]
+        if agent.model.provider != "local" and find_price(project.prices, agent.model.id) is None:
+            problems.append(doc.problem("/max_cost_usd", f"budget '{budget.name}': {unpriced_message(agent.model.id, name)}"))
+        fallback = agent.fallback_model
+        if fallback is not None and fallback.provider != "local" and find_price(project.prices, fallback.id) is None:
+            problems.append(doc.problem("/max_cost_usd", (
+                f"budget '{budget.name}': the fallback_model '{fallback.id}' of agent '{name}' has no known price; add it "
+                "to a `kind: Prices` document (USD per million tokens) or remove max_cost_usd"
+            )))  # fmt: skip
     return problems
 
 
@@ -153,7 +209,7 @@ def delivery_problems(budget: BudgetSpec, doc: Document) -> list[Problem]:
     outcome), a name given twice, a template reading something a warning does not have."""
     from runner.config.template_check import static_problems
     from runner.config.template_engine import references
-    from runner.config.templates import TemplateError
+    from runner.config.template_types import TemplateError
 
     problems: list[Problem] = []
     if budget.deliver and not budget.warn_at:
@@ -186,11 +242,12 @@ def delivery_problems(budget: BudgetSpec, doc: Document) -> list[Problem]:
 def budgets_of_task(project: Project, task_name: str) -> list[BudgetSpec]:
     """The budgets some call of task ``task_name`` falls under (``runner validate``)."""
     task = project.tasks[task_name]
+    agents = [project.agents[a] for a in task.agents_used() if a in project.agents]
+    calls = [(a, m.id) for a in agents for m in (a.model, a.fallback_model) if m is not None]
     found = []
     for budget in project.budgets.values():
-        agents = [project.agents[a] for a in task.agents_used() if a in project.agents]
         if (budget.covers(task.name, task.tags, None, (), None) and budget.task_wide) or any(
-            budget.covers(task.name, task.tags, a.name, a.tags, a.model.id) for a in agents
+            budget.covers(task.name, task.tags, a.name, a.tags, model_id) for a, model_id in calls
         ):
             found.append(budget)
     return found

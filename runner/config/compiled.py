@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import runner
-from runner.config.sources import Document, Position, SourceMap
+from runner.config.documents import Document, Position, SourceMap
 from runner.local_state import STATE_DIR_ENV
 
 CACHE_FILE = Path(".runner") / "project-cache.json"

@@ -12,6 +12,7 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from runner.config.documents import Document, escape_pointer_token
 from runner.config.graph import ancestors, find_cycle
 from runner.config.prices import find_price, unpriced_message
 from runner.config.profile_checks import check_model_settings, check_tier_price
@@ -20,7 +21,6 @@ from runner.config.project_files import workspace_file_problem
 from runner.config.providers import Provider
 from runner.config.report_options import DELIVERY_TEMPLATE_ROOTS
 from runner.config.schema import check_schema, validate_part
-from runner.config.sources import Document, escape_pointer_token
 from runner.config.specs import AgentSpec, StepSpec, TaskSpec, ToolRef
 from runner.config.template_budget import render_affordable, shared_pool
 from runner.config.template_check import (
@@ -32,7 +32,7 @@ from runner.config.template_check import (
     static_problems,
 )
 from runner.config.template_engine import environment, references
-from runner.config.templates import Reference, TemplateError
+from runner.config.template_types import Reference, TemplateError
 from runner.errors import Problem, did_you_mean
 
 if TYPE_CHECKING:
@@ -70,10 +70,7 @@ def _check_references(project: Project) -> list[Problem]:
         problems += _check_tool_refs(doc, agent.tools, tools)
         problems += _check_schema_field(doc, "/output_schema", agent.output_schema)
         problems += _check_networks(doc, agent.allow_private_networks)
-        profile = find_profile(project.profiles, agent.model.id, agent.model.profile)
-        problems += _check_profile_name(project, doc, agent)
-        problems += check_model_settings(doc, agent, profile)
-        problems += check_tier_price(doc, agent, profile, project.prices)
+        problems += _check_models(project, doc, agent)
         if agent.caps.max_cost_usd is not None:
             problems += _check_price(project, doc, agent, "/caps/max_cost_usd")
         problems += _check_knowledge_refs(project, doc, agent.knowledge)
@@ -89,13 +86,26 @@ def _check_references(project: Project) -> list[Problem]:
     return problems
 
 
-def _check_profile_name(project: Project, doc: Document, agent: AgentSpec) -> list[Problem]:
-    """``model.profile`` names a profile the project knows."""
-    name = agent.model.profile
+def _check_models(project: Project, doc: Document, agent: AgentSpec) -> list[Problem]:
+    """The agent's ``model:`` and ``fallback_model:``, each against its profile (settings it
+    refuses, keys written in YAML, a priority tier without its rates)."""
+    problems: list[Problem] = []
+    for at, spec in (("/model", agent.model), ("/fallback_model", agent.fallback_model)):
+        if spec is None:
+            continue
+        profile = find_profile(project.profiles, spec.id, spec.profile)
+        problems += _check_profile_name(project, doc, spec.profile, at)
+        problems += check_model_settings(doc, spec, profile, at=at)
+        problems += check_tier_price(doc, agent, profile, project.prices, at=at)
+    return problems
+
+
+def _check_profile_name(project: Project, doc: Document, name: str | None, at: str) -> list[Problem]:
+    """``model.profile`` (or ``fallback_model.profile``) names a profile the project knows."""
     if name is None or name in project.profiles:
         return []
     hint = did_you_mean(name, project.profiles) or f"; known: {', '.join(project.profiles)} (or add it in a kind: ModelProfiles document)"
-    return [doc.problem("/model/profile", f"unknown model profile '{name}'{hint}")]
+    return [doc.problem(f"{at}/profile", f"unknown model profile '{name}'{hint}")]
 
 
 def _check_knowledge_refs(project: Project, doc: Document, names: Iterable[str]) -> list[Problem]:
@@ -111,7 +121,7 @@ def _check_knowledge_refs(project: Project, doc: Document, names: Iterable[str])
 def _check_knowledge_sources(project: Project) -> list[Problem]:
     """Every knowledge base's sources stay in the project (whether they match files is a
     question for the run and ``runner index``: the data may be deployed apart from the YAML)."""
-    from runner.knowledge.sources import source_problem
+    from runner.knowledge.source_files import source_problem
 
     problems: list[Problem] = []
     for (kind, _), doc in project.documents.items():
@@ -172,9 +182,12 @@ def _check_schema_field(doc: Document, pointer: str, value: dict[str, Any] | Non
 
 
 def _check_price(project: Project, doc: Document, agent: AgentSpec, pointer: str) -> list[Problem]:
-    if agent.model.provider is Provider.LOCAL or find_price(project.prices, agent.model.id):
-        return []
-    return [doc.problem(pointer, unpriced_message(agent.model.id, agent.name))]
+    """A money cap over ``agent``'s calls needs the price of its model and of its fallback model."""
+    return [
+        doc.problem(pointer, unpriced_message(spec.id, agent.name))
+        for spec in (agent.model, agent.fallback_model)
+        if spec is not None and spec.provider is not Provider.LOCAL and not find_price(project.prices, spec.id)
+    ]
 
 
 class TaskChecker:

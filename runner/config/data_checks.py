@@ -1,7 +1,7 @@
 """Cross-reference checks for SQL sources and report delivery, in the shape of the others.
 
 - a Source document or a task's source: no password in the URL, ``files:`` only for an
-  in-memory DuckDB (see :mod:`runner.config.sources`);
+  in-memory DuckDB (see :mod:`runner.config.documents`);
 - a ``load_table`` / ``sql_query`` step names a known source (or there is exactly one), and
   its SQL is literal text (values are bound from ``params``);
 - an agent's ``sql_query`` settings name sources the task has;

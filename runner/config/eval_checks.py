@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner.config.documents import Document
 from runner.config.evals import ASSERTION_KINDS, VALUE_KINDS, EvalSpec, assertion_kinds, path_problem
 from runner.config.project_files import dataset_problem
 from runner.config.schema import check_schema
-from runner.config.sources import Document
 from runner.errors import Problem, did_you_mean
 from runner.untrusted_regex import compile_problem
 

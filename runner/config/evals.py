@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from runner.config.documents import Document
 from runner.config.project_files import FileRefused, boundary_for, read_prompt_file
-from runner.config.sources import Document
 from runner.config.specs import Caps
 from runner.errors import Problem
 

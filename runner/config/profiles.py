@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from runner.config.sources import Document, escape_pointer_token
+from runner.config.documents import Document, escape_pointer_token
 from runner.config.specs import BatchApiLimits
 
 if TYPE_CHECKING:

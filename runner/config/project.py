@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from runner.config import specs
 from runner.config.compiled import CachedProject, ConfigFile, cache_key, prompts_digest, read_cache, write_cache
+from runner.config.documents import Document, YamlError, read_config_bytes
 from runner.config.prices import default_prices
 from runner.config.profiles import (
     ModelProfile,
@@ -25,7 +26,6 @@ from runner.config.profiles import (
     shipped_profiles,
 )
 from runner.config.project_files import workspace_file_problem
-from runner.config.sources import Document, YamlError, read_config_bytes
 from runner.config.specs import AgentSpec, Price, TaskSpec, TelemetrySpec, ToolSpec
 from runner.errors import ConfigError, Problem, did_you_mean
 from runner.knowledge.spec import KnowledgeSpec

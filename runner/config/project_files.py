@@ -21,7 +21,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from runner.config.sources import file_kind
+from runner.config.documents import file_kind
 
 MAX_PROMPT_BYTES = 256 * 1024
 MAX_DATASET_BYTES = 256 << 20

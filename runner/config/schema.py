@@ -2,7 +2,7 @@
 
 The schemas in ``runner/config/schemas/`` are the only definition of the language:
 nothing else lists the allowed keys. This module loads them (package data), validates a
-:class:`~runner.config.sources.Document` and turns each jsonschema error into a located
+:class:`~runner.config.documents.Document` and turns each jsonschema error into a located
 :class:`~runner.errors.Problem`. ``jsonschema`` is imported when something is first
 validated, not with this module: a run of an unchanged project (see
 :mod:`runner.config.compiled`) whose agents declare no output schema never needs it.
@@ -17,7 +17,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from runner.config.sources import Document, escape_pointer_token
+from runner.config.documents import Document, escape_pointer_token
 from runner.errors import Problem, did_you_mean
 from runner.untrusted_regex import bounded_validator, ecma_ends, shared_deadline
 

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from runner.config.documents import Document, escape_pointer_token
 from runner.config.project_files import FileRefused, boundary_for, read_prompt_file
 from runner.config.providers import Provider, declared_provider
 from runner.config.report_options import ColumnFormat, Delivery, build_columns, build_deliveries
-from runner.config.sources import Document, escape_pointer_token
 from runner.config.sql_sources import task_sources
-from runner.config.templates import LocatedTemplate, Origin
+from runner.config.template_types import LocatedTemplate, Origin
+from runner.core.report_formats import DEFAULT_FORMATS
 from runner.core.steps import StepKind
 from runner.core.usage import Usage
 from runner.errors import Problem
@@ -184,6 +185,7 @@ class AgentSpec:
     name: str
     model: ModelSpec
     description: str = ""
+    fallback_model: ModelSpec | None = None  # what its calls go to while a budget with on_exceed: degrade is past its threshold
     system_prompt: str = ""
     next_step_prompt: str = ""
     tools: tuple[ToolRef, ...] = ()
@@ -219,6 +221,11 @@ class AgentSpec:
 
     def with_tools(self, tools: tuple[ToolRef, ...]) -> AgentSpec:
         return replace(self, tools=tools)
+
+    def on_fallback(self) -> AgentSpec:
+        """This agent with its ``fallback_model`` as its model (how its degraded calls are sent, priced and keyed)."""
+        assert self.fallback_model is not None
+        return replace(self, model=self.fallback_model, fallback_model=None)
 
 
 @dataclass(frozen=True)
@@ -282,7 +289,7 @@ class PipelineSpec:
 @dataclass(frozen=True)
 class ReportSpec:
     title: str | None = None
-    formats: tuple[str, ...] = ("markdown", "html", "json")
+    formats: tuple[str, ...] = DEFAULT_FORMATS
     narrative_step: str | None = None
     tables: tuple[str, ...] = ()
     columns: dict[str, ColumnFormat] = field(default_factory=dict)  # labels and number formats by column name
@@ -420,6 +427,7 @@ def build_agent(doc: Document, prompts: dict[str, str]) -> AgentSpec:
         name=d["name"],
         tags=tuple(d.get("tags", ())),
         model=build_model(d["model"], doc.source.file),
+        fallback_model=build_model(d["fallback_model"], doc.source.file) if "fallback_model" in d else None,
         description=d.get("description", ""),
         system_prompt=prompts["system_prompt"],
         next_step_prompt=prompts["next_step_prompt"],
@@ -516,7 +524,7 @@ def build_task(doc: Document, root: Path) -> TaskSpec:
         knowledge=knowledge_names(doc.data.get("knowledge")),
         report=ReportSpec(
             title=report.get("title"),
-            formats=tuple(report.get("formats", ("markdown", "html", "json"))),
+            formats=tuple(report.get("formats", DEFAULT_FORMATS)),
             narrative_step=report.get("narrative_step"),
             tables=tuple(report.get("tables", ())),
             columns=build_columns(report.get("columns")),

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from runner.config.sources import Document
+from runner.config.documents import Document
 from runner.errors import Problem
 from runner.tools.sql.source import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_SECONDS, SqlSource
 

@@ -3,7 +3,7 @@
 Jinja's sandbox stops attribute tricks, not work: ``{% for a in range(99999) %}{% for b in
 range(99999) %}{% endfor %}{% endfor %}`` renders nothing for hours, a macro that calls itself
 twice doubles its work per level, and ``x|replace("a", x)`` or ``"%999999999s"|format(1)``
-asks for gigabytes in one step. So every render gets a :class:`Budget` (per render, in a
+asks for gigabytes in one step. So every render gets a :class:`RenderBudget` (per render, in a
 context variable) that these spend from:
 
 - each loop iteration (every ``{% for %}`` iterates through the ``runner_loop`` filter, put
@@ -75,7 +75,7 @@ class TemplateTooCostly(SecurityError):
 
 
 @dataclass
-class Budget:
+class RenderBudget:
     """What one render may still spend."""
 
     steps_left: int = MAX_STEPS
@@ -95,7 +95,7 @@ class Budget:
             )
 
 
-_CURRENT: ContextVar[Budget | None] = ContextVar("runner_template_budget", default=None)
+_CURRENT: ContextVar[RenderBudget | None] = ContextVar("runner_template_budget", default=None)
 
 
 @dataclass
@@ -137,10 +137,10 @@ def render_affordable() -> bool:
 
 
 @contextmanager
-def budgeted() -> Iterator[Budget]:
+def budgeted() -> Iterator[RenderBudget]:
     """A fresh budget for the renders inside the block (one template render); what it spends
     is taken from the current :class:`Pool`, if any."""
-    with _current(_CURRENT, Budget()) as budget:
+    with _current(_CURRENT, RenderBudget()) as budget:
         try:
             yield budget
         finally:

@@ -27,7 +27,7 @@ from jinja2.exceptions import SecurityError
 
 from runner.config.specs import InputSpec
 from runner.config.template_engine import compile_template, describe, environment, parse, render_bounded
-from runner.config.templates import TemplateError
+from runner.config.template_types import TemplateError
 from runner.errors import did_you_mean
 
 SAMPLE_DATE = dt.date(2024, 1, 31)

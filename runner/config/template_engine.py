@@ -38,7 +38,7 @@ from runner.config.template_budget import (
     guarded_filters,
     spend,
 )
-from runner.config.templates import MAX_EXPONENT, MAX_RENDERED_CHARS, Origin, Reference, TemplateError
+from runner.config.template_types import MAX_EXPONENT, MAX_RENDERED_CHARS, Origin, Reference, TemplateError
 from runner.errors import Problem
 
 

@@ -26,49 +26,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-ROOT_NAMES = ("inputs", "steps", "previous", "today", "run_id")
-MAX_RENDERED_CHARS = 1_000_000
-"""A rendered template longer than this is an error (a goal is a prompt, not a data dump)."""
-MAX_EXPONENT = 1024
-SYNTAX_MARKERS = ("{{", "{%", "{#")
-"""Where Jinja's syntax starts (expressions, statements, comments)."""
-
-
-class TemplateError(Exception):
-    """A template could not be parsed or rendered; the message says where and why."""
-
-
-@dataclass(frozen=True)
-class Origin:
-    """Where a template was written: file, 1-based line and column, JSON pointer."""
-
-    file: str
-    line: int
-    column: int
-    pointer: str
-
-
-class LocatedTemplate(str):
-    """Template text that remembers its :class:`Origin`, so a failure while rendering it
-    (at run time, far from the YAML) names the file and line. Behaves as a plain ``str``."""
-
-    origin: Origin
-
-    def __new__(cls, text: str, origin: Origin) -> LocatedTemplate:
-        made = super().__new__(cls, text)
-        made.origin = origin
-        return made
-
-
-@dataclass(frozen=True)
-class Reference:
-    """One variable a template reads: ``root`` and the attribute path under it."""
-
-    root: str
-    path: tuple[str, ...]
+from runner.config.template_types import MAX_RENDERED_CHARS, SYNTAX_MARKERS
 
 
 def is_plain(template: str) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from runner.config.sources import escape_pointer_token
+from runner.config.documents import escape_pointer_token
 
 if TYPE_CHECKING:
     from runner.config.project import Project

@@ -37,7 +37,7 @@ from yaml.parser import Parser
 from yaml.reader import Reader
 from yaml.scanner import Scanner
 
-from runner.config.sources import (
+from runner.config.documents import (
     MAX_CONFIG_BYTES,
     Document,
     Position,

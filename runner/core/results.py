@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.core.budget_warnings import BudgetWarning
+from runner.core.degradation import Degradation
 from runner.core.status import EXIT_UNDELIVERED, Status, exit_code
 from runner.core.usage import Usage
 from runner.locations import Location
@@ -22,12 +23,14 @@ class RunResult:
     error: str | None = None
     error_kind: str | None = None  # e.g. cap name, model fault kind, 'input'
     error_scope: str | None = None  # the budget scope whose cap stopped the run
+    error_budget: str | None = None  # the budget over time (kind: Budget) whose window that scope is
     usage: Usage = field(default_factory=Usage)
     duration_seconds: float = 0.0
     report_dir: Location | None = None  # a local directory, or a URL's (runner.locations)
     warnings: tuple[str, ...] = ()  # spend that is an estimate, usage above the reservation, ...
     deliveries: tuple[dict[str, Any], ...] = ()  # report.deliver outcomes (name, kind, status, target, error)
     budget_warnings: tuple[BudgetWarning, ...] = ()  # warn_at shares its calls took a budget window past, every attempt's
+    degraded: tuple[Degradation, ...] = ()  # steps whose calls went to a fallback model (on_exceed: degrade)
 
     @property
     def undelivered(self) -> list[str]:
@@ -54,5 +57,6 @@ class RunResult:
             "duration_seconds": round(self.duration_seconds, 3),
             "report_dir": str(self.report_dir) if self.report_dir else None,
             "warnings": list(self.warnings),
+            "degraded": [d.as_dict() for d in self.degraded],
             "deliveries": [{k: d.get(k) for k in ("name", "kind", "status", "target", "error")} for d in self.deliveries],
         }

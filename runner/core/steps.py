@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from runner import untrusted_json
 from runner.core.calls import CallStatus
+from runner.core.degradation import Degradation
 from runner.core.sources import Source
 from runner.core.status import Status
 from runner.core.usage import Usage
@@ -47,7 +48,8 @@ class ToolCallSummary:
 @dataclass(frozen=True)
 class StepRecord:
     """One step: agent, tool, planner or synthesis. ``error_scope`` names the budget scope
-    whose cap stopped it (``batch``, ``task``, ``step 'x'``), when a cap did."""
+    whose cap stopped it (``batch``, ``task``, ``step 'x'``), when a cap did; ``error_budget``
+    the budget over time (``kind: Budget``) whose window that scope is, when it is one."""
 
     id: str
     kind: StepKind
@@ -59,6 +61,7 @@ class StepRecord:
     error: str | None = None
     error_kind: str | None = None
     error_scope: str | None = None
+    error_budget: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
     duration_seconds: float = 0.0
@@ -70,6 +73,7 @@ class StepRecord:
     warnings: tuple[str, ...] = ()  # e.g. an endpoint that reported more than was reserved
     sources: tuple[Source, ...] = ()  # what the step's tools found that an answer may cite
     cached_calls: int = 0  # model and tool calls answered from the result cache (runner.agent.call_cache)
+    degraded: tuple[Degradation, ...] = ()  # calls sent to a fallback model, a budget being past its threshold
 
     @property
     def completed(self) -> bool:
@@ -79,11 +83,11 @@ class StepRecord:
         return {
             "id": self.id, "kind": self.kind, "agent": self.agent, "tool": self.tool, "status": self.status,
             "output": self.output, "data": self.data, "error": self.error, "error_kind": self.error_kind,
-            "error_scope": self.error_scope, "started_at": self.started_at, "finished_at": self.finished_at,
+            "error_scope": self.error_scope, "error_budget": self.error_budget, "started_at": self.started_at, "finished_at": self.finished_at,
             "duration_seconds": self.duration_seconds, "usage": self.usage.as_dict(), "model": self.model,
             "tool_calls": [call.as_dict() for call in self.tool_calls], "artifacts": list(self.artifacts),
             "resumed": self.resumed, "warnings": list(self.warnings), "sources": [s.as_dict() for s in self.sources],
-            "cached_calls": self.cached_calls,
+            "cached_calls": self.cached_calls, "degraded": [d.as_dict() for d in self.degraded],
         }
 
     @classmethod
@@ -95,11 +99,12 @@ class StepRecord:
         return cls(
             id=data["id"], kind=data["kind"], status=data["status"], agent=data.get("agent"), tool=data.get("tool"),
             output=data.get("output"), data=data.get("data"), error=data.get("error"),
-            error_kind=data.get("error_kind"), error_scope=data.get("error_scope"),
+            error_kind=data.get("error_kind"), error_scope=data.get("error_scope"), error_budget=data.get("error_budget"),
             started_at=data.get("started_at"), finished_at=data.get("finished_at"),
             duration_seconds=data.get("duration_seconds") or 0.0, usage=Usage.from_dict(data.get("usage")),
             model=data.get("model"), tool_calls=calls, artifacts=tuple(data.get("artifacts") or ()),
             resumed=bool(data.get("resumed")), warnings=tuple(data.get("warnings") or ()),
             sources=tuple(Source.from_dict(s) for s in data.get("sources") or ()),
             cached_calls=int(data.get("cached_calls") or 0),
+            degraded=tuple(Degradation.from_dict(d) for d in data.get("degraded") or ()),
         )

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from runner import untrusted_json
-from runner.batch.file_batch import BatchRequest, open_journal, run_batch_file
+from runner.batch.file_batch import open_journal, run_batch_file
 from runner.batch.journal import JournalRow
+from runner.batch.request import BatchRequest
 from runner.config.evals import EvalSpec, Variant
 from runner.config.project import Project
 from runner.config.specs import CAP_NAMES, Caps, TaskSpec

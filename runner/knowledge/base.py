@@ -21,7 +21,7 @@ from runner.core.sources import Source
 from runner.errors import ConfigError, ToolFailure
 from runner.knowledge.chunking import chunk_markdown
 from runner.knowledge.convert import MAX_SOURCE_BYTES, ConversionError, Part, convert
-from runner.knowledge.sources import source_files
+from runner.knowledge.source_files import source_files
 from runner.knowledge.spec import KnowledgeSpec
 from runner.knowledge.store import ChunkStore, NewChunk, StoredChunk
 

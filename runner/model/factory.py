@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from runner.config.prices import LOCAL_MODEL_ID
@@ -25,12 +25,11 @@ from runner.endpoints import (
     home_of_standard,
     safe_url,
     same_endpoint,
-    shown_url,
     standard_endpoint,
 )
 from runner.errors import ConfigError, Problem
-from runner.model.base import ChatModel, Tariff
-from runner.redact import redact
+from runner.model.base import ChatModel
+from runner.model.endpoint import Endpoint, KeyRefused, check_base_url
 
 if TYPE_CHECKING:
     from runner.config.project import Project
@@ -40,19 +39,6 @@ LOCAL_NOTICE = (
     "no model endpoint configured: using the embedded model ({model}, offline, 0 USD; it writes prose but "
     "cannot drive tools). To use a real endpoint: export OPENAI_API_KEY=... (and OPENAI_BASE_URL, or --base-url URL)"
 )
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where one agent's calls go. ``api_key`` is never logged or stored."""
-
-    provider: Provider
-    model_id: str
-    base_url: str | None = None
-    api_key: str | None = field(default=None, repr=False)
-    tariff: Tariff = "live"  # batch: the calls go through the provider's Batch API (runner batch --via batch-api)
-    deployment: str | None = None  # azure: the deployment the calls go to
-    api_version: str | None = None  # azure: the api-version query parameter
 
 
 class BatchTransport(Protocol):
@@ -123,30 +109,6 @@ def _header_safe(key: str) -> bool:
     return key.isascii() and all(33 <= ord(c) <= 126 for c in key)
 
 
-def check_base_url(url: str, where: str) -> None:
-    """A :class:`ConfigError` naming ``where`` the URL came from unless it is an http(s) URL
-    with a host (and a numeric port): anything else fails every call, after retries, and one
-    Python cannot parse at all (``http://[::1``) used to end the run with a traceback. The
-    message never shows the URL's user info or query, which may hold a key."""
-    from urllib.parse import SplitResult, urlsplit
-
-    try:
-        parts: SplitResult | None = urlsplit(url.strip())
-    except ValueError:
-        parts = None
-    try:
-        usable = parts is not None and parts.port != -1 and parts.scheme in ("http", "https") and bool(parts.hostname)
-    except ValueError:  # a port that is not a number in range
-        usable = False
-    if not usable:
-        if parts is not None and parts.scheme in ("http", "https"):
-            shown = f"{parts.scheme}://{parts.hostname or ''}{parts.path}"
-        else:  # not parsed, or not http(s): "user:sk-...@host" parses as scheme "user"; a key pasted here
-            shown = redact(shown_url(url))
-        raise ConfigError(f"{where} {shown!r} is not an http(s) URL with a host (and a port from 1 to 65535); give the endpoint's base URL, "
-                          "e.g. http://localhost:11434/v1 or https://api.openai.com/v1")  # fmt: skip
-
-
 def _base_url_setting(spec: ModelSpec, base_url_override: str | None) -> str:
     """Where the base URL in use was set, for an error message."""
     if base_url_override:
@@ -154,15 +116,6 @@ def _base_url_setting(spec: ModelSpec, base_url_override: str | None) -> str:
     if spec.base_url:
         return f"{spec.source}: /model/base_url" if spec.source else "model.base_url"
     return "$OPENAI_BASE_URL"
-
-
-class KeyRefused(ConfigError):
-    """Every key available belongs to another endpoint than the one this agent would call."""
-
-    def __init__(self, spec: ModelSpec, pointer: str, message: str) -> None:
-        self.pointer, self.message = pointer, message
-        where = f"{spec.source}: " if spec.source else ""
-        super().__init__(f"{where}{pointer}: {message}")
 
 
 def check_endpoints(

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 from runner.config.providers import Provider
 from runner.endpoints import PROVIDER_KEYS, KeyCandidate, choose_key, home_of_standard, safe_url
 from runner.errors import ConfigError
+from runner.model.endpoint import Endpoint, KeyRefused, check_base_url
 
 if TYPE_CHECKING:
     from runner.config.specs import ModelSpec
-    from runner.model.factory import Endpoint
 
 DEFAULT_AZURE_API_VERSION = "2024-10-21"
 """The Azure OpenAI data-plane API version sent when neither the agent nor OPENAI_API_VERSION names one."""
@@ -35,8 +35,6 @@ def resolve_native(
     spec: ModelSpec, model_id: str, base_url_override: str | None, api_key: str | None, env: Mapping[str, str]
 ) -> Endpoint:
     """The endpoint of an ``anthropic`` or ``azure`` agent, with the key that belongs to it."""
-    from runner.model.factory import Endpoint, KeyRefused, check_base_url
-
     assert spec.provider is not None
     keys = PROVIDER_KEYS[spec.provider.value]
     standard = base_url_override or env.get(keys.base_variable) or keys.default_url

@@ -27,11 +27,13 @@ class PipelineOutcome:
     error_kind: str | None = None
     error_scope: str | None = None
     plan: PlanOutcome | None = None
+    error_budget: str | None = None  # the budget over time whose window ``error_scope`` is, if one is
 
     @classmethod
     def from_step(cls, record: StepRecord, plan: PlanOutcome | None = None) -> PipelineOutcome:
         error = f"step {record.id}: {record.error}"
-        return cls(as_final(record.status), None, error, record.error_kind, record.error_scope, plan)
+        status = as_final(record.status)
+        return cls(status, None, error, record.error_kind, record.error_scope, plan, error_budget=record.error_budget)
 
 
 async def run_pipeline(host: StepHost, task: TaskSpec) -> PipelineOutcome:
@@ -49,7 +51,9 @@ async def run_pipeline(host: StepHost, task: TaskSpec) -> PipelineOutcome:
 
         plan = await run_planned(host, pipeline.planner, pipeline.max_parallel)
     if plan is not None and plan.status != "completed":
-        return PipelineOutcome(plan.status, None, plan.error, plan.error_kind, plan.error_scope, plan)
+        return PipelineOutcome(
+            plan.status, None, plan.error, plan.error_kind, plan.error_scope, plan, error_budget=plan.error_budget
+        )
     if pipeline.synthesis is not None:
         record = await host.run_agent(
             "synthesis", "synthesis", pipeline.synthesis.agent, pipeline.synthesis.goal,

@@ -10,7 +10,8 @@ from typing import Any
 from runner.config.graph import find_cycle
 from runner.config.schema import schema, validate_value
 from runner.config.specs import PlannerSpec
-from runner.config.templates import TemplateError, render
+from runner.config.template_types import TemplateError
+from runner.config.templates import render
 from runner.core.status import Status, as_final
 from runner.core.steps import StepRecord
 from runner.pipelines.dag import Node, run_dag
@@ -28,10 +29,11 @@ class PlanOutcome:
     error: str | None = None
     error_kind: str | None = None
     error_scope: str | None = None
+    error_budget: str | None = None
 
     def failed_with(self, record: StepRecord, error: str | None = None) -> None:
         self.status, self.error = as_final(record.status), error or record.error
-        self.error_kind, self.error_scope = record.error_kind, record.error_scope
+        self.error_kind, self.error_scope, self.error_budget = record.error_kind, record.error_scope, record.error_budget
 
 
 RESERVED_IDS = ("main", "plan", "synthesis")

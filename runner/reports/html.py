@@ -122,6 +122,7 @@ class _Page:
             _html('<span class="muted">finished {}</span>\n</p>', v.finished),
             _html('<p class="callout {}"><strong>Stopped:</strong> {}</p>', v.status, v.stop_reason) if v.stop_reason else "",
             *(_html('<p class="callout warning"><strong>Warning:</strong> {}</p>', w) for w in v.warnings),
+            *(_html('<p class="callout warning"><strong>Degraded:</strong> {}</p>', d) for d in v.degraded),
             _html('<p class="ids muted">Task <code>{}</code> · run <code>{}</code></p>', v.task, v.run_id),
             Markup('<div class="facts">'),
             *(

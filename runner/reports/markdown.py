@@ -98,6 +98,8 @@ def _header(view: ReportView) -> str:
         status += f" · stopped: {_inline(view.stop_reason)}"
     for warning in view.warnings:
         status += f"\n\n> **Warning:** {_inline(warning)}"
+    for degraded in view.degraded:
+        status += f"\n\n> **Degraded:** {_inline(degraded)}"
     facts = " · ".join(f"**{name}:** {value}" for name, value in view.facts)
     ids = f"Task `{view.task}` · run `{view.run_id}` · finished {view.finished}"
     return f"# {_inline(view.title)}\n\n{status}\n\n{ids}\n\n{facts}"

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any
 
+from runner.core.degradation import Degradation
 from runner.core.usage import cache_hit_rate
 from runner.reports import costs, formatting
 from runner.reports.changes import Changes, compare_runs
@@ -86,6 +87,7 @@ class ReportView:
     status: str
     stop_reason: str
     warnings: list[str]
+    degraded: list[str]  # steps whose calls went to a fallback model, in words
     exit_code: int
     finished: str
     facts: list[tuple[str, str]]
@@ -127,6 +129,7 @@ def build_view(record: Mapping[str, Any], *, with_cost_chart: bool) -> ReportVie
         status=record["status"],
         stop_reason=record.get("stop_reason") or "",
         warnings=list(record.get("warnings") or []),
+        degraded=[Degradation.from_dict(d).describe() for step in record["steps"] for d in step.get("degraded") or ()],
         exit_code=record["exit_code"],
         finished=formatting.timestamp(record["finished_at"]),
         facts=_facts(record),

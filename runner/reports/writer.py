@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from runner.core.report_formats import DEFAULT_FORMATS, FILE_NAMES, NAMES
 from runner.files import write_atomic, write_text_atomic
 from runner.redact import redact_secrets
 from runner.reports import costs
@@ -31,9 +32,7 @@ from runner.reports.artifacts import CopiedArtifact, copy_artifacts, media_type_
 from runner.reports.record import fill_usage_rollups, finite_json, validate_record
 from runner.tools.paths import WorkspacePathError, reportable_path
 
-FORMATS = ("markdown", "html", "json", "pdf", "xlsx")
-DEFAULT_FORMATS = ("markdown", "html", "json")
-FILE_NAMES = {"markdown": "report.md", "html": "report.html", "json": "report.json", "pdf": "report.pdf", "xlsx": "report.xlsx"}
+FORMATS = NAMES
 PRINT_FILE = ".report-print.html"  # report.html for the PDF when html itself is not a format
 COST_CHART_FILE = "cost_by_step.png"
 _PATH_COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

@@ -14,7 +14,8 @@ from runner.config.profiles import ModelProfile, find_profile
 from runner.config.project import Project
 from runner.config.specs import AgentSpec, TaskSpec
 from runner.core.steps import StepRecord
-from runner.model.factory import Endpoint, ModelPool
+from runner.model.endpoint import Endpoint
+from runner.model.factory import ModelPool
 from runner.runs.options import RunOptions
 from runner.runs.services import RunServices
 from runner.store.recorder import RunRecorder

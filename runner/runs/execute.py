@@ -26,8 +26,10 @@ from runner.caps.budget import Budget, Owner
 from runner.config.coerce import resolve_inputs
 from runner.config.project import Project
 from runner.config.specs import TaskSpec
-from runner.config.templates import TemplateError, render
+from runner.config.template_types import TemplateError
+from runner.config.templates import render
 from runner.core.budget_warnings import BudgetWarning
+from runner.core.report_formats import DOCUMENTS, FILE_NAMES
 from runner.core.results import RunResult
 from runner.errors import CapReached, StoreDamaged, StoreUnavailable, UsageError
 from runner.local_state import confined_tree, state_path
@@ -120,7 +122,7 @@ async def _execute(
     attempt = store.start_run(run_id, task.name, redact_secrets(inputs, secrets), chash, caps.as_dict())
     recorder = RunRecorder(store, run_id, attempt, options.events, secrets)
     try:
-        owner = Owner(run_id, attempt)  # a shared scope records whose calls it holds
+        owner = Owner(run_id, attempt, task.name)  # a shared scope records whose calls it holds
         parent = options.parent_budget
         run_warnings: list[str] = []  # the run's warnings, budget warnings included as they come
         if project.budgets:
@@ -200,9 +202,10 @@ async def _attempt(ctx: RunContext) -> RunResult:
         record = {**record, "deliveries": list(deliveries)}
     result = RunResult(
         run_id=ctx.run_id, task=task.name, status=outcome.status, output=output, error=error,
-        error_kind=outcome.error_kind, error_scope=outcome.error_scope, usage=budget.spent,
+        error_kind=outcome.error_kind, error_scope=outcome.error_scope, error_budget=outcome.error_budget, usage=budget.spent,
         duration_seconds=duration, report_dir=report_dir, warnings=tuple(record["warnings"]), deliveries=deliveries,
         budget_warnings=met,
+        degraded=tuple(d for step in ctx.done.values() for d in step.degraded),
     )
     ctx.store.finish_run(result, record)
     recorder.emit("run_finished", **result.manifest())
@@ -227,7 +230,7 @@ async def _refresh_knowledge(ctx: RunContext) -> PipelineOutcome | None:
     try:
         await ctx.services.refresh_knowledge(meter_for)
     except CapReached as cap:
-        return PipelineOutcome("capped", None, str(cap), cap.cap, cap.scope)
+        return PipelineOutcome("capped", None, str(cap), cap.cap, cap.scope, error_budget=cap.budget)
     ctx.warnings += [w for w in ctx.services.warnings if w not in ctx.warnings]
     return None
 
@@ -245,7 +248,10 @@ async def _run_steps(ctx: RunContext) -> PipelineOutcome:
     assert task.agent is not None and task.goal is not None
     record = await run_agent_step(ctx, "main", "agent", task.agent, task.goal, visible=set(), output_schema=task.output_schema)
     if not record.completed:
-        return PipelineOutcome(record.status, record.output, record.error, record.error_kind, record.error_scope)
+        return PipelineOutcome(
+            record.status, record.output, record.error, record.error_kind, record.error_scope,
+            error_budget=record.error_budget,
+        )  # fmt: skip
     return PipelineOutcome("completed", record.output)
 
 
@@ -373,7 +379,7 @@ async def _deliver(ctx: RunContext, record: dict[str, Any], report_dir: Path) ->
     from runner.reports.delivery.outcome import Package
 
     stored = ctx.store.run(ctx.run_id) if ctx.attempt > 1 else None
-    written = {fmt: report_dir / name for fmt, name in _REPORT_FILES.items() if (report_dir / name).is_file()}
+    written = {fmt: report_dir / name for fmt, name in FILE_NAMES.items() if (report_dir / name).is_file()}
     package = Package(
         report_dir=report_dir, files=written, charts=sorted((report_dir / "artifacts").rglob("*.png")),
         title=str(record.get("title") or ctx.task.name), status=str(record["status"]),
@@ -402,14 +408,12 @@ def _show_deliveries(ctx: RunContext, record: dict[str, Any], outcomes: list[Any
     """report.md and report.html on disk say where the report went (what was sent is unchanged)."""
     from runner.reports.writer import write_report
 
-    shown = [fmt for fmt in ("markdown", "html") if fmt in ctx.task.report.formats]
+    shown = [fmt for fmt in DOCUMENTS if fmt in ctx.task.report.formats]
     if shown:
         final = {**record, "deliveries": [o.as_dict() for o in outcomes]}
         workspace = ctx.workspace if ctx.workspace.is_dir() else None
         write_report(final, report_dir, workspace, formats=shown, secrets=ctx.recorder.secrets)
 
-
-_REPORT_FILES = {"markdown": "report.md", "html": "report.html", "json": "report.json", "pdf": "report.pdf", "xlsx": "report.xlsx"}
 
 
 def _summary_text(output: Any) -> str:

@@ -13,13 +13,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from runner.agent.call_cache import CallAnswers, CallCache, endpoint_identity, tool_scope
-from runner.agent.loop import AgentEnv, ModelBinding, run_agent
+from runner.agent.fallback import FallbackRoute
+from runner.agent.loop import AgentEnv, ModelBinding, fallback_binding, run_agent
 from runner.caps.budget import Budget, within_deadline
+from runner.config.budgets import BudgetSpec
 from runner.config.prices import find_price, unpriced_message
 from runner.config.profile_checks import refused_settings
 from runner.config.providers import Provider
 from runner.config.specs import AgentSpec, Caps, ToolRef
-from runner.config.templates import TemplateError, render
+from runner.config.template_types import TemplateError
+from runner.config.templates import render
 from runner.core.sources import unique_sources
 from runner.core.status import Status
 from runner.core.steps import StepKind, StepRecord, ToolCallSummary
@@ -107,13 +110,13 @@ async def run_agent_step(
     except TemplateError as exc:
         return _finish(ctx, record, started, "failed", error=str(exc), kind="template")
     except CapReached as cap:
-        return _finish(ctx, record, started, "capped", error=str(cap), kind=cap.cap, scope=cap.scope)
+        return _finish(ctx, record, started, "capped", error=str(cap), kind=cap.cap, scope=cap.scope, budget=cap.budget)
     endpoint = ctx.endpoint(agent)
     tool_ctx = _agent_tools(ctx, agent, step_id) if agent.tools else None
     env = AgentEnv(
         model=ctx.pool.get(endpoint, agent.model),
         tools=ToolBox(ctx.registry, agent, tool_ctx),
-        budget=_step_scope(ctx, agent, endpoint.model_id).child(agent.caps.tighten(caps or Caps()), scope=f"step '{step_id}'"),
+        budget=_step_scope(ctx, agent).child(agent.caps.tighten(caps or Caps()), scope=f"step '{step_id}'"),
         pricer=ctx.pricer(endpoint, agent),
         profile=ctx.profile(agent, endpoint),
         recorder=ctx.recorder,
@@ -126,14 +129,19 @@ async def run_agent_step(
         endpoint_identity=endpoint_identity(endpoint),
         call_cache=call_cache(ctx, agent, tool_ctx.network if tool_ctx is not None else None),
         tool_settings={ref.name: dict(ref.settings) for ref in agent.tools},
+        fallback=fallback_route(ctx, agent),
+        on_degraded=lambda switch: ctx.recorder.emit("budget_degraded", **switch.as_dict()),
     )
     outcome = await run_agent(agent, goal, env)
     record = replace(
         record, output=outcome.output, data=outcome.data[-1] if outcome.data else None, model=endpoint.model_id,
         artifacts=tuple(outcome.artifacts), usage=outcome.usage, warnings=tuple(outcome.warnings),
-        sources=unique_sources(outcome.sources), cached_calls=outcome.cached_calls,
+        sources=unique_sources(outcome.sources), cached_calls=outcome.cached_calls, degraded=tuple(outcome.degraded),
     )
-    return _finish(ctx, record, started, outcome.status, error=outcome.error, kind=outcome.error_kind, scope=outcome.error_scope)
+    return _finish(
+        ctx, record, started, outcome.status, error=outcome.error, kind=outcome.error_kind,
+        scope=outcome.error_scope, budget=outcome.error_budget,
+    )  # fmt: skip
 
 
 def call_cache(ctx: RunContext, agent: AgentSpec, network: NetworkPolicy | None) -> CallAnswers | None:
@@ -184,7 +192,7 @@ async def run_tool_step(ctx: RunContext, step_id: str, tool_name: str, args: dic
         error = exc.short if isinstance(exc, ArgumentsRefused) else str(exc)
         return _finish(ctx, record, started, "failed", error=error, kind="tool")
     except CapReached as cap:
-        return _finish(ctx, record, started, "capped", error=str(cap), kind=cap.cap, scope=cap.scope)
+        return _finish(ctx, record, started, "capped", error=str(cap), kind=cap.cap, scope=cap.scope, budget=cap.budget)
     call = ToolCallSummary(tool_name, "ok", rendered, time.monotonic() - started, result.content[:500])
     record = replace(
         record, output=result.content, data=result.data, artifacts=tuple(result.artifacts),
@@ -224,13 +232,13 @@ def _reuse(ctx: RunContext, step_id: str) -> StepRecord:
 
 def _finish(
     ctx: RunContext, record: StepRecord, started: float, status: Status, *,
-    error: str | None = None, kind: str | None = None, scope: str | None = None,
+    error: str | None = None, kind: str | None = None, scope: str | None = None, budget: str | None = None,
 ) -> StepRecord:
     secrets = ctx.recorder.secrets
     if record.kind != "tool":
         record = replace(record, tool_calls=tuple(ctx.recorder.tool_calls_by_step.get(record.id, ())))
     record = replace(
-        record, status=status, error_kind=kind, error_scope=scope, finished_at=now_iso(),
+        record, status=status, error_kind=kind, error_scope=scope, error_budget=budget, finished_at=now_iso(),
         duration_seconds=time.monotonic() - started, output=redact_secrets(record.output, secrets),
         data=redact_secrets(record.data, secrets), error=redact_secrets(error, secrets),
     )
@@ -244,37 +252,71 @@ def _finish(
 
 
 def model_binding(ctx: RunContext, name: str) -> ModelBinding:
-    """Another declared agent's model (a judge's), called from within a step's loop."""
+    """Another declared agent's model (a judge's), called from within a step's loop, with its
+    fallback model when it declares one."""
     agent = ctx.project.agents[name]
     endpoint = ctx.endpoint(agent)
     key = prompt_cache_key(agent, endpoint.model_id, endpoint.provider, endpoint.base_url)
     settings = call_settings(agent.model, ctx.profile(agent, endpoint), None, key)
     return ModelBinding(
         agent.name, ctx.pool.get(endpoint, agent.model), ctx.pricer(endpoint, agent), endpoint.model_id, settings,
-        agent.system_prompt, endpoint_identity(endpoint),
+        agent.system_prompt, endpoint_identity(endpoint), fallback=fallback_binding(agent.name, fallback_route(ctx, agent)),
     )  # fmt: skip
 
 
-def _step_scope(ctx: RunContext, agent: AgentSpec, model_id: str) -> Budget:
+def fallback_route(ctx: RunContext, agent: AgentSpec) -> FallbackRoute | None:
+    """How ``agent``'s calls reach its ``fallback_model``; ``None`` without one, or when it is
+    the model called anyway (``--model`` names the model of every call)."""
+    if agent.fallback_model is None:
+        return None
+    degraded = agent.on_fallback()
+    endpoint = ctx.endpoint(degraded)
+    if endpoint.model_id == ctx.endpoint(agent).model_id:
+        return None
+    return FallbackRoute(
+        ctx.pool.get(endpoint, degraded.model), ctx.pricer(endpoint, degraded), endpoint.model_id, degraded.model,
+        ctx.profile(degraded, endpoint), prompt_cache_key(degraded, endpoint.model_id, endpoint.provider, endpoint.base_url),
+        endpoint_identity(endpoint),
+    )  # fmt: skip
+
+
+def _as_called(agent: AgentSpec) -> list[AgentSpec]:
+    """``agent`` as its calls may be sent: on its model, and on its fallback model."""
+    return [agent, *([agent.on_fallback()] if agent.fallback_model is not None else [])]
+
+
+def _called_models(ctx: RunContext, agent: AgentSpec) -> list[str]:
+    """The ids ``agent``'s calls may go to: its model's, and its fallback model's."""
+    return list(dict.fromkeys(ctx.endpoint(called).model_id for called in _as_called(agent)))
+
+
+def _step_budgets(ctx: RunContext, agent: AgentSpec) -> list[BudgetSpec]:
+    """The budgets over time that only this agent's calls count in (beyond the task-wide ones):
+    those of its model and of its fallback model, each once, since a step's calls (either model)
+    reserve in one chain of scopes."""
+    from runner.runs.budget_scopes import step_budgets
+
+    found = {b.name: b for model_id in _called_models(ctx, agent) for b in step_budgets(ctx.project, ctx.task, agent, model_id)}
+    return list(found.values())
+
+
+def _step_scope(ctx: RunContext, agent: AgentSpec) -> Budget:
     """The run's scope, inside the budgets over time that only this agent's or model's calls count in."""
     if not ctx.project.budgets:
         return ctx.budget
-    from runner.runs.budget_scopes import budget_notice, step_budgets, with_budgets
+    from runner.runs.budget_scopes import budget_notice, with_budgets
 
-    found = step_budgets(ctx.project, ctx.task, agent, model_id)
     notice = budget_notice(ctx.warnings, ctx.recorder)
-    scope = with_budgets(found, ctx.budget, ctx.project.root, ctx.options.store_url, notice)
+    scope = with_budgets(_step_budgets(ctx, agent), ctx.budget, ctx.project.root, ctx.options.store_url, notice)
     assert scope is not None
     return scope
 
 
-def _money_budget(ctx: RunContext, agent: AgentSpec, model_id: str) -> bool:
+def _money_budget(ctx: RunContext, agent: AgentSpec) -> bool:
     """Whether a budget over time in USD counts this agent's calls (beyond the task-wide ones, in the chain)."""
     if not ctx.project.budgets:
         return False
-    from runner.runs.budget_scopes import step_budgets
-
-    return any(b.max_cost_usd is not None for b in step_budgets(ctx.project, ctx.task, agent, model_id))
+    return any(b.max_cost_usd is not None for b in _step_budgets(ctx, agent))
 
 
 def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:
@@ -290,9 +332,11 @@ def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:
         if endpoint.model_id != agent.model.id and endpoint.provider.remote:
             for setting, why in refused_settings(agent.model, ctx.profile(agent, endpoint), endpoint.model_id):
                 ctx.warnings.append(f"agent '{name}': {why.split(';')[0]}: model.{setting} is not sent")
-        capped = money_capped or agent.caps.max_cost_usd is not None or _money_budget(ctx, agent, endpoint.model_id)
-        if capped and endpoint.provider is not Provider.LOCAL and not ctx.pricer(endpoint, agent).priced:
-            raise ConfigError(unpriced_message(endpoint.model_id, name))
+        capped = money_capped or agent.caps.max_cost_usd is not None or _money_budget(ctx, agent)
+        for called in _as_called(agent):
+            endpoint = ctx.endpoint(called)
+            if capped and endpoint.provider is not Provider.LOCAL and not ctx.pricer(endpoint, called).priced:
+                raise ConfigError(unpriced_message(endpoint.model_id, name))
     for base in ctx.services.knowledge:  # embeddings requests are paid from the same caps
         spec = ctx.project.knowledge[base].embeddings
         if money_capped and spec is not None and spec.provider != "local" and find_price(ctx.project.prices, spec.model) is None:

@@ -2,11 +2,12 @@
 
 One row per scope in ``cap_scopes`` (in the run store's PostgreSQL database, or an SQLite
 file every process of one machine reaches), and one row per reservation in ``cap_entries``,
-naming its holder (the process, :mod:`runner.store.cap_holders`) and its owner (the run and
-attempt whose call it is). It is the :class:`~runner.caps.shared.ScopeLedger` of
-:class:`~runner.caps.shared.SharedBudget`. Each operation is one transaction, keyed by the
-reservation's id, so it is atomic on both backends and applied once even when it is sent
-again after a dropped connection:
+naming its holder (the process, :mod:`runner.store.cap_holders`), its owner (the run and
+attempt whose call it is) and its spender (the call's task, agent and model, written with the
+hold; :mod:`runner.store.cap_spenders` sums a scope by them). It is the
+:class:`~runner.caps.shared.ScopeLedger` of :class:`~runner.caps.shared.SharedBudget`. Each
+operation is one transaction, keyed by the reservation's id, so it is atomic on both backends
+and applied once even when it is sent again after a dropped connection:
 
 * reserve: ``UPDATE cap_scopes SET reserved_* = reserved_* + ? WHERE key = ? AND <every cap
   still allows it> RETURNING key`` and the entry ``held``: no row back means refused, and
@@ -43,15 +44,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 from runner.config.specs import SUMMED_CAPS, Caps
+from runner.core.spender import Spender
 from runner.core.usage import Usage
 from runner.errors import UsageError
 from runner.store import cap_holders
 from runner.store.cap_holders import Holder
-from runner.store.database import Database, open_database
+from runner.store.connect import open_database
+from runner.store.database import Database
 from runner.store.group_commit import commit_now
-from runner.store.schema import Schema
+from runner.store.schema import AddedColumn, Schema
 from runner.store.store_kind import refuse_foreign_ledger
 
+SPENDER_COLUMNS = ("task", "agent", "model")
+"""The columns of an entry's :class:`~runner.core.spender.Spender`, in its fields' order."""
 SCHEMA = Schema("""
 CREATE TABLE IF NOT EXISTS cap_scopes (
   key TEXT PRIMARY KEY,
@@ -88,16 +93,25 @@ CREATE TABLE IF NOT EXISTS cap_entries (
   spent_input_tokens {bigint},
   spent_output_tokens {bigint},
   spent_cost_usd {real},
+  spent_model_calls {bigint},
   carried_by TEXT,
   created_at TEXT NOT NULL,
   settled_at TEXT,
+  task TEXT,
+  agent TEXT,
+  model TEXT,
   PRIMARY KEY (scope, id)
 );
 CREATE INDEX IF NOT EXISTS cap_entries_held ON cap_entries (scope, status, run_id)
-""")
+""", added=(
+    AddedColumn("cap_entries", "spent_model_calls", "{bigint}"),  # the step it counted (a retried attempt counts none)
+    *(AddedColumn("cap_entries", column, "TEXT") for column in SPENDER_COLUMNS),  # who spent (runner budgets)
+))  # fmt: skip
 """The ledger's tables (:mod:`runner.store.schema`): ``cap_entries.status`` is ``held``,
 ``settled``, ``carried`` (taken over by the run's next attempt) or ``released``; the first
-columns are what the entry holds (its worst case, or a tool-call count), ``spent_*`` what it used."""
+columns are what the entry holds (its worst case, or a tool-call count), ``spent_*`` what it used,
+``task``, ``agent``, ``model`` its :class:`~runner.core.spender.Spender` (``NULL`` in entries
+from before they were recorded)."""
 _LIMITS: tuple[tuple[str, str, Callable[[Usage], float]], ...] = (
     ("max_steps", "spent_model_calls + reserved_model_calls", lambda u: u.model_calls),
     ("max_input_tokens", "spent_input_tokens + reserved_input_tokens", lambda u: u.input_tokens),
@@ -111,6 +125,8 @@ _LIMITS: tuple[tuple[str, str, Callable[[Usage], float]], ...] = (
 )
 """Each cap a reservation is checked against: (cap column, what it limits, what the call adds)."""
 _HELD = "input_tokens, output_tokens, cost_usd, model_calls"
+_SPENT = "spent_input_tokens, spent_output_tokens, spent_cost_usd, spent_model_calls"
+_WHO = ", ".join(SPENDER_COLUMNS)
 _MOVE = (
     "UPDATE cap_scopes SET reserved_input_tokens = reserved_input_tokens - ?,"
     " reserved_output_tokens = reserved_output_tokens - ?, reserved_cost_usd = reserved_cost_usd - ?,"
@@ -223,10 +239,13 @@ class CapLedger:
 
     # --- the ScopeLedger operations ------------------------------------------------------
 
-    def reserve(self, key: str, held: Usage, *, entry: str | None = None, owner: tuple[str, int] | None = None) -> bool:
+    def reserve(
+        self, key: str, held: Usage, *, entry: str | None = None, owner: tuple[str, int] | None = None,
+        spender: Spender | None = None,
+    ) -> bool:
         """Hold ``held`` in scope ``key`` if every cap allows it, as reservation ``entry`` of
-        ``owner`` (run id, attempt); ``False`` if refused. Without ``entry`` (or with nothing
-        to hold) it only checks."""
+        ``owner`` (run id, attempt) for ``spender``; ``False`` if refused. Without ``entry`` (or
+        with nothing to hold) it only checks."""
         conditions, params = _conditions(held)
         check = (
             "UPDATE cap_scopes SET reserved_input_tokens = reserved_input_tokens + ?,"
@@ -244,25 +263,28 @@ class CapLedger:
             if db.row(check, values) is None:
                 return False
             db.execute(
-                f"INSERT INTO cap_entries (scope, id, holder, run_id, attempt, status, {_HELD}, created_at)"
-                " VALUES (?, ?, ?, ?, ?, 'held', ?, ?, ?, ?, ?)",
-                (key, entry, self.holder.id, run_id, attempt, *_held(held), _now()),
+                f"INSERT INTO cap_entries (scope, id, holder, run_id, attempt, status, {_HELD}, {_WHO}, created_at)"
+                " VALUES (?, ?, ?, ?, ?, 'held', ?, ?, ?, ?, ?, ?, ?, ?)",
+                (key, entry, self.holder.id, run_id, attempt, *_held(held), *_who(spender), _now()),
             )
             return True
 
         return self.db.atomic(hold, check=lambda db: True if self._entry(db, key, entry) else None)
 
-    def settle(self, key: str, held: Usage, actual: Usage | None, *, entry: str | None = None) -> Spend | None:
+    def settle(
+        self, key: str, held: Usage, actual: Usage | None, *, entry: str | None = None, spender: Spender | None = None
+    ) -> Spend | None:
         """Replace reservation ``entry``'s worst case by ``actual`` (``None``: the call was not
         made). Once: an entry already settled is left alone. Without ``entry``, ``held`` is
-        taken out by amount (a caller from before entries). Returns the scope's spend just
-        before and after, read in the same transaction (``None`` when nothing was applied)."""
+        taken out by amount (a caller from before entries). ``spender``: whose call it was, for
+        an entry made here (nothing was held for it). Returns the scope's spend just before and
+        after, read in the same transaction (``None`` when nothing was applied)."""
         commit_now()  # the run store's record of the call first (a batch's group commit holds it)
         if entry is None:
             spend = actual or Usage()
             self.db.execute(_MOVE, (*_held(held), *_spent(spend), key))
             return None
-        return self.db.atomic(lambda db: self._settle(db, key, entry, held, actual))
+        return self.db.atomic(lambda db: self._settle(db, key, entry, held, actual, spender))
 
     def count_tool_call(self, key: str, count: int, *, entry: str | None = None) -> bool:
         """Count ``count`` tool calls unless that exceeds ``max_tool_calls``; ``False`` if it would."""
@@ -324,15 +346,18 @@ class CapLedger:
     def _entry(self, db: Database, key: str, entry: str) -> dict[str, Any] | None:
         return db.row(f"SELECT * FROM cap_entries WHERE scope = ? AND id = ?{db.lock_rows}", (key, entry))
 
-    def _settle(self, db: Database, key: str, entry: str, held: Usage, actual: Usage | None) -> Spend | None:
+    def _settle(
+        self, db: Database, key: str, entry: str, held: Usage, actual: Usage | None, spender: Spender | None = None
+    ) -> Spend | None:
         found = self._entry(db, key, entry)
         spend = actual or Usage()
         if found is None:  # nothing was held (a zero estimate), but the call used something
             if actual is None or spend == Usage():
                 return None
             db.execute(
-                "INSERT INTO cap_entries (scope, id, holder, status, created_at, settled_at) VALUES (?, ?, ?, 'settled', ?, ?)",
-                (key, entry, self.holder.id, _now(), _now()),
+                f"INSERT INTO cap_entries (scope, id, holder, status, {_SPENT}, {_WHO}, created_at, settled_at)"
+                " VALUES (?, ?, ?, 'settled', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (key, entry, self.holder.id, *_entry_spent(spend), *_who(spender), _now(), _now()),
             )
             db.execute(_MOVE, (*_held(Usage()), *_spent(spend), key))
             return _spend(db, key, spend)
@@ -341,10 +366,9 @@ class CapLedger:
         worst = _usage(found)
         db.execute(
             "UPDATE cap_entries SET status = ?, spent_input_tokens = ?, spent_output_tokens = ?, spent_cost_usd = ?,"
-            " settled_at = ? WHERE scope = ? AND id = ?",
-            ("settled" if actual is not None else "released", spend.input_tokens, spend.output_tokens, spend.cost_usd,
-             _now(), key, entry),
-        )  # fmt: skip
+            " spent_model_calls = ?, settled_at = ? WHERE scope = ? AND id = ?",
+            ("settled" if actual is not None else "released", *_entry_spent(spend), _now(), key, entry),
+        )
         if found["status"] == "held":
             db.execute(_MOVE, (*_held(worst), *_spent(spend), key))
             return _spend(db, key, spend)
@@ -483,6 +507,17 @@ def _conditions(held: Usage) -> tuple[str, list[float]]:
 
 def _held(usage: Usage) -> tuple[Any, ...]:
     return usage.input_tokens, usage.output_tokens, usage.cost_usd, usage.model_calls
+
+
+def _entry_spent(usage: Usage) -> tuple[Any, ...]:
+    """An entry's ``spent_*`` columns (:data:`_SPENT`): what its call used."""
+    return usage.input_tokens, usage.output_tokens, usage.cost_usd, usage.model_calls
+
+
+def _who(spender: Spender | None) -> tuple[str | None, ...]:
+    """An entry's spender columns (:data:`SPENDER_COLUMNS`)."""
+    found = spender or Spender()
+    return found.task, found.agent, found.model
 
 
 def _spent(usage: Usage) -> tuple[Any, ...]:

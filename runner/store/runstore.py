@@ -22,7 +22,8 @@ from runner.errors import UsageError
 from runner.store.abandoned import abandoned, settle_abandoned, this_process
 from runner.store.budget_warnings import SCHEMA as BUDGET_WARNINGS
 from runner.store.budget_warnings import BudgetWarningLog
-from runner.store.database import Database, open_database
+from runner.store.connect import open_database
+from runner.store.database import Database
 from runner.store.result_cache import ResultStore
 from runner.store.schema import AddedColumn, Schema
 from runner.store.store_kind import complete, refuse_foreign

@@ -21,16 +21,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from runner.errors import ToolFailure
+from runner.tools.bwrap import bwrap_argv, bwrap_options, sandbox_user
 from runner.tools.capture import Watch, run_bounded
 from runner.tools.cgroups import CallCgroup, CgroupError, CgroupEvents, CgroupLimits, probe_cgroups
 from runner.tools.disk_quota import MAX_DEPTH, MIB, DiskQuota, DiskReport
+from runner.tools.sandbox_policy import SandboxPolicy
 from runner.tools.seccomp import SeccompFilter, open_program, seccomp_filter
-
-if TYPE_CHECKING:
-    from runner.tools.sandbox import SandboxPolicy
 
 BWRAP_TASKS = 2
 """bubblewrap's own processes in a call's group: the outer one and the PID namespace's init."""
@@ -135,8 +133,6 @@ def unenforced_here(network: bool, bwrap: str | None) -> tuple[str, ...]:
     if not cgroups.usable:
         notes.append(f"memory and process totals per call, only per-process limits apply ({cgroups.reason})")
     if bwrap is not None:
-        from runner.tools.sandbox import bwrap_options
-
         if "--size" not in bwrap_options(bwrap):
             notes.append("a size for /tmp and /dev/shm (this bubblewrap has no --size; 0.5 or later has)")
         seccomp = working_seccomp(bwrap, network)
@@ -153,8 +149,6 @@ def working_seccomp(bwrap: str | None, network: bool) -> SeccompFilter:
     built = seccomp_filter(network)
     if built.program is None or bwrap is None:
         return built
-    from runner.tools.sandbox import SandboxPolicy, bwrap_argv, sandbox_user
-
     fd = open_program(built.program)
     try:
         policy = SandboxPolicy(network=network, wall_seconds=20.0, max_output_bytes=4096)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 from runner.tools.disk_quota import MIB, DiskReport
 
 if TYPE_CHECKING:
-    from runner.tools.sandbox import SandboxPolicy
+    from runner.tools.sandbox_policy import SandboxPolicy
 
 Exceeded = Literal["memory", "disk"]
 """A per-call total the command ran into (``None`` when it stayed within them)."""

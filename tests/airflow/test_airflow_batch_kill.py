@@ -69,8 +69,9 @@ def test_on_kill_cancels_what_the_watch_has_out_unless_cancel_on_kill_is_false(
     import asyncio
 
     from runner.airflow.batch_operator import RunnerBatchOperator
-    from runner.batch.file_batch import BatchRequest, run_batch_file
+    from runner.batch.file_batch import run_batch_file
     from runner.batch.provider_cancel import ProviderWatch
+    from runner.batch.request import BatchRequest
     from runner.config.project import load_project_or_raise
 
     spec = load_project_or_raise(project)

@@ -92,7 +92,7 @@ def test_a_timeout_inside_a_pipeline_step_is_a_timeout_and_the_retry_keeps_the_f
 def test_a_timeout_inside_a_batch_row_stops_the_batch_and_the_retry_pays_each_row_once(
     project: Path, tmp_path: Path, scripted_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runner.batch.file_batch import BatchRequest
+    from runner.batch.request import BatchRequest
     from runner.locations import location
     from runner.runs import execute
 

@@ -32,7 +32,7 @@ pipeline:
 
 
 def test_connection_becomes_a_sqlalchemy_url_and_its_password_is_masked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from runner.airflow import sources
+    from runner.airflow import sql_connections as sources
 
     masked: list[Any] = []
     monkeypatch.setattr("airflow.sdk.log.mask_secret", lambda value, name=None: masked.append(value))

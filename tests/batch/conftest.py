@@ -10,6 +10,7 @@ import pytest
 
 from runner.batch.inputs import InputSource, file_sha256
 from runner.batch.journal import BatchJournal
+from runner.batch.journal_open import open_batch_journal
 from tests.batch.batch_fakes import write_csv
 
 
@@ -31,7 +32,7 @@ def make_batch(tmp_path: Path, journal_url: str | None) -> Iterator[Callable[...
         if rows is not None:
             write_csv(path, rows)
         source = InputSource.open(path, id_column="id")
-        journal = BatchJournal.open(
+        journal = open_batch_journal(
             tmp_path / "journal.sqlite3",
             task="triage",
             input_path=path,

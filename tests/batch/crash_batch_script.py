@@ -16,7 +16,7 @@ from typing import Any
 
 from runner.batch.engine import batch_budget, run_batch
 from runner.batch.inputs import InputSource, file_sha256, read_rows
-from runner.batch.journal import BatchJournal
+from runner.batch.journal_open import open_batch_journal
 from runner.batch.output import write_output
 from runner.config.specs import Caps, InputSpec
 from runner.core.results import RunResult
@@ -34,7 +34,7 @@ def main(input_path: Path, journal_path: Path, log_path: Path, output_path: Path
         await asyncio.sleep(0.005 + (hash(inputs["subject"]) % 10) / 1000)
         return RunResult(str(options.run_id), "crash", "completed", output={"upper": inputs["subject"].upper()})
 
-    journal = BatchJournal.open(
+    journal = open_batch_journal(
         journal_path, task="crash", input_path=input_path, input_sha256=file_sha256(input_path), options={},
         database_url=database_url,
     )

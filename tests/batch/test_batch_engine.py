@@ -227,10 +227,10 @@ async def test_two_shards_share_one_batch_cap_and_it_holds(tmp_path, store_targe
     """Two batches (a fan-out's shards) run at once, each with its own journal, inside one
     shared scope: together they never pass the cap, and each may spend more than half of it."""
     from runner.batch.inputs import InputSource, file_sha256
-    from runner.batch.journal import BatchJournal
+    from runner.batch.journal_open import open_batch_journal
     from runner.caps.shared import SharedBudget
     from runner.store.cap_ledger import CapLedger
-    from runner.store.database import open_database
+    from runner.store.connect import open_database
     from tests.batch.batch_fakes import write_csv
 
     ledger = CapLedger(open_database(store_target))
@@ -238,7 +238,7 @@ async def test_two_shards_share_one_batch_cap_and_it_holds(tmp_path, store_targe
     shards = []
     for name, rows in (("a", 30), ("b", 2)):  # shard b has almost nothing to do: a may use what b leaves
         path = write_csv(tmp_path / f"{name}.csv", tickets(rows))
-        journal = BatchJournal.open(tmp_path / f"{name}.sqlite3", task="triage", input_path=path,
+        journal = open_batch_journal(tmp_path / f"{name}.sqlite3", task="triage", input_path=path,
                                     input_sha256=file_sha256(path))  # fmt: skip
         budget = batch_budget(Caps())
         budget.parent = SharedBudget(Caps(max_cost_usd=0.1), scope="fan-out", ledger=ledger, key="fanout:test")

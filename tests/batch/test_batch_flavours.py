@@ -8,7 +8,7 @@ from runner.batch.batch_flavours import batch_target, split, split_limits
 from runner.config.profiles import find_profile, shipped_profiles
 from runner.config.providers import Provider
 from runner.config.specs import BatchApiLimits
-from runner.model.factory import Endpoint
+from runner.model.endpoint import Endpoint
 
 ROWS = 120_000
 

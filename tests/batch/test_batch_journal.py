@@ -14,6 +14,7 @@ import pytest
 
 from runner.batch.inputs import file_sha256
 from runner.batch.journal import BatchJournal, RowOutcome
+from runner.batch.journal_open import batch_journal_exists, open_batch_journal
 from runner.core.usage import Usage
 from runner.errors import UsageError
 from tests.batch.batch_fakes import rows_of, tickets, write_csv
@@ -83,7 +84,7 @@ def test_a_different_task_or_input_is_refused_until_restart(make_batch, tmp_path
     message = str(caught.value)
     assert "belongs to another batch (input_sha256 differ)" in message and "--restart" in message
     with pytest.raises(UsageError, match=r"task, input_sha256 differ"):
-        BatchJournal.open(
+        open_batch_journal(
             tmp_path / "journal.sqlite3",
             task="other",
             input_path=source.path,
@@ -98,7 +99,7 @@ def test_a_different_task_or_input_is_refused_until_restart(make_batch, tmp_path
 def test_a_second_process_on_the_same_journal_is_refused(make_batch, journal_url: str | None) -> None:
     source, journal = make_batch(tickets(1))
     with pytest.raises(UsageError, match="another batch process is using this journal"):
-        BatchJournal.open(
+        open_batch_journal(
             journal.path,
             task="triage",
             input_path=source.path,
@@ -107,7 +108,7 @@ def test_a_second_process_on_the_same_journal_is_refused(make_batch, journal_url
             database_url=journal_url,
         )
     journal.close()  # the lock goes with it
-    reopened = BatchJournal.open(
+    reopened = open_batch_journal(
         journal.path, task="triage", input_path=source.path, input_sha256=file_sha256(source.path),
         options=source.options(), database_url=journal_url,
     )  # fmt: skip
@@ -125,7 +126,8 @@ HOLDER = """
 import sys, time
 from pathlib import Path
 from runner.batch.journal import BatchJournal
-journal = BatchJournal.open(Path(sys.argv[1]), task="triage", input_path=Path(sys.argv[2]), input_sha256=sys.argv[3],
+from runner.batch.journal_open import batch_journal_exists, open_batch_journal
+journal = open_batch_journal(Path(sys.argv[1]), task="triage", input_path=Path(sys.argv[2]), input_sha256=sys.argv[3],
                             options={"id_column": "id"}, database_url=sys.argv[4] if len(sys.argv) > 4 else None)
 print("locked", flush=True)
 time.sleep(600)
@@ -142,7 +144,7 @@ def test_a_journal_held_by_a_killed_process_is_free_again(tmp_path: Path, journa
         assert holder.stdout is not None and holder.stdout.readline().strip() == b"locked"
 
         def reopen() -> BatchJournal:
-            return BatchJournal.open(path, task="triage", input_path=data, input_sha256=file_sha256(data),
+            return open_batch_journal(path, task="triage", input_path=data, input_sha256=file_sha256(data),
                                      options={"id_column": "id"}, database_url=journal_url)  # fmt: skip
 
         with pytest.raises(UsageError, match="another batch process is using this journal") as refused:
@@ -168,9 +170,9 @@ def test_hostile_text_is_kept(make_batch) -> None:
 
 def test_journals_in_one_database_are_apart(tmp_path: Path, journal_url: str | None) -> None:
     data = write_csv(tmp_path / "in.csv", tickets(3))
-    first = BatchJournal.open(tmp_path / "a.sqlite3", task="triage", input_path=data, input_sha256=file_sha256(data),
+    first = open_batch_journal(tmp_path / "a.sqlite3", task="triage", input_path=data, input_sha256=file_sha256(data),
                               database_url=journal_url)  # fmt: skip
-    second = BatchJournal.open(tmp_path / "b.sqlite3", task="triage", input_path=data, input_sha256=file_sha256(data),
+    second = open_batch_journal(tmp_path / "b.sqlite3", task="triage", input_path=data, input_sha256=file_sha256(data),
                                database_url=journal_url)  # fmt: skip
     with first, second:
         from runner.batch.inputs import InputSource
@@ -185,10 +187,10 @@ def test_journals_in_one_database_are_apart(tmp_path: Path, journal_url: str | N
 def test_a_journal_exists_once_it_was_opened(tmp_path: Path, journal_url: str | None) -> None:
     data = write_csv(tmp_path / "in.csv", tickets(1))
     path = tmp_path / "never.sqlite3"
-    assert not BatchJournal.exists(path, database_url=journal_url)
-    BatchJournal.open(path, task="triage", input_path=data, input_sha256=file_sha256(data), database_url=journal_url).close()
-    assert BatchJournal.exists(path, database_url=journal_url)
-    assert not BatchJournal.exists(tmp_path / "other.sqlite3", database_url=journal_url)
+    assert not batch_journal_exists(path, database_url=journal_url)
+    open_batch_journal(path, task="triage", input_path=data, input_sha256=file_sha256(data), database_url=journal_url).close()
+    assert batch_journal_exists(path, database_url=journal_url)
+    assert not batch_journal_exists(tmp_path / "other.sqlite3", database_url=journal_url)
 
 
 def test_the_provider_state_survives_reopening_and_restart_forgets_it(make_batch) -> None:

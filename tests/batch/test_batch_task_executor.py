@@ -10,7 +10,7 @@ import yaml
 from runner.batch.engine import batch_budget, run_batch
 from runner.batch.executor import TaskExecutor
 from runner.batch.inputs import InputSource, file_sha256, read_rows
-from runner.batch.journal import BatchJournal
+from runner.batch.journal_open import open_batch_journal
 from runner.batch.ratelimit import SharedRateLimiter
 from runner.config.project import load_project_or_raise
 from runner.config.specs import Caps
@@ -63,7 +63,7 @@ async def test_rows_run_through_execute_task_and_a_429_pauses_every_row(tmp_path
     options = RunOptions(write_report=False, api_key="sk-batch-test-key", store_path=tmp_path / "runs.sqlite3")
     with ScriptedServer(script) as server:
         options.base_url_override = server.base_url
-        journal = BatchJournal.open(
+        journal = open_batch_journal(
             tmp_path / "journal.sqlite3", task="triage", input_path=path, input_sha256=file_sha256(path),
             database_url=journal_url,
         )

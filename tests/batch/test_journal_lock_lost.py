@@ -16,6 +16,7 @@ import pytest
 
 from runner.batch.inputs import InputSource, file_sha256
 from runner.batch.journal import BatchJournal, RowOutcome
+from runner.batch.journal_open import open_batch_journal
 from runner.batch.journal_postgres import PostgresJournal
 from runner.errors import EXIT_CONFIG, JournalLockLost, UsageError
 from tests.batch.batch_fakes import rows_of, tickets, write_csv
@@ -31,7 +32,7 @@ def open_journal(tmp_path: Path, postgres_url: str) -> Iterator[Opener]:
     opened: list[BatchJournal] = []
 
     def opener() -> BatchJournal:
-        journal = BatchJournal.open(tmp_path / "j.sqlite3", task="triage", input_path=data, input_sha256=file_sha256(data),
+        journal = open_batch_journal(tmp_path / "j.sqlite3", task="triage", input_path=data, input_sha256=file_sha256(data),
                                     options={"id_column": "id"}, database_url=postgres_url)  # fmt: skip
         opened.append(journal)
         return journal

@@ -18,7 +18,7 @@ from runner.config.prices import batch_price
 from runner.config.specs import Price
 from runner.errors import ModelError
 from runner.model.batch_endpoints import BatchBehaviour
-from runner.model.factory import Endpoint
+from runner.model.endpoint import Endpoint
 from runner.model.server import ScriptedServer
 
 BATCH = SimpleNamespace(id="batch_1", status="completed", errors=None)

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from runner.batch.file_batch import BatchRequest, run_batch_file
+from runner.batch.file_batch import run_batch_file
+from runner.batch.request import BatchRequest
 from runner.config.project import load_project_or_raise
 from runner.model.batch_endpoints import BatchBehaviour
 from runner.model.server import ScriptedServer
@@ -81,10 +82,10 @@ def test_a_batch_that_already_ended_is_collected_in_the_same_call(project: Path)
 
 
 def test_shards_sharing_a_cap_scope_each_send_their_rows_in_provider_batches(project: Path) -> None:
-    from runner.batch.file_batch import SharedScope
+    from runner.batch.request import SharedScope
     from runner.config.specs import Caps
     from runner.store.cap_ledger import CapLedger
-    from runner.store.database import open_database
+    from runner.store.connect import open_database
 
     scope = SharedScope("fan-out:test", Caps(max_cost_usd=1.0), sqlite_path=project / "ledger.sqlite3")
     project_spec = load_project_or_raise(project)

@@ -158,3 +158,79 @@ def test_validate_shows_the_budgets_each_task_falls_under(tmp_path: Path) -> Non
         and sorted(shown["budgets"]["digest"]) == ["burst", "daily"]
         and shown["budgets"]["other"] == ["burst"]
     )
+
+
+DEGRADING_AGENTS = """\
+apiVersion: runner/v1
+kind: Agent
+name: writer
+tags: [nightly]
+model: {id: gpt-4o, max_tokens: 100}
+fallback_model: {id: gpt-4o-mini, max_tokens: 100}
+system_prompt: You write.
+---
+apiVersion: runner/v1
+kind: Agent
+name: local_writer
+model: {id: gpt-4o-mini, max_tokens: 100}
+fallback_model: {id: house-mini, max_tokens: 100}
+system_prompt: You write.
+"""
+DEGRADE = "max_cost_usd: 5\nwindow: day\nwarn_at: [0.95, 0.8]\non_exceed: degrade\n"
+
+
+def degrading_project(tmp_path: Path, *budgets: str) -> Path:
+    files = {"agents.d/a.yaml": DEGRADING_AGENTS, "tasks.d/t.yaml": TASKS}
+    files |= {f"budgets.d/b{i}.yaml": text for i, text in enumerate(budgets)}
+    return write_project(tmp_path / "p", files)
+
+
+def test_a_degrading_budget_switches_at_its_first_threshold(tmp_path: Path) -> None:
+    root = degrading_project(tmp_path, budget(DEGRADE + "scope: {tags: [nightly]}\n"), budget("max_tokens: 9\nwindow: day\n", "burst"))
+    loaded, problems = load_project(root, use_cache=False)
+    assert problems == []
+    daily, burst = loaded.budgets["daily"], loaded.budgets["burst"]
+    assert (daily.on_exceed, daily.degrade_at, burst.on_exceed, burst.degrade_at) == ("degrade", 0.8, "stop", None)
+    writer = loaded.agents["writer"]
+    assert writer.fallback_model is not None and writer.fallback_model.id == "gpt-4o-mini"
+    assert writer.on_fallback().model == writer.fallback_model and loaded.agents["writer"].model.id == "gpt-4o"
+
+
+@pytest.mark.parametrize(
+    ("body", "pointer", "message"),
+    [
+        ("max_cost_usd: 5\nwindow: day\non_exceed: shrink\n", "/on_exceed", "shrink"),
+        ("max_cost_usd: 5\nwindow: day\non_exceed: degrade\nscope: {tags: [nightly]}\n", "/on_exceed",
+         "on_exceed: degrade switches to the fallback models at the first warn_at threshold, and this budget declares none"),
+        (DEGRADE + "scope: {tasks: [digest]}\n", "/max_cost_usd",
+         "the fallback_model 'house-mini' of agent 'local_writer' has no known price"),
+    ],
+)  # fmt: skip
+def test_bad_degrading_budgets_are_located_problems(tmp_path: Path, body: str, pointer: str, message: str) -> None:
+    tasks = TASKS.replace("agent: writer", "agent: local_writer") if "digest" in body else TASKS
+    files = {"agents.d/a.yaml": DEGRADING_AGENTS, "tasks.d/t.yaml": tasks, "budgets.d/b0.yaml": budget(body)}
+    _, problems = load_project(write_project(tmp_path / "p", files), use_cache=False)
+    found = [p for p in problems if p.file == "budgets.d/b0.yaml" and p.pointer == pointer and message in p.message]
+    assert found, [p.render() for p in problems]
+    assert all(p.line >= 1 for p in found)
+
+
+def test_validate_refuses_degrading_an_agent_without_a_fallback_model_with_exit_2(tmp_path: Path) -> None:
+    root = project(tmp_path, budget(DEGRADE + "scope: {tasks: [digest]}\n"))  # writer declares no fallback_model
+    result = run_cli(root, None, "validate")
+    assert result.returncode == 2, result.stdout + result.stderr
+    text = result.stdout + result.stderr
+    assert "budgets.d/b0.yaml:7:" in text, text
+    assert "budget 'daily' degrades agent 'writer' (run by task 'digest'), which declares no fallback_model" in text
+    assert "local_writer" not in text  # outside the scope: it needs none
+    assert "Traceback" not in result.stderr
+
+
+def test_validate_refuses_an_unpriced_fallback_model_under_a_money_budget_with_exit_2(tmp_path: Path) -> None:
+    tasks = TASKS.replace("agent: writer", "agent: local_writer")
+    files = {"agents.d/a.yaml": DEGRADING_AGENTS, "tasks.d/t.yaml": tasks,
+             "budgets.d/b0.yaml": budget("max_cost_usd: 5\nwindow: day\nscope: {agents: [local_writer]}\n")}  # fmt: skip
+    result = run_cli(write_project(tmp_path / "p", files), None, "validate")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "budgets.d/b0.yaml:4:" in result.stdout + result.stderr
+    assert "the fallback_model 'house-mini' of agent 'local_writer' has no known price" in result.stdout + result.stderr

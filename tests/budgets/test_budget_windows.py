@@ -19,7 +19,7 @@ from runner.core.usage import Usage
 from runner.errors import CapReached
 from runner.runs.budget_scopes import window_scope
 from runner.store.cap_ledger import CapLedger
-from runner.store.database import open_database
+from runner.store.connect import open_database
 
 MONTH = BudgetSpec("monthly", "month", max_cost_usd=1.0, timezone="Europe/Berlin")
 NOVEMBER = "budget:monthly:2026-11-01T00:00:00+01:00"
@@ -115,3 +115,24 @@ def test_a_token_budget_counts_prompt_and_completion_tokens(ledger: CapLedger) -
         run.reserve(Estimate(400, 100, 0.0))
     assert refused.value.cap == "max_tokens" and refused.value.observed == 800
     run.check_can_start()  # 800 of 1000: a row may still start
+
+
+def test_a_degrading_budget_is_past_its_threshold_from_the_ledgers_figures_until_the_window_ends(ledger: CapLedger) -> None:
+    from runner.caps.budget_windows import degrading_budget
+
+    spec = BudgetSpec("daily", "day", max_cost_usd=1.0, warn_at=(0.8, 0.95), on_exceed="degrade")
+    clock = Clock(datetime(2026, 12, 2, 12, 0, tzinfo=UTC))
+    run = run_in(ledger, spec, clock)
+    assert degrading_budget(run) is None  # nobody has reserved in the window yet
+    run.reserve(Estimate(100, 50, 0.5)).settle(Usage(80, 20, 0, 0.79))
+    held = run.reserve(Estimate(100, 50, 0.1))
+    assert degrading_budget(run) is None  # held is not spent: 79% of the limit
+    elsewhere = run_in(ledger, spec, clock, "run-2")  # another run (or process) on the same ledger
+    elsewhere.reserve(Estimate(10, 5, 0.05)).settle(Usage(10, 5, 0, 0.01))
+    found = degrading_budget(run)  # this run settled nothing more, the ledger says 80%
+    assert found is not None and found[0] is spec and found[1].key == "budget:daily:2026-12-02T00:00:00+00:00"
+    held.settle(Usage(10, 5, 0, 0.05))
+    stopping = BudgetSpec("daily", "day", max_cost_usd=1.0, warn_at=(0.8,))  # on_exceed: stop never degrades
+    assert degrading_budget(run_in(ledger, stopping, clock, "run-3")) is None
+    clock.now = datetime(2026, 12, 3, 0, 0, tzinfo=UTC)  # the next day's window
+    assert degrading_budget(run) is None

@@ -17,7 +17,7 @@ from runner.caps.shared import SharedBudget
 from runner.config.specs import Caps
 from runner.core.usage import Usage
 from runner.store.cap_ledger import CapLedger
-from runner.store.database import open_database
+from runner.store.connect import open_database
 from tests.support.cap_holder import Holder
 from tests.support.project import run_cli
 

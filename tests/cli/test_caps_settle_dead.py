@@ -22,7 +22,7 @@ from runner.config.specs import Caps
 from runner.core.calls import ModelCallEntry
 from runner.core.usage import Usage
 from runner.store.cap_ledger import CapLedger
-from runner.store.database import open_database
+from runner.store.connect import open_database
 from runner.store.runstore import RunStore
 from tests.cli.test_caps_cli import KEY, NOW, scope_run
 from tests.support.cap_holder import Holder

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.config.templates import TemplateError, render
+from runner.config.template_types import TemplateError
+from runner.config.templates import render
 from runner.model.server import ScriptedServer
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,15 +8,8 @@ from typing import Any
 import pytest
 
 from runner.config.template_engine import render_template
-from runner.config.templates import (
-    MAX_RENDERED_CHARS,
-    LocatedTemplate,
-    Origin,
-    TemplateError,
-    is_plain,
-    render,
-    substitute,
-)
+from runner.config.template_types import MAX_RENDERED_CHARS, LocatedTemplate, Origin, TemplateError
+from runner.config.templates import is_plain, render, substitute
 
 ALPHABET = ["{", "}", "%", "#", "-", "+", "\n", "\r", "\t", " ", "a", "é", "\u2028", "\x00", "$", "\\", "'", '"', "{{ x }}"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.config import yamlload
-from runner.config.sources import YamlError
+from runner.config.documents import YamlError
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(

@@ -134,14 +134,14 @@ async def test_memory_scopes_and_retention(tmp_path: Path) -> None:
 @pytest.mark.parametrize("pattern", ["/etc", "../outside", "docs/../../x", "~/docs"])
 def test_sources_outside_the_project_are_refused(tmp_path: Path, pattern: str) -> None:
     from runner.errors import ConfigError
-    from runner.knowledge.sources import source_files
+    from runner.knowledge.source_files import source_files
 
     with pytest.raises(ConfigError, match=r"absolute|leaves the project"):
         source_files([pattern], tmp_path)
 
 
 def test_links_out_of_the_project_and_hidden_files_are_skipped(tmp_path: Path) -> None:
-    from runner.knowledge.sources import source_files
+    from runner.knowledge.source_files import source_files
 
     outside = tmp_path / "outside"
     outside.mkdir()

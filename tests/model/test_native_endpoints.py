@@ -9,7 +9,8 @@ import pytest
 from runner.config.providers import Provider
 from runner.config.specs import ModelSpec
 from runner.errors import ConfigError
-from runner.model.factory import KeyRefused, resolve_endpoint
+from runner.model.endpoint import KeyRefused
+from runner.model.factory import resolve_endpoint
 
 ENV = {"ANTHROPIC_API_KEY": "sk-ant-1", "OPENAI_API_KEY": "sk-oa-1", "AZURE_OPENAI_API_KEY": "az-1",
        "AZURE_OPENAI_ENDPOINT": "https://res.openai.azure.com"}  # fmt: skip

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from runner.config.schema import schema
+from runner.core.report_formats import CHARTS, DEFAULT_FORMATS, NAMES
 from runner.reports import formatting
 from runner.reports.writer import write_report
 from tests.support.services import requires
@@ -134,3 +136,12 @@ def test_chart_date_axis_reads_as_dates(tmp_path: Path) -> None:
     assert 3 <= len(labels) <= 9  # a few ticks, not 28 overlapping strings
     assert all(label[0].isdigit() and label.split()[1] in ("Nov", "Dec") for label in labels), labels  # "8 Nov", not 2026-11-08
     assert axes.get_ylabel() == "Revenue"
+
+
+def test_the_task_schema_offers_the_registered_formats() -> None:
+    """The schema is JSON, so it cannot import the registry: it is held to it here."""
+    task = schema("task")
+    report = task["properties"]["report"]["properties"]["formats"]["items"]["enum"]
+    copied = task["$defs"]["copy"]["properties"]["formats"]["items"]["enum"]
+    assert report == list(NAMES) and copied == [*NAMES, CHARTS]
+    assert set(DEFAULT_FORMATS) <= set(NAMES)

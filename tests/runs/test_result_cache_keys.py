@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from runner.agent.call_cache import endpoint_identity, model_key, tool_key, tool_scope
 from runner.model.base import Message, ModelRequest
-from runner.model.factory import Endpoint
+from runner.model.endpoint import Endpoint
 from runner.tools.net import NetworkPolicy
 
 REQUEST = ModelRequest("gpt-4o-mini", (Message("user", "hello"),), max_tokens=10, temperature=0)

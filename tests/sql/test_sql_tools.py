@@ -128,12 +128,12 @@ def test_the_database_refuses_a_write_the_parser_lets_through(
     workspace: Path, databases: Path, backend: str, sql: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The second layer: the connection itself is read-only, whatever the first one lets through."""
-    from runner.tools.sql import database as db
+    from runner.tools.sql import backends as db
 
     monkeypatch.setattr(db, "check_read_query", lambda *args: None)
     spec = context(workspace, databases, backend).sql.get("shop")
     before = {p.name: digest(p) for p in databases.iterdir()}
-    with db.open_database(spec, str(spec.url), workspace) as database:
+    with db.open_backend(spec, str(spec.url), workspace) as database:
         if backend == "sqlite" or "DELETE" in sql or "ATTACH" in sql:
             with pytest.raises(db.SqlError):
                 database.query(sql, {}, 10, 5.0)

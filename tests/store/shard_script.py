@@ -13,7 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from runner.batch.file_batch import BatchRequest, SharedScope, run_batch_file
+from runner.batch.file_batch import run_batch_file
+from runner.batch.request import BatchRequest, SharedScope
 from runner.config.project import load_project_or_raise
 from runner.config.specs import Caps
 

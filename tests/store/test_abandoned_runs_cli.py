@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from runner.model.server import ScriptedServer
-from runner.store.database import open_database
+from runner.store.connect import open_database
 from tests.support.project import run_cli, runner_env, write_project
 
 pytestmark = pytest.mark.timeout(300)

@@ -19,7 +19,7 @@ from runner.config.specs import Caps
 from runner.core.usage import Usage
 from runner.errors import CapReached, UsageError
 from runner.store.cap_ledger import CapLedger
-from runner.store.database import open_database
+from runner.store.connect import open_database
 
 NOW = "2026-01-01T00:00:00+00:00"
 
@@ -114,7 +114,7 @@ from runner.config.specs import Caps
 from runner.core.usage import Usage
 from runner.errors import CapReached
 from runner.store.cap_ledger import CapLedger
-from runner.store.database import open_database
+from runner.store.connect import open_database
 
 target, key, cap, seed = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
 ledger = CapLedger(open_database(target))
@@ -164,7 +164,7 @@ from runner.caps.budget import Budget, Estimate
 from runner.caps.shared import SharedBudget
 from runner.config.specs import Caps
 from runner.store.cap_ledger import CapLedger
-from runner.store.database import open_database
+from runner.store.connect import open_database
 
 ledger = CapLedger(open_database(sys.argv[1]))
 Budget(Caps(), parent=SharedBudget(Caps(max_cost_usd=1.0), scope="fan-out", ledger=ledger, key="k")).reserve(Estimate(1, 1, 0.7))

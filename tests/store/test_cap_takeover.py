@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from runner.batch.journal import BatchJournal
+from runner.batch.journal_open import open_batch_journal
 from runner.caps.budget import Budget, Estimate, Owner
 from runner.caps.shared import SharedBudget
 from runner.config.specs import Caps
 from runner.core.usage import Usage
 from runner.model.server import ScriptedServer
 from runner.store.cap_ledger import CapLedger
-from runner.store.database import open_database
+from runner.store.connect import open_database
 from runner.store.postgres import PostgresDatabase
 from tests.postgres import terminate
 from tests.support.cap_holder import Holder
@@ -55,7 +55,7 @@ def batch_markdown(tmp_path: Path, ledger: dict[str, Any]) -> str:
     from tests.batch.batch_fakes import tickets, write_csv
 
     data = write_csv(tmp_path / "in.csv", tickets(1))
-    with BatchJournal.open(tmp_path / "j.sqlite3", task="t", input_path=data, input_sha256=_sha(data)) as journal:
+    with open_batch_journal(tmp_path / "j.sqlite3", task="t", input_path=data, input_sha256=_sha(data)) as journal:
         return render_markdown({**batch_report(journal), "ledger": ledger})
 
 
@@ -202,7 +202,7 @@ def test_a_shard_killed_mid_call_and_retried_counts_each_call_once(tmp_path: Pat
     assert json.loads(second.stdout)["counts"]["done"] == 5
     assert requests == 7  # five rows, and the two calls the dead worker had in flight made again
     figures = ledger.scope("fanout:t")
-    with BatchJournal.open(journal, task="triage_ticket", input_path=data, input_sha256=_sha(data),
+    with open_batch_journal(journal, task="triage_ticket", input_path=data, input_sha256=_sha(data),
                            options=_options(journal, url), database_url=url) as reopened:  # fmt: skip
         journal_spent = reopened.spent()
         attempts = sorted(r.attempts for r in reopened.records())

@@ -24,7 +24,7 @@ import pytest
 from runner.core.usage import Usage
 from runner.model.server import ScriptedServer
 from runner.store.cap_ledger import CapLedger
-from runner.store.database import open_database
+from runner.store.connect import open_database
 from runner.store.runstore import RunStore
 from tests.store.test_cap_takeover import TRIAGE, dead_figures_of
 from tests.support.project import copy_shipped, runner_env

@@ -20,6 +20,7 @@ import pytest
 
 from runner.batch.inputs import file_sha256
 from runner.batch.journal import BatchJournal, RowOutcome
+from runner.batch.journal_open import open_batch_journal
 from runner.caps.budget import Budget, Estimate, Owner
 from runner.caps.shared import SharedBudget
 from runner.config.specs import Caps
@@ -154,7 +155,7 @@ def test_a_model_call_id_is_the_committed_rows_after_a_lost_answer(postgres_url:
 @pytest.fixture
 def journal(tmp_path: Path, proxy: FaultProxy) -> Iterator[BatchJournal]:
     data = write_csv(tmp_path / "in.csv", tickets(3))
-    opened = BatchJournal.open(tmp_path / "j.sqlite3", task="triage", input_path=data, input_sha256=file_sha256(data),
+    opened = open_batch_journal(tmp_path / "j.sqlite3", task="triage", input_path=data, input_sha256=file_sha256(data),
                                options={"id_column": "id"}, database_url=proxy.url)  # fmt: skip
     from runner.batch.inputs import InputSource
 
@@ -213,7 +214,7 @@ def test_a_journal_taken_by_another_process_while_the_connection_was_down_stops_
     data = write_csv(tmp_path / "in.csv", tickets(2))
 
     def open_journal() -> BatchJournal:
-        return BatchJournal.open(tmp_path / "j.sqlite3", task="triage", input_path=data, input_sha256=file_sha256(data),
+        return open_batch_journal(tmp_path / "j.sqlite3", task="triage", input_path=data, input_sha256=file_sha256(data),
                                  options={"id_column": "id"}, database_url=postgres_url)  # fmt: skip
 
     first = open_journal()
@@ -236,12 +237,12 @@ def test_a_journal_whose_connection_came_back_keeps_its_lock(tmp_path: Path, pos
     data = write_csv(tmp_path / "in.csv", tickets(2))
     kwargs: dict[str, Any] = {"task": "triage", "input_path": data, "input_sha256": file_sha256(data),
                               "options": {"id_column": "id"}, "database_url": postgres_url}  # fmt: skip
-    first = BatchJournal.open(tmp_path / "j.sqlite3", **kwargs)
+    first = open_batch_journal(tmp_path / "j.sqlite3", **kwargs)
     try:
         terminate(postgres_url, first._db.session_pid)  # type: ignore[attr-defined]
         assert first.counts()["pending"] == 0  # reconnected, the lock taken again
         with pytest.raises(UsageError, match="another batch process is using this journal"):
-            BatchJournal.open(tmp_path / "j.sqlite3", **kwargs)
+            open_batch_journal(tmp_path / "j.sqlite3", **kwargs)
     finally:
         first.close()
 

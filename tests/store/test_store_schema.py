@@ -13,14 +13,16 @@ import psycopg
 import pytest
 
 from runner.batch.inputs import InputSource, file_sha256
-from runner.batch.journal import BatchJournal, RowOutcome
+from runner.batch.journal import RowOutcome
+from runner.batch.journal_open import open_batch_journal
 from runner.caps.budget import Budget, Estimate, Owner
 from runner.caps.shared import SharedBudget
 from runner.config.specs import Caps
 from runner.core.calls import ModelCallEntry
 from runner.core.usage import Usage
+from runner.store.cap_ledger import SCHEMA as LEDGER_SCHEMA
 from runner.store.cap_ledger import CapLedger
-from runner.store.database import open_database
+from runner.store.connect import open_database
 from runner.store.runstore import SCHEMA as RUN_SCHEMA
 from runner.store.runstore import RunStore
 from runner.store.schema import TYPES, AddedColumn, Schema
@@ -91,9 +93,10 @@ def test_a_new_store_gets_each_dialects_types(store_target: str | Path, backend:
     assert {("runs", "attempt_token"), ("model_calls", "token"), ("cap_entries", "holder")} <= set(found)
 
 
-def test_every_added_column_is_in_the_tables_a_new_store_creates() -> None:
-    created = " ".join(RUN_SCHEMA.statements("sqlite"))
-    for added in RUN_SCHEMA.added:
+@pytest.mark.parametrize("schema", [RUN_SCHEMA, LEDGER_SCHEMA], ids=["run store", "cap ledger"])
+def test_every_added_column_is_in_the_tables_a_new_store_creates(schema: Schema) -> None:
+    created = " ".join(schema.statements("sqlite"))
+    for added in schema.added:
         assert f"{added.column} " in created, added  # a new store and an upgraded one end with the same columns
 
 
@@ -217,7 +220,7 @@ def test_a_previous_versions_postgres_journal_resumes_with_its_rows(tmp_path: Pa
 
 
 def resume_old_journal(tmp_path: Path, data: Path, url: str | None) -> None:
-    journal = BatchJournal.open(tmp_path / "journal.sqlite3", task="triage", input_path=data,
+    journal = open_batch_journal(tmp_path / "journal.sqlite3", task="triage", input_path=data,
                                 input_sha256=file_sha256(data), options={"id_column": "id"}, database_url=url)  # fmt: skip
     try:
         assert journal.batch_id == "oldbatch0001" and journal.ingested

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from runner.errors import ToolFailure
+from runner.tools.bwrap import NOBODY
 from runner.tools.disk_quota import MAX_DEPTH, remove_tree
 from runner.tools.paths import MAX_PATH_DEPTH, WorkspacePathError, split_relative, write_workspace_file
-from runner.tools.sandbox import NOBODY, SandboxPolicy, run_command
+from runner.tools.sandbox import SandboxPolicy, run_command
 
 pytestmark = pytest.mark.timeout(120)
 

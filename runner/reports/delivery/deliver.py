@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.config.report_options import Delivery
+from runner.core.report_formats import CHARTS, NAMES
 from runner.files import write_text_atomic
 from runner.redact import redact_secrets
 from runner.reports.delivery import copy, email, webhook
@@ -17,7 +18,7 @@ from runner.reports.record import validate_record
 Render = Callable[[str], str]
 """Renders a template field (subject, link, copy target) with the run's template context."""
 
-DEFAULT_COPY = ("markdown", "html", "json", "pdf", "xlsx", "charts")
+DEFAULT_COPY = (*NAMES, CHARTS)
 
 
 def deliver_all(
@@ -87,7 +88,7 @@ def _send(kind: str, settings: Mapping[str, Any], package: Package, render: Rend
 
 
 def _rendered(render: Render, template: str | None) -> str | None:
-    from runner.config.templates import TemplateError
+    from runner.config.template_types import TemplateError
 
     if not template:
         return None

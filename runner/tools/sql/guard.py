@@ -11,7 +11,7 @@ them at all is the operator's part: ``runner validate --sources`` says when it c
 files (PostgreSQL superuser or ``pg_read_server_files``).
 
 This is the first of two layers. The database itself is opened read-only (see
-:mod:`runner.tools.sql.database`), so a write that slips past the parser still fails there;
+:mod:`runner.tools.sql.backends`), so a write that slips past the parser still fails there;
 the check here gives the model a clear refusal naming what it tried, and enforces the
 source's ``allow`` list on the tables a query names.
 """

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.tools.sql.database import SqlAlchemyDatabase, open_database
+from runner.tools.sql.backends import SqlAlchemyBackend, open_backend
 from runner.tools.sql.source import SqlSource, resolved_url
 
 SERVER_ROLES = ("pg_read_server_files", "pg_write_server_files", "pg_execute_server_program")
@@ -33,8 +33,8 @@ def server_file_access(source: SqlSource, workspace: Path) -> str | None:
             return None  # SQLite and DuckDB sources are files runner opens read-only, with file access off
     except (ArgumentError, ValueError):
         return None  # the source's own check says what is wrong with its URL
-    with open_database(source, url, workspace) as database:
-        if not isinstance(database, SqlAlchemyDatabase):
+    with open_backend(source, url, workspace) as database:
+        if not isinstance(database, SqlAlchemyBackend):
             return None
         cursor = database.connection.cursor()
         try:

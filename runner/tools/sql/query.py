@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import ToolFailure
-from runner.tools.sql.database import QueryResult, TableInfo, open_database
+from runner.tools.sql.backends import QueryResult, TableInfo, open_backend
 from runner.tools.sql.errors import SqlError, missing_driver, naming
 from runner.tools.sql.source import SqlSource, SqlSources
 
@@ -37,7 +37,7 @@ def run_query(
     rows = min(max_rows or source.max_rows, source.max_rows)
     timeout = min(timeout_seconds or source.timeout_seconds, source.timeout_seconds)
     try:
-        with open_database(source, _url(sources, source), workspace) as database:
+        with open_backend(source, _url(sources, source), workspace) as database:
             database.restrict(allow)
             return database.query(sql, dict(params or {}), rows, timeout)
     except SqlError as error:
@@ -49,7 +49,7 @@ def run_query(
 def describe(sources: SqlSources, workspace: Path, source: SqlSource, allow: Sequence[str] = ()) -> list[TableInfo]:
     """The tables and columns of ``source`` a query may read."""
     try:
-        with open_database(source, _url(sources, source), workspace) as database:
+        with open_backend(source, _url(sources, source), workspace) as database:
             database.restrict(allow)
             return database.tables()
     except ModuleNotFoundError as error:

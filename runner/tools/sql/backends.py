@@ -55,7 +55,7 @@ class TableInfo:
         return f"{self.schema}.{self.name}" if self.schema else self.name
 
 
-class Database:
+class SqlBackend:
     """One open source. Use as a context manager; not shared between threads."""
 
     backend: str = ""
@@ -65,7 +65,7 @@ class Database:
         self.source = source
         self.allow: tuple[AllowList, ...] = ()  # every list must permit a table (the source's, the agent's)
 
-    def __enter__(self) -> Database:
+    def __enter__(self) -> SqlBackend:
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -126,7 +126,7 @@ class Database:
         return SqlError(_first_line(error))
 
 
-def open_database(source: SqlSource, url: str, workspace: Path) -> Database:
+def open_backend(source: SqlSource, url: str, workspace: Path) -> SqlBackend:
     """Connect to ``source`` at ``url`` (secrets resolved). :class:`SqlConnectionError` when
     it cannot be reached or opened; the message never holds the password."""
     from sqlalchemy.engine import make_url
@@ -137,8 +137,8 @@ def open_database(source: SqlSource, url: str, workspace: Path) -> Database:
     except (ArgumentError, ValueError):
         raise SqlConnectionError(f"source '{source.name}': not a SQLAlchemy URL") from None
     backend = parsed.get_backend_name()
-    opener: Callable[[SqlSource, Any, Path], Database]
-    opener = {"duckdb": DuckDatabase, "sqlite": SqliteDatabase}.get(backend, SqlAlchemyDatabase)  # type: ignore[assignment]
+    opener: Callable[[SqlSource, Any, Path], SqlBackend]
+    opener = {"duckdb": DuckBackend, "sqlite": SqliteBackend}.get(backend, SqlAlchemyBackend)  # type: ignore[assignment]
     try:
         database = opener(source, parsed, workspace)
     except (SqlError, ModuleNotFoundError):
@@ -152,7 +152,7 @@ def open_database(source: SqlSource, url: str, workspace: Path) -> Database:
 # -- SQLAlchemy dialects (PostgreSQL and the rest) -------------------------------------
 
 
-class SqlAlchemyDatabase(Database):
+class SqlAlchemyBackend(SqlBackend):
     """A database reached through SQLAlchemy's dialect and DBAPI driver."""
 
     def __init__(self, source: SqlSource, url: Any, workspace: Path):
@@ -229,7 +229,7 @@ class SqlAlchemyDatabase(Database):
 # -- SQLite ------------------------------------------------------------------------------
 
 
-class SqliteDatabase(Database):
+class SqliteBackend(SqlBackend):
     """A SQLite file opened ``mode=ro``, with an authorizer that allows reads only."""
 
     backend = "sqlite"
@@ -315,7 +315,7 @@ _READERS = {"csv": "read_csv", "tsv": "read_csv", "json": "read_json_auto", "jso
             "parquet": "read_parquet", "pq": "read_parquet"}  # fmt: skip
 
 
-class DuckDatabase(Database):
+class DuckBackend(SqlBackend):
     """A DuckDB file, or workspace files loaded into a private one; opened ``read_only`` with
     file access off and the configuration locked."""
 
