@@ -95,13 +95,14 @@ def test_a_batch_cost_cap_too_small_for_every_row_stops_the_batch_without_passin
 def test_the_wall_clock_cap_cancels_the_batch_and_keeps_what_it_answered(project: Path) -> None:
     source, out = numbers(project, 4), project / "out.jsonl"
     with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=10_000, partial=2)) as server:
-        result = run(project, server, "compute", *via_api(source, out, "--max-wall-seconds", "3", "--json"))
+        # 8 s: the cap must end a batch that is out (it never completes), not one still being prepared
+        result = run(project, server, "compute", *via_api(source, out, "--max-wall-seconds", "8", "--json"))
         assert result.returncode == 3, result.stderr
         (batch,) = server.batches.batches.values()
         billed = len(server.billed)
     assert batch.status == "cancelled" and billed == 2  # the two lines it answered before it ended
     summary = json.loads(result.stdout)
-    assert summary["stop_kind"] == "max_wall_seconds" and "batch cap max_wall_seconds=3 reached" in summary["stop_reason"]
+    assert summary["stop_kind"] == "max_wall_seconds" and "batch cap max_wall_seconds=8 reached" in summary["stop_reason"]
     rows = records(out)
     assert {r["status"] for r in rows.values()} == {"not_run"}
     spent = sorted(r["cost_usd"] for r in rows.values())  # the answered calls at what they used, the others nothing
