@@ -9,7 +9,6 @@ backends."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,20 +22,13 @@ from runner.store.cap_ledger import SCHEMA, CapLedger, dead_entries
 from runner.store.cap_spenders import SpenderFigures, spenders
 from runner.store.connect import open_database
 from runner.store.database import Database
+from tests.store.conftest import NOW
 from tests.support.cap_holder import Holder
 
 pytestmark = pytest.mark.timeout(120)
-NOW = "2026-01-01T00:00:00+00:00"
 DIGEST = Spender("digest", "writer", "gpt-4o-mini")
 REVIEW = Spender("review", "reviewer", "gpt-4.1-mini")
 
-
-@pytest.fixture
-def ledger(store_target: str | Path) -> Iterator[CapLedger]:
-    opened = CapLedger(open_database(store_target))
-    opened.open("k", Caps(max_cost_usd=1.0), NOW)
-    yield opened
-    opened.close()
 
 
 def run_of(ledger: CapLedger, spender: Spender, run_id: str = "run-a", attempt: int = 1) -> Budget:

@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +26,13 @@ from runner.store.cap_ledger import CapLedger
 from runner.store.connect import open_database
 from runner.store.postgres import PostgresDatabase
 from tests.postgres import terminate
+from tests.store.conftest import NOW
 from tests.support.cap_holder import Holder
 from tests.support.project import copy_shipped, runner_env
 
 pytestmark = pytest.mark.timeout(240)
-NOW = "2026-01-01T00:00:00+00:00"
 TRIAGE = '{"category": "bug", "urgency": "high", "summary": "It crashes."}'
 SHARD = Path(__file__).with_name("shard_script.py")
-
-@pytest.fixture
-def ledger(store_target: str | Path) -> Iterator[CapLedger]:
-    opened = CapLedger(open_database(store_target))
-    opened.open("k", Caps(max_cost_usd=1.0), NOW)
-    yield opened
-    opened.close()
 
 
 def resumed_run(ledger: CapLedger, run_id: str, attempt: int = 2) -> Budget:

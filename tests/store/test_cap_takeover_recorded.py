@@ -115,17 +115,6 @@ def test_a_call_recorded_before_the_kill_settles_its_dead_reservation_to_the_rec
 # --- the take-over's rule, over reservations of a killed holder process ------------------------
 
 
-@pytest.fixture
-def opened(store_target: str | Path) -> Iterator[CapLedger]:
-    from runner.config.specs import Caps
-    from tests.store.test_cap_takeover import NOW
-
-    ledger = CapLedger(open_database(store_target))
-    ledger.open("k", Caps(max_cost_usd=1.0), NOW)
-    yield ledger
-    ledger.close()
-
-
 def entry_of(ledger: CapLedger, run_id: str) -> str:
     found = ledger.db.rows("SELECT id FROM cap_entries WHERE scope = 'k' AND run_id = ?", (run_id,))
     assert len(found) == 1
@@ -133,36 +122,36 @@ def entry_of(ledger: CapLedger, run_id: str) -> str:
 
 
 def test_recorded_usage_replaces_the_worst_case_and_an_unbilled_failure_releases(
-    opened: CapLedger, store_target: str | Path
+    ledger: CapLedger, store_target: str | Path
 ) -> None:
     from tests.store.test_cap_takeover import dead_figures, resumed_run
     from tests.support.cap_holder import Holder
 
     holder = Holder(store_target, ("run-a", 0.3), ("run-b", 0.2), ("run-c", 0.1))
     holder.kill()
-    dead_figures(opened)
-    a, b, c = (entry_of(opened, run) for run in ("run-a", "run-b", "run-c"))
-    assert resumed_run(opened, "run-a").take_over("run-a", {a: Usage(4, 4, 1, 0.05)}) == Usage(4, 4, 1, 0.05, 1)
-    assert resumed_run(opened, "run-b").take_over("run-b", {b: None}) == Usage()  # failed, not billed: released
-    assert resumed_run(opened, "run-c").take_over("run-c", {a: Usage(1, 1, 0, 0.01)}) == Usage(10, 10, 0, pytest.approx(0.1), 1)  # type: ignore[arg-type]
-    spent, reserved = opened.figures("k")
+    dead_figures(ledger)
+    a, b, c = (entry_of(ledger, run) for run in ("run-a", "run-b", "run-c"))
+    assert resumed_run(ledger, "run-a").take_over("run-a", {a: Usage(4, 4, 1, 0.05)}) == Usage(4, 4, 1, 0.05, 1)
+    assert resumed_run(ledger, "run-b").take_over("run-b", {b: None}) == Usage()  # failed, not billed: released
+    assert resumed_run(ledger, "run-c").take_over("run-c", {a: Usage(1, 1, 0, 0.01)}) == Usage(10, 10, 0, pytest.approx(0.1), 1)  # type: ignore[arg-type]
+    spent, reserved = ledger.figures("k")
     assert (reserved.cost_usd, reserved.model_calls, reserved.input_tokens) == (pytest.approx(0), 0, 0)
     assert (spent.cost_usd, spent.model_calls, spent.input_tokens, spent.cached_input_tokens) == (pytest.approx(0.15), 2, 14, 1)
-    statuses = {r["id"]: r["status"] for r in opened.db.rows("SELECT id, status FROM cap_entries WHERE scope = 'k'")}
+    statuses = {r["id"]: r["status"] for r in ledger.db.rows("SELECT id, status FROM cap_entries WHERE scope = 'k'")}
     assert statuses == {a: "settled", b: "released", c: "carried"}
-    assert resumed_run(opened, "run-a").take_over("run-a", {a: Usage(4, 4, 1, 0.05)}) == Usage()  # once
-    assert opened.figures("k")[0].cost_usd == pytest.approx(0.15)
+    assert resumed_run(ledger, "run-a").take_over("run-a", {a: Usage(4, 4, 1, 0.05)}) == Usage()  # once
+    assert ledger.figures("k")[0].cost_usd == pytest.approx(0.15)
 
 
-def test_a_live_holders_recorded_reservation_is_left_to_it(opened: CapLedger, store_target: str | Path) -> None:
+def test_a_live_holders_recorded_reservation_is_left_to_it(ledger: CapLedger, store_target: str | Path) -> None:
     from tests.store.test_cap_takeover import resumed_run
     from tests.support.cap_holder import Holder
 
     holder = Holder(store_target, ("run-a", 0.3))
     try:
-        entry = entry_of(opened, "run-a")
-        assert resumed_run(opened, "run-a").take_over("run-a", {entry: Usage(1, 1, 0, 0.01)}) == Usage()
-        assert opened.figures("k")[1].cost_usd == pytest.approx(0.3)  # still held by its live holder
+        entry = entry_of(ledger, "run-a")
+        assert resumed_run(ledger, "run-a").take_over("run-a", {entry: Usage(1, 1, 0, 0.01)}) == Usage()
+        assert ledger.figures("k")[1].cost_usd == pytest.approx(0.3)  # still held by its live holder
     finally:
         holder.kill()
 
