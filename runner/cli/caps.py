@@ -101,12 +101,16 @@ def settle_dead(store: str | None, scopes: tuple[str, ...], runs: str | None, ro
     Exit 2 when no ledger is given or found, or a --scope is not in it.
     """
     from runner.cli.caps_locate import ledger_target, run_store_lookup
-    from runner.store.cap_ledger import CapLedger
+    from runner.store.cap_ledger import CapLedger, refuse_foreign_file
     from runner.store.cap_view import has_ledger, scope_keys
     from runner.store.connect import open_database
+    from runner.store.store_kind import refuse_foreign_ledger
 
-    db = open_database(ledger_target(store), role="cap ledger")
+    target = ledger_target(store)
+    refuse_foreign_file(target)  # before it is opened to write
+    db = open_database(target, role="cap ledger")
     try:
+        refuse_foreign_ledger(db)  # a PostgreSQL database's cap_scopes of another shape
         if not has_ledger(db):  # refused before CapLedger would create its tables
             raise UsageError(f"{db.where} holds no cap ledger (a fan-out with batch caps opens one)")
         chosen = chosen_scopes(scopes, scope_keys(db), db.where)

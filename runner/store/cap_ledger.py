@@ -418,18 +418,24 @@ def open_cap_ledger(target: str | Path, role: str = "cap ledger") -> CapLedger:
     at read-only first: another application's database, or one with a ``cap_scopes`` table of
     another shape, is refused (:class:`~runner.errors.StoreDamaged`, exit 2) with its bytes
     left as they were, not even its journal mode changed."""
-    if isinstance(target, Path) and target.is_file():
-        probe = open_database(target, read_only=True, role=role)
-        try:
-            refuse_foreign_ledger(probe, role)
-        finally:
-            probe.close()
+    refuse_foreign_file(target, role)
     database = open_database(target, role=role)
     try:
         return CapLedger(database, role)
     except BaseException:
         database.close()
         raise
+
+
+def refuse_foreign_file(target: str | Path, role: str = "cap ledger") -> None:
+    """Refuse an existing SQLite file that is not runner's ledger, looked at read-only, before
+    anything opens it to write (opening it to write switches its journal mode)."""
+    if isinstance(target, Path) and target.is_file():
+        probe = open_database(target, read_only=True, role=role)
+        try:
+            refuse_foreign_ledger(probe, role)
+        finally:
+            probe.close()
 
 
 def dead_entries(db: Database, key: str, recorded: Recorded) -> list[DeadEntry]:

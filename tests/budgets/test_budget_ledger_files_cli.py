@@ -118,3 +118,18 @@ def test_a_cap_scopes_table_of_another_shape_in_the_store_is_refused_untouched(
             tables = {r[0] for r in pg.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
         assert columns == ["key", "quota"] and rows == [("budget:daily:x", 7)]
         assert "cap_entries" not in tables  # the ledger's other tables were not made beside it
+
+
+@pytest.mark.parametrize("how", ["garbage", "another application", "another cap_scopes"])
+@pytest.mark.parametrize("command", [("caps", "show"), ("caps", "settle-dead")], ids=" ".join)
+def test_runner_caps_refuses_a_foreign_ledger_file_before_writing_to_it(
+    tmp_path: Path, how: str, command: tuple[str, ...]
+) -> None:
+    ledger = tmp_path / "shared" / "ledger.sqlite3"
+    make_ledger(ledger, how)
+    before = digest(ledger)
+    done = run_cli(tmp_path, None, *command, "--store", str(ledger), drop=("RUNNER_",))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert str(ledger) in error_line(done)
+    assert digest(ledger) == before
+    assert not any(p.name.startswith("ledger.sqlite3-") for p in ledger.parent.iterdir())  # no -wal, -shm, -journal
