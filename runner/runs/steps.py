@@ -265,9 +265,10 @@ def model_binding(ctx: RunContext, name: str) -> ModelBinding:
 
 
 def fallback_route(ctx: RunContext, agent: AgentSpec) -> FallbackRoute | None:
-    """How ``agent``'s calls reach its ``fallback_model``; ``None`` without one, or when it is
-    the model called anyway (``--model`` names the model of every call)."""
-    if agent.fallback_model is None:
+    """How ``agent``'s calls reach its ``fallback_model``; ``None`` when no budget can switch
+    them to it (see :func:`_degradable`), or when it is the model called anyway (``--model``
+    names the model of every call)."""
+    if not _degradable(ctx, agent):
         return None
     degraded = agent.on_fallback()
     endpoint = ctx.endpoint(degraded)
@@ -280,14 +281,27 @@ def fallback_route(ctx: RunContext, agent: AgentSpec) -> FallbackRoute | None:
     )  # fmt: skip
 
 
-def _as_called(agent: AgentSpec) -> list[AgentSpec]:
-    """``agent`` as its calls may be sent: on its model, and on its fallback model."""
-    return [agent, *([agent.on_fallback()] if agent.fallback_model is not None else [])]
+def _degradable(ctx: RunContext, agent: AgentSpec) -> bool:
+    """Whether ``agent``'s calls may go to its ``fallback_model``: it declares one, and a budget
+    with ``on_exceed: degrade`` counts its calls (on either model). Otherwise the fallback is
+    never called, so it is neither built, priced nor given budgets."""
+    if agent.fallback_model is None or not ctx.project.budgets:
+        return False
+    from runner.runs.budget_scopes import step_budgets, task_budgets
+
+    models = {ctx.endpoint(called).model_id for called in (agent, agent.on_fallback())}
+    budgets = [*task_budgets(ctx.project, ctx.task), *(b for m in models for b in step_budgets(ctx.project, ctx.task, agent, m))]
+    return any(b.degrade_at is not None for b in budgets)
+
+
+def _as_called(ctx: RunContext, agent: AgentSpec) -> list[AgentSpec]:
+    """``agent`` as its calls may be sent: on its model, and on its fallback model when a budget may switch to it."""
+    return [agent, *([agent.on_fallback()] if _degradable(ctx, agent) else [])]
 
 
 def _called_models(ctx: RunContext, agent: AgentSpec) -> list[str]:
     """The ids ``agent``'s calls may go to: its model's, and its fallback model's."""
-    return list(dict.fromkeys(ctx.endpoint(called).model_id for called in _as_called(agent)))
+    return list(dict.fromkeys(ctx.endpoint(called).model_id for called in _as_called(ctx, agent)))
 
 
 def _step_budgets(ctx: RunContext, agent: AgentSpec) -> list[BudgetSpec]:
@@ -333,7 +347,7 @@ def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:
             for setting, why in refused_settings(agent.model, ctx.profile(agent, endpoint), endpoint.model_id):
                 ctx.warnings.append(f"agent '{name}': {why.split(';')[0]}: model.{setting} is not sent")
         capped = money_capped or agent.caps.max_cost_usd is not None or _money_budget(ctx, agent)
-        for called in _as_called(agent):
+        for called in _as_called(ctx, agent):
             endpoint = ctx.endpoint(called)
             if capped and endpoint.provider is not Provider.LOCAL and not ctx.pricer(endpoint, called).priced:
                 raise ConfigError(unpriced_message(endpoint.model_id, name))
