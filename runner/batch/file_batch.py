@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runner.batch.dedupe import DedupingExecutor
 from runner.batch.engine import BatchSummary, FailurePolicy, batch_budget, run_batch
@@ -44,8 +44,6 @@ from runner.store.database import Database, resolve_store
 from runner.store.runstore import now_iso
 from runner.tracing import current_span
 
-if TYPE_CHECKING:
-    pass
 
 def open_journal(project: Project, task: TaskSpec, request: BatchRequest) -> tuple[BatchJournal, InputSource]:
     """The journal ``request`` runs with (created when new, locked) and its input source.

@@ -290,8 +290,7 @@ class Reservation:
     def spender(self) -> Spender:
         """Who the call's spend counts for: its caller's agent and model, its owner's task."""
         owner = self.owner
-        task = owner.task if owner is not None and owner.task is not None else self.caller.task
-        return Spender(task, self.caller.agent, self.caller.model)
+        return Spender(owner.task if owner is not None else None, self.caller.agent, self.caller.model)
 
     def settle(self, actual: Usage, *, step: bool = True) -> None:
         """Replace the held worst case by what the call used (tokens and priced cost; the

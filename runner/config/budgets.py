@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, cast
 
 from runner.config.documents import Document
-from runner.config.report_options import WARNING_TEMPLATE_ROOTS, Delivery, build_deliveries
+from runner.config.report_options import WARNING_TEMPLATE_ROOTS, Delivery, build_deliveries, repeated_names
 from runner.errors import Problem, did_you_mean
 
 if TYPE_CHECKING:
@@ -214,13 +214,11 @@ def delivery_problems(budget: BudgetSpec, doc: Document) -> list[Problem]:
     problems: list[Problem] = []
     if budget.deliver and not budget.warn_at:
         problems.append(doc.problem("/deliver", "deliver: sends the warnings of warn_at; add warn_at: [0.8] (say) or drop deliver:"))
-    seen: dict[str, int] = {}
+    for i, first in repeated_names(budget.deliver):
+        problems.append(doc.problem(f"/deliver/{i}", f"a second delivery named '{budget.deliver[i].name}' (also #{first}); give each a distinct name:"))
     for i, target in enumerate(budget.deliver):
         if "when" in doc.data["deliver"][i]:
             problems.append(doc.problem(f"/deliver/{i}/when", "a budget's delivery is sent for every warning; drop when:", key=True))
-        if target.name in seen:
-            problems.append(doc.problem(f"/deliver/{i}", f"a second delivery named '{target.name}' (also #{seen[target.name]}); give each a distinct name:"))
-        seen.setdefault(target.name, i)
         for key in ("subject", "link", "to"):
             template = target.settings.get(key)
             if not isinstance(template, str):

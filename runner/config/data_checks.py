@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from runner.config.report_options import repeated_names
 from runner.config.sql_sources import query_template_problems, source_problems
 from runner.config.yamlload import Document
 from runner.errors import Problem, did_you_mean
@@ -49,12 +50,9 @@ def task_data_problems(project: Project, task: TaskSpec, doc: Document) -> list[
                     problems.append(doc.problem("", f"agent '{name}' gives sql_query the source '{source}', which this task does not have"
                                                 f"{did_you_mean(source, known)} (sources: {', '.join(sorted(known)) or 'none'}); "
                                                 f"see {agent.source} {ref.pointer.removesuffix('/name')}/settings/sources/{j}"))
-    seen: dict[str, int] = {}
-    for i, target in enumerate(task.report.deliver):
-        if target.name in seen:
-            problems.append(doc.problem(f"/report/deliver/{i}", f"a second delivery named '{target.name}' (also #{seen[target.name]}); "
-                                        "give each a distinct name: (the record tracks each one, so a resumed run re-sends only what failed)"))
-        seen.setdefault(target.name, i)
+    for i, first in repeated_names(task.report.deliver):
+        problems.append(doc.problem(f"/report/deliver/{i}", f"a second delivery named '{task.report.deliver[i].name}' (also #{first}); "
+                                    "give each a distinct name: (the record tracks each one, so a resumed run re-sends only what failed)"))
     return problems
 
 

@@ -3,7 +3,7 @@ the finished report is delivered (``deliver:``). Built from validated documents.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -63,3 +63,10 @@ def build_deliveries(items: list[Mapping[str, Any]] | None, base: str = "/report
         when = item.get("when", "always")
         deliveries.append(Delivery(str(item.get("name", kind)), kind, dict(item[kind]), f"{base}/{index}", when))
     return tuple(deliveries)
+
+
+def repeated_names(targets: Sequence[Delivery]) -> list[tuple[int, int]]:
+    """``(index, index of the first)`` of each delivery named as an earlier one was (a
+    record keeps each delivery's outcome by name, so names must be distinct)."""
+    first: dict[str, int] = {}
+    return [(i, first[t.name]) for i, t in enumerate(targets) if first.setdefault(t.name, i) != i]

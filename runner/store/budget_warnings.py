@@ -81,7 +81,6 @@ class BudgetWarningLog:
 
 
 def warning_of(row: dict[str, Any]) -> BudgetWarning:
-    return BudgetWarning(
-        str(row["budget"]), str(row["window_key"]), str(row["scope"]), str(row["cap"]), float(row["threshold"]),
-        float(row["cap_limit"]), float(row["spent"]),
-    )  # fmt: skip
+    """A stored row as :class:`BudgetWarning` (its columns ``window_key`` and ``cap_limit``
+    are the fields ``window`` and ``limit``, words SQL keeps for itself)."""
+    return BudgetWarning.from_dict({**row, "window": row["window_key"], "limit": row["cap_limit"]})

@@ -357,7 +357,7 @@ class CapLedger:
             db.execute(
                 f"INSERT INTO cap_entries (scope, id, holder, status, {_SPENT}, {_WHO}, created_at, settled_at)"
                 " VALUES (?, ?, ?, 'settled', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, entry, self.holder.id, *_entry_spent(spend), *_who(spender), _now(), _now()),
+                (key, entry, self.holder.id, *_held(spend), *_who(spender), _now(), _now()),
             )
             db.execute(_MOVE, (*_held(Usage()), *_spent(spend), key))
             return _spend(db, key, spend)
@@ -367,7 +367,7 @@ class CapLedger:
         db.execute(
             "UPDATE cap_entries SET status = ?, spent_input_tokens = ?, spent_output_tokens = ?, spent_cost_usd = ?,"
             " spent_model_calls = ?, settled_at = ? WHERE scope = ? AND id = ?",
-            ("settled" if actual is not None else "released", *_entry_spent(spend), _now(), key, entry),
+            ("settled" if actual is not None else "released", *_held(spend), _now(), key, entry),
         )
         if found["status"] == "held":
             db.execute(_MOVE, (*_held(worst), *_spent(spend), key))
@@ -512,11 +512,8 @@ def _conditions(held: Usage) -> tuple[str, list[float]]:
 
 
 def _held(usage: Usage) -> tuple[Any, ...]:
-    return usage.input_tokens, usage.output_tokens, usage.cost_usd, usage.model_calls
-
-
-def _entry_spent(usage: Usage) -> tuple[Any, ...]:
-    """An entry's ``spent_*`` columns (:data:`_SPENT`): what its call used."""
+    """The four figures of ``usage`` in the ledger's column order: an entry's reservation
+    (``held_*``), its spend (``spent_*``, :data:`_SPENT`), or a scope's."""
     return usage.input_tokens, usage.output_tokens, usage.cost_usd, usage.model_calls
 
 
