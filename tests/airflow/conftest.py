@@ -41,8 +41,11 @@ CANARY_KEY = "sk-airflow-canary-0123456789abcdef"
 
 
 def _configure_airflow_environment() -> Path:
-    if os.environ.get("RUNNER_TEST_AIRFLOW_HOME"):  # this module imported twice: keep the first home
-        return Path(os.environ["RUNNER_TEST_AIRFLOW_HOME"])
+    # One home per process: pytest-xdist's workers inherit the environment of the process that
+    # started them, so the marker names the worker (each gets its own metadata database).
+    marker = f"RUNNER_TEST_AIRFLOW_HOME_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+    if os.environ.get(marker):  # this module imported twice: keep the first home
+        return Path(os.environ[marker])
     if "airflow" in sys.modules:  # pragma: no cover - another conftest imported Airflow first
         warnings.warn("airflow was imported before tests/airflow/conftest.py could set AIRFLOW_HOME", stacklevel=1)
     home = Path(tempfile.mkdtemp(prefix="runner-airflow-home-"))
@@ -56,7 +59,7 @@ def _configure_airflow_environment() -> Path:
     os.environ.update(
         {
             "AIRFLOW_HOME": str(home),
-            "RUNNER_TEST_AIRFLOW_HOME": str(home),
+            marker: str(home),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_FOLDER": str(TEST_DAGS),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",

@@ -7,6 +7,7 @@ retries with a real sandbox.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import stat
@@ -46,10 +47,12 @@ def host(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def sock(workspace: Path) -> Iterator[None]:
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(str(workspace / "input.csv"))
-    yield
-    server.close()
+    # Bound by a relative name: a socket's path is limited to 108 bytes, and pytest-xdist's
+    # temporary directories are deeper than that.
+    with socket.socket(socket.AF_UNIX) as server:
+        with contextlib.chdir(workspace):
+            server.bind("input.csv")
+        yield
 
 
 def test_copies_a_new_file_and_leaves_an_identical_one_alone(source: Path, workspace: Path) -> None:
