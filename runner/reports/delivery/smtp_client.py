@@ -110,7 +110,9 @@ def conversation(
         with client:
             yield client
     except (OSError, smtplib.SMTPException) as error:
-        if watchdog.expired:
+        # A socket operation's own timeout is the same deadline seen from this thread: the
+        # watchdog's timer may not have run yet on a loaded machine.
+        if watchdog.expired or isinstance(error, TimeoutError):
             raise ConversationExpired(f"no complete answer within {timeout:g} s (timeout_seconds)") from error
         raise
     finally:
