@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import json
 import os
 import socket
@@ -40,16 +39,11 @@ from runner.batch.journal_sql import JournalLayout, SqlJournal, open_tables
 from runner.errors import JournalLockLost, RunnerError, UsageError
 from runner.store.database import Database
 from runner.store.postgres import PostgresDatabase
-from runner.store.schema import Schema
+from runner.store.session_lock import Retaken, SessionLock, who
 
-HOLDERS = Schema("""
-CREATE TABLE IF NOT EXISTS journal_holders (
-  journal TEXT PRIMARY KEY,
-  holder TEXT NOT NULL,
-  acquired_at TEXT NOT NULL
-)
-""")
-"""Who holds each journal in a PostgreSQL store (the lock itself is the advisory lock)."""
+LOCK = SessionLock(table="journal_holders", column="journal", namespace="runner journal")
+"""Each journal's lock: the advisory lock, and who holds it in ``journal_holders``."""
+HOLDERS = LOCK.schema
 
 
 def layout(name: str) -> JournalLayout:
@@ -97,9 +91,7 @@ class PostgresJournal(SqlJournal):
             # connection the session's end releases it; a journal whose lock was lost keeps the
             # other holder's row (only this process's own row is deleted).
             with contextlib.suppress(psycopg.Error, RunnerError):
-                self._postgres.execute("DELETE FROM journal_holders WHERE journal = ? AND holder = ?", (self.name, self.holder),
-                                       idempotent=True)  # fmt: skip
-                self._postgres.execute("SELECT pg_advisory_unlock(?)", (lock_key(self.name),))
+                LOCK.release(self._postgres, self.name, self.holder)
             self._postgres.close()
 
 
@@ -117,41 +109,28 @@ def journal_exists(url: str, name: str) -> bool:
 
 def lock_key(name: str) -> int:
     """The advisory lock of journal ``name``: 64 bits of a SHA-256 (the same on every worker)."""
-    return int.from_bytes(hashlib.sha256(f"runner journal:{name}".encode()).digest()[:8], "big", signed=True)
+    return LOCK.key(name)
 
 
 def _lock(database: Database, name: str, holder: str) -> None:
     """Take journal ``name``'s lock and write this process's row (:class:`UsageError` naming the holder)."""
-    key = lock_key(name)
-    if not _try_lock(database, key):
+    if not LOCK.take(database, name, holder, dt.datetime.now(dt.UTC).isoformat()):
         raise UsageError(
-            f"journal {name} in {database.where}: another batch process is using this journal{_holder(database, key)}; "
-            "wait for it to end"
+            f"journal {name} in {database.where}: another batch process is using this journal"
+            f"{LOCK.session(database, name)}; wait for it to end"
         )
-    database.execute(
-        "INSERT INTO journal_holders (journal, holder, acquired_at) VALUES (?, ?, ?)"
-        " ON CONFLICT (journal) DO UPDATE SET holder = excluded.holder, acquired_at = excluded.acquired_at",
-        (name, holder, dt.datetime.now(dt.UTC).isoformat()),
-    )
 
 
 def _lock_again(database: Database, name: str, holder: str) -> None:
     """After a dropped connection: the lock again, if nobody held the journal in between;
     else :class:`JournalLockLost` (the new session keeps nothing: the caller drops it)."""
-    key = lock_key(name)
-    if not _try_lock(database, key):
-        raise JournalLockLost(_lost(name, database.where, f"another batch process took this journal{_holder(database, key)} "
-                                    "and holds it now"))  # fmt: skip
-    found = database.row("SELECT holder FROM journal_holders WHERE journal = ?", (name,))
-    if found is None or found["holder"] != holder:
-        database.row("SELECT pg_advisory_unlock(?) AS released", (key,))
-        who = _who(found["holder"]) if found else ""
-        raise JournalLockLost(_lost(name, database.where, f"another batch process{who} took this journal meanwhile and has ended"))
-
-
-def _try_lock(database: Database, key: int) -> bool:
-    taken = database.row("SELECT pg_try_advisory_lock(?) AS taken", (key,))
-    return taken is not None and bool(taken["taken"])
+    retaken = LOCK.take_again(database, name, holder)
+    if retaken is Retaken.HELD_BY_ANOTHER:
+        raise JournalLockLost(_lost(name, database.where, f"another batch process took this journal"
+                                    f"{LOCK.session(database, name)} and holds it now"))  # fmt: skip
+    if retaken is Retaken.HELD_MEANWHILE:
+        other = who(LOCK.holder(database, name))
+        raise JournalLockLost(_lost(name, database.where, f"another batch process{other} took this journal meanwhile and has ended"))
 
 
 def _lost(name: str, where: str, what: str) -> str:
@@ -161,27 +140,3 @@ def _lost(name: str, where: str, what: str) -> str:
         "recorded by two batches; the rows it completed are kept in the journal. Run the same command again once "
         "the other batch has ended: it resumes what is left"
     )
-
-
-def _who(holder: str | None) -> str:
-    """`` (pid 12, host h)`` from a holder row, or nothing."""
-    with contextlib.suppress(ValueError, TypeError, AttributeError):
-        found = json.loads(holder or "")
-        known = [f"{key} {found[key]}" for key in ("pid", "host") if found.get(key) is not None]
-        return f" ({', '.join(known)})" if known else ""
-    return ""
-
-
-def _holder(database: Database, key: int) -> str:
-    """`` (session 1234, 'runner batch host pid 99' from 10.0.0.7)``, or nothing if it cannot be seen."""
-    high, low = (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF  # how pg_locks shows a bigint advisory key
-    found = database.row(
-        "SELECT a.pid, a.application_name, a.client_addr::text AS client FROM pg_locks l"
-        " JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted"
-        " AND l.classid::bigint = ? AND l.objid::bigint = ? AND l.objsubid = 1 LIMIT 1",
-        (high, low),
-    )
-    if found is None:
-        return ""
-    client = f" from {found['client']}" if found.get("client") else ""
-    return f" (session {found['pid']}, {found['application_name']!r}{client})"

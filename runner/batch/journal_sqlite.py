@@ -16,16 +16,14 @@ The connection is used only from the event loop thread; each write is a small tr
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from runner.batch.journal import SCHEMA_VERSION
 from runner.batch.journal_sql import JournalLayout, SqlJournal, open_tables
-from runner.errors import UsageError
 from runner.store.database import SqliteDatabase
+from runner.store.file_lock import held_lock_file
 
 LAYOUT = JournalLayout(rows="rows", meta="batch")
 """An SQLite journal is a file of its own: its tables hold one journal."""
@@ -83,16 +81,5 @@ def _meta_of(path: Path) -> dict[str, str]:
 
 
 def _lock(path: Path) -> int:
-    try:  # O_NOFOLLOW: a planted link must not make us create (or lock) a file elsewhere
-        fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    except OSError as error:
-        if error.errno != errno.ELOOP:
-            raise
-        raise UsageError(f"{path}.lock (the batch journal's lock) is a symbolic link, which the runner does not follow; "
-                         "remove it (the runner makes its own)") from None  # fmt: skip
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise UsageError(f"{path}: another batch process is using this journal; wait for it to end") from None
-    return fd
+    busy = f"{path}: another batch process is using this journal; wait for it to end"
+    return held_lock_file(Path(f"{path}.lock"), "the batch journal's lock", lambda fd: busy)

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import errno
-import fcntl
 import json
 import os
 import tempfile
@@ -46,6 +44,7 @@ from runner.batch.records import BatchRecords
 from runner.errors import UsageError
 from runner.files import replacing
 from runner.locations import Location, location, upload_file
+from runner.store.file_lock import held_lock_file
 
 COLUMNS = ("id", "row", "status", "output", "cost_usd", "tokens", "error", "error_kind", "attempts", "run_id", "fingerprint",
            "warnings")
@@ -110,25 +109,7 @@ def exclusive_output(path: Location, holder: Mapping[str, Any], *, store_url: st
 
 def _open_lock(lock_path: Path, path: Path) -> int:
     """The lock file's descriptor, locked (:class:`UsageError` naming the holder if it is busy)."""
-    # O_NOFOLLOW: a planted symlink must not make us truncate a file elsewhere.
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError as error:
-        if error.errno != errno.ELOOP:
-            raise
-        raise UsageError(f"{lock_path} (the output's lock) is a symbolic link, which the runner does not follow; "
-                         "remove it (the runner makes its own)") from None  # fmt: skip
-    if os.fstat(fd).st_nlink > 1:  # a planted hard link: the truncate and write below would reach its other name
-        os.close(fd)
-        raise UsageError(f"{lock_path} (the output's lock) is a hard link to another file, which the runner would "
-                         "overwrite; remove it (the runner makes its own)")  # fmt: skip
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        message = _busy_message(path, fd)
-        os.close(fd)
-        raise UsageError(message) from None
-    return fd
+    return held_lock_file(lock_path, "the output's lock", lambda fd: _busy_message(path, fd), mode=0o644)
 
 
 def _same_file(lock_path: Path, fd: int) -> bool:

@@ -14,7 +14,6 @@ Otherwise (another batch holds it now, or held it meanwhile) the lock is lost:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import socket
@@ -23,16 +22,12 @@ from typing import Any
 
 from runner.errors import OutputLockLost, UsageError
 from runner.store.database import Database
-from runner.store.schema import Schema
+from runner.store.session_lock import Retaken, SessionLock, who
 
-SCHEMA = Schema("""
-CREATE TABLE IF NOT EXISTS output_locks (
-  target TEXT PRIMARY KEY,
-  holder TEXT NOT NULL,
-  acquired_at TEXT NOT NULL
-)
-""")
-"""Who holds each output's lock in a PostgreSQL store (the lock itself is the advisory lock)."""
+LOCK = SessionLock(table="output_locks", column="target", namespace="runner output")
+"""Each output's lock: the advisory lock, and who holds it in ``output_locks``."""
+SCHEMA = LOCK.schema
+_HOLDER_KEYS = ("pid", "host", "task", "input")
 
 
 @contextlib.contextmanager
@@ -41,89 +36,51 @@ def store_lock(target: str, record: dict[str, Any], url: str, now: str) -> Itera
     holder if another batch holds it); yields the lock's own connection, for :func:`verify`."""
     from runner.store.postgres import PostgresDatabase
 
+    holder = json.dumps(record)
     db = PostgresDatabase(url, application_name=f"runner output lock {socket.gethostname()} pid {os.getpid()}"[:63])
     try:
         db.create(SCHEMA)
-        db.atomic(lambda unit: _take(unit, target, record, now))  # a drop half way takes it again, whole
-        db.on_reconnect(lambda again: _take_again(again, target, record))
+        db.atomic(lambda unit: _take(unit, target, holder, now))  # a drop half way takes it again, whole
+        db.on_reconnect(lambda again: _take_again(again, target, holder))
         yield db
     finally:
         with contextlib.suppress(Exception):  # the session's end releases it anyway
-            db.execute("DELETE FROM output_locks WHERE target = ? AND holder = ?", (target, json.dumps(record)), idempotent=True)
-            db.execute("SELECT pg_advisory_unlock(?)", (lock_key(target),))
+            LOCK.release(db, target, holder)
         db.close()
 
 
 def verify(db: Database, target: str, record: dict[str, Any]) -> None:
     """:class:`OutputLockLost` unless this session holds ``target``'s advisory lock and the row
     names ``record``. A dropped connection is reconnected first (taking the lock again, or not)."""
-    high, low = _halves(lock_key(target))
-    found = db.row(
-        "SELECT (SELECT holder FROM output_locks WHERE target = ?) AS holder, EXISTS (SELECT 1 FROM pg_locks"
-        " WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid() AND classid::bigint = ?"
-        " AND objid::bigint = ? AND objsubid = 1) AS held",
-        (target, high, low),
-    )
-    if found is None or not found["held"]:
+    if not LOCK.held_here(db, target):
         raise OutputLockLost(f"{target}: this batch's session no longer holds the output's lock in the store {db.where}")
-    if found["holder"] != json.dumps(record):
+    holder = LOCK.holder(db, target)
+    if holder != json.dumps(record):
         raise OutputLockLost(f"{target}: the store {db.where} records another holder of the output's lock"
-                             f"{_who(found['holder'])}")
+                             f"{who(holder, _HOLDER_KEYS)}")
 
 
 def lock_key(target: str) -> int:
     """The advisory lock of an output: 64 bits of a SHA-256 of its URL, the same on every worker."""
-    return int.from_bytes(hashlib.sha256(f"runner output:{target}".encode()).digest()[:8], "big", signed=True)
+    return LOCK.key(target)
 
 
-def _take(db: Database, target: str, record: dict[str, Any], now: str) -> None:
+def _take(db: Database, target: str, holder: str, now: str) -> None:
     from runner.batch.output_holder import busy_message
 
-    if not _try_lock(db, target):
-        found = db.row("SELECT holder FROM output_locks WHERE target = ?", (target,))
-        holder = json.loads(found["holder"]) if found else {}
-        raise UsageError(busy_message(target, holder, f" (its lock is in the store {db.where})"))
-    db.execute(
-        "INSERT INTO output_locks (target, holder, acquired_at) VALUES (?, ?, ?)"
-        " ON CONFLICT (target) DO UPDATE SET holder = excluded.holder, acquired_at = excluded.acquired_at",
-        (target, json.dumps(record), now),
-    )
+    if not LOCK.take(db, target, holder, now):
+        found = LOCK.holder(db, target)
+        raise UsageError(busy_message(target, json.loads(found) if found else {}, f" (its lock is in the store {db.where})"))
 
 
-def _take_again(db: Database, target: str, record: dict[str, Any]) -> None:
+def _take_again(db: Database, target: str, holder: str) -> None:
     """After a dropped connection: the lock again, if nobody held the output in between."""
-    if not _try_lock(db, target):
-        found = db.row("SELECT holder FROM output_locks WHERE target = ?", (target,))
-        raise OutputLockLost(_taken(target, found["holder"] if found else None, db.where))
-    found = db.row("SELECT holder FROM output_locks WHERE target = ?", (target,))
-    if found is None or found["holder"] != json.dumps(record):
-        db.row("SELECT pg_advisory_unlock(?) AS released", (lock_key(target),))
-        raise OutputLockLost(_taken(target, found["holder"] if found else None, db.where))
-
-
-def _try_lock(db: Database, target: str) -> bool:
-    taken = db.row("SELECT pg_try_advisory_lock(?) AS taken", (lock_key(target),))
-    return taken is not None and bool(taken["taken"])
-
-
-def _taken(target: str, holder: str | None, where: str) -> str:
-    """Why the lock is lost: who holds it now, or that someone held it and has let it go."""
-    now = f"another batch{_who(holder)} holds it now" if holder else "another batch held it meanwhile and has ended"
-    return (
-        f"{target}: this batch's session in the store {where} was ended (terminated, or the connection dropped), "
+    retaken = LOCK.take_again(db, target, holder)
+    if retaken is Retaken.HELD_AGAIN:
+        return
+    other = LOCK.holder(db, target)
+    now = f"another batch{who(other, _HOLDER_KEYS)} holds it now" if other else "another batch held it meanwhile and has ended"
+    raise OutputLockLost(
+        f"{target}: this batch's session in the store {db.where} was ended (terminated, or the connection dropped), "
         f"which released the output's lock, and {now}"
     )
-
-
-def _who(holder: str | None) -> str:
-    """`` (pid 12, host h, task t, input i)`` from a row's holder, or nothing."""
-    with contextlib.suppress(ValueError, TypeError, AttributeError):
-        found = json.loads(holder or "")
-        known = [f"{key} {found[key]}" for key in ("pid", "host", "task", "input") if found.get(key) is not None]
-        return f" ({', '.join(known)})" if known else ""
-    return ""
-
-
-def _halves(key: int) -> tuple[int, int]:
-    """How ``pg_locks`` shows a bigint advisory key: its high and low 32 bits as ``classid``, ``objid``."""
-    return (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF

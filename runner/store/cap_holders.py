@@ -15,7 +15,6 @@ holder is alive is asked of something that dies with it, so the answer needs no 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import uuid
@@ -25,6 +24,7 @@ from typing import Any
 from runner.processes import process_alive, process_start
 from runner.store.database import Database
 from runner.store.schema import Schema
+from runner.store.session_lock import advisory_key
 
 SCHEMA = Schema("""
 CREATE TABLE IF NOT EXISTS cap_holders (
@@ -80,8 +80,8 @@ def dead(db: Database, holders: set[str]) -> dict[str, str]:
 
 
 def lock_key(holder: str) -> int:
-    """The advisory lock of ``holder``: 64 bits of a SHA-256, the same on every worker."""
-    return int.from_bytes(hashlib.sha256(f"runner cap holder:{holder}".encode()).digest()[:8], "big", signed=True)
+    """The advisory lock of ``holder``: the same on every worker."""
+    return advisory_key("runner cap holder", holder)
 
 
 def _locks_held(db: Database, holders: list[str]) -> set[str]:
