@@ -14,6 +14,7 @@ decoded and the secret replaced.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -54,12 +55,18 @@ def encoded_forms(secret: str) -> list[tuple[str, str]]:
     return list(unique)
 
 
-def text_forms(secrets: Iterable[str | None]) -> list[str]:
+def text_forms(secrets: Iterable[str | None]) -> tuple[str, ...]:
     """Every text form of each secret long enough to look for (verbatim, then encoded),
     longest first, so a longer form is replaced before a shorter one inside it."""
-    listed = {s for s in secrets if s and len(s) >= _MIN_SECRET_LENGTH}
+    return _forms_of(frozenset(s for s in secrets if s and len(s) >= _MIN_SECRET_LENGTH))
+
+
+@functools.lru_cache(maxsize=64)
+def _forms_of(listed: frozenset[str]) -> tuple[str, ...]:
+    """:func:`text_forms` of a set of secrets: a run redacts with the same few keys at every
+    call, so their encodings are worked out once, not per record."""
     forms = {form for secret in listed for form in (secret, *(text for _, text in encoded_forms(secret)))}
-    return sorted(forms, key=len, reverse=True)
+    return tuple(sorted(forms, key=len, reverse=True))
 
 
 def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
