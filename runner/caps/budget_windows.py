@@ -56,7 +56,7 @@ class BudgetWindow(SharedBudget):
     """Told when a settlement here takes the window past one of ``spec.warn_at``."""
     _opened: set[str] = field(default_factory=set, repr=False)
     _keys: dict[str, str] = field(default_factory=dict, repr=False)
-    _window: Window | None = field(default=None, repr=False)  # the window of the latest reservation
+    _windows: dict[str, Window] = field(default_factory=dict, repr=False)  # each window reserved in, by key
 
     def current(self) -> Window:
         return window_at(self.spec, self.clock())
@@ -66,7 +66,8 @@ class BudgetWindow(SharedBudget):
         if window.key not in self._opened:
             self.opener(window.key, self.caps)
             self._opened.add(window.key)
-        self.key, self.scope, self._window = window.key, describe(self.spec, window), window
+        self.key, self.scope = window.key, describe(self.spec, window)
+        self._windows[window.key] = window
         return window.key
 
     def _hold(self, held: Reservation) -> None:
@@ -169,8 +170,8 @@ class BudgetWindow(SharedBudget):
 
     def _reopens(self, key: str) -> datetime | None:
         """When the window ``key`` ends (its next one opens), in the budget's time zone."""
-        window = self._window
-        return window.end if window is not None and window.key == key else None
+        window = self._windows.get(key)
+        return window.end if window is not None else None
 
 
 def describe(spec: BudgetSpec, window: Window) -> str:
