@@ -12,12 +12,20 @@ Endpoint behaviours:
   hang       the endpoint never answers; a 3 s wall-clock cap must end the batch (its wall time is shown)
   crash      honest, but the batch is killed with kill -9 while calls are in flight, then resumed
 
-Targets: <= 1.00 for every honest, max_tokens, crash and hang cell. Over-reporting cells may
+One more row, ``budget``: a daily budget (``kind: Budget``) shared on one PostgreSQL store by two
+``runner run`` processes (an agent that keeps calling the calculator) and the two shards of a
+fan-out (each a process running what the Airflow shard task runs, at concurrency 32), all
+started at once; the ratio is billed / the budget's limit. PostgreSQL: ``--store-url``
+(``$RUNNER_STORE_URL``), else a private cluster (``initdb``, as the tests make one); without
+PostgreSQL the row says so.
+
+Targets: <= 1.00 for every honest, max_tokens, crash, hang and budget cell. Over-reporting cells may
 pass the cap, by at most what the calls in flight when the first excess was seen reported;
 the batch report flags it. The worst honest cell is printed last.
 
     .venv/bin/python bench/caps_overshoot.py            # the full grid (about 5 minutes on 2 cores)
     .venv/bin/python bench/caps_overshoot.py --quick    # concurrency 1 and 32, two contents
+    .venv/bin/python bench/caps_overshoot.py --only-budget [--store-url postgresql://...]
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from pathlib import Path
 from runner.config.prices import cost_usd, default_prices, find_price
 from runner.model.server import ScriptedServer
 
+REPO = Path(__file__).resolve().parents[1]
 MODEL = "gpt-4o-mini"
 MAX_TOKENS = 100
 CAP_USD = 0.002
@@ -122,6 +131,7 @@ def command(root: Path, concurrency: int, behaviour: str) -> list[str]:
 def env_for(server: ScriptedServer) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
     env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-bench-caps-0001")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))  # this checkout's runner
     return env
 
 
@@ -173,13 +183,20 @@ def _flagged(root: Path) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="concurrency 1 and 32, english and digits only")
+    parser.add_argument("--only-budget", action="store_true", help="only the budget row")
+    parser.add_argument("--store-url", default=os.environ.get("RUNNER_STORE_URL"), help="PostgreSQL, for the budget row")
     args = parser.parse_args()
     concurrencies = (1, 32) if args.quick else (1, 32, 128)
     contents = ("english", "digits") if args.quick else tuple(CONTENTS)
-    behaviours = ("honest", "max_tokens", "over", "hang", "crash")
+    behaviours = () if args.only_budget else ("honest", "max_tokens", "over", "hang", "crash")
     print(f"{'behaviour':<11} {'content':<8} {'conc':>4}  {'ratio':>6}  note", flush=True)
     worst_honest: tuple[float, str] = (0.0, "")
     worst_over: tuple[float, str] = (0.0, "")
+    budget = shared_budget_row(args.store_url)
+    if budget is not None:
+        ratio, note = budget
+        print(f"{'budget':<11} {'digits':<8} {32:>4}  {ratio:6.2f}  {note}", flush=True)
+        worst_honest = max(worst_honest, (ratio, "budget/digits/c32"))
     for behaviour in behaviours:
         for content in contents:
             for concurrency in concurrencies:
@@ -190,8 +207,125 @@ def main() -> None:
                     worst_over = max(worst_over, (ratio, name))
                 else:
                     worst_honest = max(worst_honest, (ratio, name))
-    print(f"\nworst over-reporting cell: {worst_over[1]} ratio {worst_over[0]:.2f} (bounded by calls in flight; flagged)")
-    print(f"worst honest, crash or hang cell: {worst_honest[1]} ratio {worst_honest[0]:.2f} (target <= 1.00)")
+    if worst_over[1]:
+        print(f"\nworst over-reporting cell: {worst_over[1]} ratio {worst_over[0]:.2f} (bounded by calls in flight; flagged)")
+    print(f"worst honest, crash, hang or budget cell: {worst_honest[1]} ratio {worst_honest[0]:.2f} (target <= 1.00)")
+
+
+# --- the budget row: runs and fan-out shards under one daily budget on PostgreSQL ---------------
+
+BUDGET_USD = 0.02
+BUDGET = f"""\
+apiVersion: runner/v1
+kind: Budget
+name: daily
+max_cost_usd: {BUDGET_USD}
+window: day
+timezone: Europe/Berlin
+"""
+ADDER = f"""\
+apiVersion: runner/v1
+kind: Agent
+name: adder
+model: {{id: {MODEL}, max_tokens: {MAX_TOKENS}}}
+system_prompt: You add numbers with the calculator.
+tools: [calculator]
+stuck: {{max_repeats: 100}}
+---
+apiVersion: runner/v1
+kind: Task
+name: add
+inputs:
+  data: {{type: string}}
+agent: adder
+goal: "Add up these figures: {{{{ inputs.data }}}}"
+"""
+ADDER_CALLS = 400
+SHARD = """\
+import json, sys
+from pathlib import Path
+from runner.airflow.execution import run_batch_for_airflow
+from runner.airflow.options import FanoutOptions
+from runner.airflow.plan import FanoutPlan, count_input_rows, plan_shards
+
+root, index, store_url, base_url = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+options = FanoutOptions.from_mapping({"id_column": "id", "concurrency": 32})
+plan = FanoutPlan("read", root, root / "rows.jsonl", root / "work", options, key="bench/run/fanout", store_url=store_url)
+project, spec = plan.load()
+total, sha256 = count_input_rows(project, spec, plan)
+shard = plan_shards(total, sha256, num_shards=2, shard_size=None)[index]
+request = plan.request(shard, model_base_url=base_url, api_key="sk-bench-caps-0001")
+print(json.dumps(run_batch_for_airflow("read", root=root, request=request)))
+"""
+
+
+def budget_script() -> dict[str, object]:
+    """The fan-out's rows as in the grid (honest), and an adder that keeps calling the calculator."""
+    rules = script("honest")["rules"]
+    assert isinstance(rules, list)
+    adder = [{"when": {"system": "add numbers"}, "times": 1,
+              "reply": {"tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i} + {i * 7}"}}],
+                        "latency_seconds": 0.05}} for i in range(ADDER_CALLS)]  # fmt: skip
+    return {"tokenizer": "o200k_base", "rules": [*adder, *rules], "fallback": "Done."}
+
+
+def shared_budget_row(store_url: str | None) -> tuple[float, str] | None:
+    """(billed / limit, note) of the budget row; ``None`` (after saying why) without PostgreSQL."""
+    cluster = None
+    if store_url is None:
+        sys.path.insert(0, str(REPO))
+        from tests.postgres import Cluster
+
+        try:
+            cluster = Cluster()
+        except (OSError, subprocess.CalledProcessError) as exc:
+            print(f"{'budget':<11} {'digits':<8} {32:>4}  {'-':>6}  skipped: no PostgreSQL ({exc})", flush=True)
+            return None
+        store_url = _fresh_database(cluster.admin_url)
+    try:
+        return _budget_cell(store_url)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+
+
+def _fresh_database(admin_url: str) -> str:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute("CREATE DATABASE bench_budget")
+    head, sep, query = admin_url.partition("?")
+    return f"{head.rsplit('/', 1)[0]}/bench_budget{sep}{query}"
+
+
+def _budget_cell(store_url: str) -> tuple[float, str]:
+    with tempfile.TemporaryDirectory() as tmp, ScriptedServer(budget_script()) as server:
+        root = project(Path(tmp), "digits", 200)
+        (root / "agents.d/adder.yaml").write_text(ADDER)
+        (root / "budgets.d").mkdir()
+        (root / "budgets.d/daily.yaml").write_text(BUDGET)
+        env = {**env_for(server), "RUNNER_STORE_URL": store_url}
+        figures = ",".join(str(i % 10) for i in range(1500))
+        run = [sys.executable, "-m", "runner", "run", "add", "--input", f"data={figures}", "--no-report", "--json"]
+        shard = [sys.executable, "-c", SHARD, str(root)]
+        argvs = [run, run, [*shard, "0", store_url, server.base_url], [*shard, "1", store_url, server.base_url]]
+        logs = [(root / f"p{i}.out", root / f"p{i}.err") for i in range(len(argvs))]  # files: a full pipe would stall one
+        processes = []
+        for argv, (out, err) in zip(argvs, logs, strict=True):
+            with out.open("wb") as stdout, err.open("wb") as stderr:  # the child keeps its own copies
+                processes.append(subprocess.Popen(argv, cwd=root, env=env, stdout=stdout, stderr=stderr))
+        codes = [process.wait(timeout=600) for process in processes]
+        ended = [(code, out.read_text(), err.read_text()) for code, (out, err) in zip(codes, logs, strict=True)]
+        if codes != [3, 3, 0, 0]:
+            details = "\n".join(err[-1500:] for _, _, err in ended)
+            raise SystemExit(f"budget: exits {codes} (expected 3, 3 for the runs and 0, 0 for the shards)\n{details}")
+        shards = [json.loads(out.splitlines()[-1]) for _, out, _ in ended[2:]]
+        spent = billed(server)
+        done, not_run = sum(s["done"] for s in shards), sum(s["skipped"] for s in shards)
+        runs_spent = sum(json.loads(out.splitlines()[-1])["cost_usd"] for _, out, _ in ended[:2])
+        note = (f"billed ${spent:.5f} of a ${BUDGET_USD} daily budget; 2 runs capped (${runs_spent:.5f}), 2 shards: "
+                f"{done} rows done, {not_run} not run (budget) (${sum(s['cost_usd'] for s in shards):.5f}); PostgreSQL")  # fmt: skip
+        return spent / BUDGET_USD, note
 
 
 if __name__ == "__main__":

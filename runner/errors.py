@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -95,13 +96,14 @@ class CapReached(RunnerError):
     exit_code = EXIT_CAPPED
 
     def __init__(self, cap: str, limit: float, observed: float, scope: str = "run", *, next_call: float | None = None,
-                 held: float = 0.0, budget: str | None = None):
+                 held: float = 0.0, budget: str | None = None, reopens: datetime | None = None):
         """``observed`` is what the scope has spent; ``next_call`` (when the cap is not reached yet) the worst
         case of the call that would pass it, and ``held`` what calls in flight hold meanwhile. ``budget``
         names the budget over time (``kind: Budget``) whose window ``scope`` is, when it is one: such a
-        stop spans every run and batch until the window rolls over or the limit is raised."""
+        stop spans every run and batch until the window rolls over (``reopens``, the window's end in the
+        budget's time zone, which the message states) or the limit is raised."""
         self.cap, self.limit, self.observed, self.scope = cap, limit, observed, scope
-        self.next_call, self.held, self.budget = next_call, held, budget
+        self.next_call, self.held, self.budget, self.reopens = next_call, held, budget, reopens
         figure = cap.removeprefix("max_")
         if next_call is None:
             message = f"{scope} cap {cap}={_fmt(limit)} reached ({figure}={_fmt(observed)})"
@@ -110,6 +112,8 @@ class CapReached(RunnerError):
             in_flight = f", {_fmt(round(held, 8))} held by calls in flight" if held else ""
             message = (f"{scope} cap {cap}={_fmt(limit)}: the next call's worst case ({figure}={_fmt(next_call)}) "
                        f"would pass it by {_fmt(over)} ({figure}={_fmt(observed)} spent{in_flight})")
+        if reopens is not None:
+            message += f"; the window reopens at {reopens.isoformat()}"
         super().__init__(message)
 
 

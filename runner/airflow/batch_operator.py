@@ -337,7 +337,7 @@ class RunnerBatchOperator(BaseOperator):
         self, context: Context, batch: _Batch, step: BatchStep, waited: BatchWaitEvent | None
     ) -> dict[str, Any]:
         """Apply the status policy (see the module doc) to the batch's rows; return its manifest."""
-        from runner.airflow.failures import rows_failure
+        from runner.airflow.failures import cap_stop, rows_failure
         from runner.airflow.fanout import read_batch_report
         from runner.config.specs import CAP_NAMES
         from runner.errors import EXIT_CAPPED
@@ -359,8 +359,8 @@ class RunnerBatchOperator(BaseOperator):
         assert batch.request.report_dir is not None
         message = rows_failure(read_batch_report(batch.request.report_dir), left)
         ti = context["ti"]
-        if manifest.get("stop_kind") in CAP_NAMES:
-            message += f"; stopped: {manifest.get('stop_reason')}"
+        if manifest.get("stop_kind") in CAP_NAMES:  # a retry would only be refused again
+            message += cap_stop(manifest)
         elif left.retryable and ti.try_number <= getattr(ti, "max_tries", self.retries or 0):
             ti.xcom_push(key="manifest", value=manifest)
             raise AirflowException(

@@ -79,6 +79,15 @@ def _retryable(record: JournalRow) -> bool:
     return record.error_kind not in CAP_NAMES
 
 
+def cap_stop(batch: Mapping[str, Any] | None) -> str:
+    """``; stopped: <reason>`` when a cap stopped the batch whose manifest (or batch report's
+    ``run`` entry) is ``batch``, else empty. The reason names the cap, its limit and spend, and
+    for a budget over time when its window reopens: no retry can run those rows before then."""
+    if batch and batch.get("stop_kind") in CAP_NAMES:
+        return f"; stopped: {batch.get('stop_reason')}"
+    return ""
+
+
 def rows_failure(report: Mapping[str, Any], left: RowsLeft) -> str:
     """``3 of 40 row(s) not done: failed 2 (rate_limited: 2, e.g. T-1, T-7: ...); not run 1 (...)``.
 

@@ -33,10 +33,12 @@ Where the state lives: see :mod:`runner.airflow.store` (the PostgreSQL store) an
 Row-failure policy: a shard fails its try (and Airflow retries it) while some of its rows
 failed in a way another try may fix (a retryable error whose attempts are used up, rows not
 started); on its last try it succeeds and leaves them to the merge. Rows no retry can fix
-(invalid input, a final error such as ``auth``, a cap) never fail a shard. The merge
-writes the output and report first, then fails without retries when more than
-``max_failed_rows`` rows (default 0) are not ``done``; its message gives the counts by
-error kind, with example row ids.
+(invalid input, a final error such as ``auth``, a cap) never fail a shard, and a shard a cap
+stopped (a batch cap, or a budget over time: every try would be refused until its window
+reopens) is not retried. The merge writes the output and report first, then fails without
+retries when more than ``max_failed_rows`` rows (default 0) are not ``done``; its message
+gives the counts by error kind, with example row ids, and the cap that stopped the rows
+(for a budget, when its window reopens).
 """
 
 from __future__ import annotations
@@ -229,13 +231,14 @@ class RunnerShardOperator(_FanoutStep):
 
     def _rows_not_done(self, context: Context, shard: ShardSpec, plan: FanoutPlan, manifest: dict[str, Any]) -> None:
         """Fail this try while another may finish rows; on the last try leave them to the merge."""
-        from runner.airflow.failures import RowsLeft, rows_failure
+        from runner.airflow.failures import RowsLeft, cap_stop, rows_failure
 
         left = RowsLeft(shard.rows, manifest["done"], manifest["failed"], manifest["invalid"], manifest["skipped"],
                         manifest["retryable"])  # fmt: skip
-        message = f"{shard.describe()}: " + rows_failure(read_batch_report(plan.report_dir(shard)), left)
+        stopped = cap_stop(manifest)  # a cap (a budget over time too) refuses another try alike
+        message = f"{shard.describe()}: " + rows_failure(read_batch_report(plan.report_dir(shard)), left) + stopped
         ti = context["ti"]
-        if left.retryable and ti.try_number <= getattr(ti, "max_tries", self.retries or 0):
+        if left.retryable and not stopped and ti.try_number <= getattr(ti, "max_tries", self.retries or 0):
             ti.xcom_push(key="manifest", value=manifest)
             raise AirflowException(
                 f"{message}. {left.retryable} of them may succeed on another try: the retry resumes this shard "
@@ -277,7 +280,7 @@ class RunnerMergeOperator(_FanoutStep):
         self.max_failed_rows = max_failed_rows
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from runner.airflow.failures import rows_failure
+        from runner.airflow.failures import cap_stop, rows_failure
         from runner.airflow.merge import ShardOutputMissing, merge_fanout
 
         with fail_without_retry("runner batch fan-out merge"):
@@ -303,7 +306,8 @@ class RunnerMergeOperator(_FanoutStep):
         if left.not_done > allowed:
             context["ti"].xcom_push(key="manifest", value=manifest)
             raise AirflowFailException(
-                f"{rows_failure(report, left)}. That is more than max_failed_rows={allowed}; every row is in "
+                f"{rows_failure(report, left)}{cap_stop(report.get('run'))}. That is more than "
+                f"max_failed_rows={allowed}; every row is in "
                 f"{manifest['output_path']} and the report {manifest['report_path']}"
             )
         annotate_outlets(context, self.outlets, manifest)

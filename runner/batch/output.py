@@ -2,10 +2,12 @@
 
 Columns: ``id``, ``row``, ``status``, ``output``, ``cost_usd``, ``tokens``, ``error``,
 ``error_kind``, ``attempts``, ``run_id``, ``fingerprint`` (the configuration the answer was made
-under: :mod:`runner.batch.fingerprint`), ``warnings``, and with ``--keep-columns`` the input's
-columns (``input``). In JSONL ``output``, ``input`` and ``warnings`` are JSON values; in CSV and
-Parquet an answer that is an object gets a column per field (``output.category``; a nested value
-as JSON text), kept columns are ``input.<name>``, and ``warnings`` is JSON text (see :class:`FlatLayout`). ``cost_usd`` and ``tokens`` add up
+under: :mod:`runner.batch.fingerprint`), ``warnings``, ``degraded`` (the steps whose calls went to
+a fallback model under a budget's ``on_exceed: degrade``: :class:`~runner.core.degradation.Degradation`),
+and with ``--keep-columns`` the input's columns (``input``). In JSONL ``output``, ``input``,
+``warnings`` and ``degraded`` are JSON values; in CSV and Parquet an answer that is an object gets
+a column per field (``output.category``; a nested value as JSON text), kept columns are
+``input.<name>``, and ``warnings`` and ``degraded`` are JSON text, empty when there are none (see :class:`FlatLayout`). ``cost_usd`` and ``tokens`` add up
 every attempt of the row; ``warnings`` says when that spend is partly an estimate (calls a
 crash left in flight, counted at their worst case) or when the endpoint reported more than
 was reserved.
@@ -47,7 +49,7 @@ from runner.locations import Location, location, upload_file
 from runner.store.file_lock import held_lock_file
 
 COLUMNS = ("id", "row", "status", "output", "cost_usd", "tokens", "error", "error_kind", "attempts", "run_id", "fingerprint",
-           "warnings")
+           "warnings", "degraded")
 OUTPUT_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 if TYPE_CHECKING:
     from runner.batch.output_lock import OutputHold
@@ -234,6 +236,7 @@ def output_record(record: JournalRow, fingerprint: str | None = None, kept: dict
         "run_id": record.run_id,
         "fingerprint": made_under[:12] if made_under and record.attempts else None,
         "warnings": list(record.warnings),
+        "degraded": [d.as_dict() for d in record.degraded],
     }
     if kept is not None:
         found["input"] = kept
@@ -295,7 +298,7 @@ def _write_parquet(records: Records, path: Path, batch_rows: int = 5000) -> int:
 
 _KINDS = {"id": "text", "row": "int", "status": "text", "output": "text", "cost_usd": "float", "tokens": "int",
           "error": "text", "error_kind": "text", "attempts": "int", "run_id": "text", "fingerprint": "text",
-          "warnings": "text"}  # fmt: skip
+          "warnings": "text", "degraded": "text"}  # fmt: skip
 
 
 @dataclass
@@ -329,11 +332,12 @@ class FlatLayout:
         return cls(columns, {c: kinds.get(c) or "text" for c in columns})
 
     def flat(self, record: dict[str, Any]) -> dict[str, Any]:
-        output, warnings = record["output"], record["warnings"]
+        output, warnings, degraded = record["output"], record["warnings"], record["degraded"]
         cells: dict[str, Any] = {
             **record,
             "output": None if output is None else _text(output),
             "warnings": json.dumps(warnings, ensure_ascii=False) if warnings else None,
+            "degraded": json.dumps(degraded, ensure_ascii=False) if degraded else None,
         }
         if isinstance(output, dict):
             cells.update({f"output.{k}": v for k, v in output.items()})

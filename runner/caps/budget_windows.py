@@ -56,6 +56,7 @@ class BudgetWindow(SharedBudget):
     """Told when a settlement here takes the window past one of ``spec.warn_at``."""
     _opened: set[str] = field(default_factory=set, repr=False)
     _keys: dict[str, str] = field(default_factory=dict, repr=False)
+    _windows: dict[str, Window] = field(default_factory=dict, repr=False)  # each window reserved in, by key
 
     def current(self) -> Window:
         return window_at(self.spec, self.clock())
@@ -66,6 +67,7 @@ class BudgetWindow(SharedBudget):
             self.opener(window.key, self.caps)
             self._opened.add(window.key)
         self.key, self.scope = window.key, describe(self.spec, window)
+        self._windows[window.key] = window
         return window.key
 
     def _hold(self, held: Reservation) -> None:
@@ -154,14 +156,22 @@ class BudgetWindow(SharedBudget):
         try:
             Budget(self.caps, self.scope, spent=spent, _reserved=reserved)._check(estimate, False)
         except CapReached as refused:
-            refused.budget = self.spec.name
-            raise
+            raise CapReached(
+                refused.cap, refused.limit, refused.observed, refused.scope, next_call=refused.next_call,
+                held=refused.held, budget=self.spec.name, reopens=self._reopens(key),
+            ) from None
 
     def _refused_in(self, key: str, cap: str) -> CapReached:
         spent, _ = self.ledger.figures(key)
         limit = getattr(self.caps, cap)
         observed = round(cap_figure(cap, spent), 8)
-        return CapReached(cap, limit if limit is not None else 0, observed, self.scope, budget=self.spec.name)
+        return CapReached(cap, limit if limit is not None else 0, observed, self.scope, budget=self.spec.name,
+                          reopens=self._reopens(key))  # fmt: skip
+
+    def _reopens(self, key: str) -> datetime | None:
+        """When the window ``key`` ends (its next one opens), in the budget's time zone."""
+        window = self._windows.get(key)
+        return window.end if window is not None else None
 
 
 def describe(spec: BudgetSpec, window: Window) -> str:

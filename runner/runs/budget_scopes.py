@@ -56,6 +56,16 @@ def budget_ledger(root: Path, store_url: str | None) -> CapLedger:
         return ledger
 
 
+def close_budget_ledgers() -> None:
+    """Close this process's connections to the budgets' ledgers (a later call opens them again):
+    for a process that runs tasks in line and then drops their store, as a test does."""
+    with _LOCK:
+        ledgers = list(_LEDGERS.values())
+        _LEDGERS.clear()
+    for ledger in ledgers:
+        ledger.close()
+
+
 def check_budget_ledger(project: Project, task: TaskSpec, store_url: str | None) -> None:
     """Open the ledger now if some budget covers ``task``: a damaged or foreign one
     (:class:`~runner.errors.StoreDamaged`) stops a batch before its first row."""

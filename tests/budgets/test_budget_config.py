@@ -131,14 +131,23 @@ def test_bad_budgets_are_located_problems(tmp_path: Path, body: str, pointer: st
     assert all(p.line >= 1 for p in found)
 
 
-def test_validate_refuses_a_bad_budget_with_exit_2(tmp_path: Path) -> None:
-    root = project(tmp_path, budget("max_cost_usd: 1\nwindow: day\ntimezone: Mars/Olympus\n"))
+@pytest.mark.parametrize(
+    ("body", "where", "message"),
+    [
+        ("max_cost_usd: 1\nwindow: day\ntimezone: Mars/Olympus\n", "6:11", "unknown time zone 'Mars/Olympus'"),
+        ("max_cost_usd: -1\nwindow: day\n", "4:15", "/max_cost_usd"),
+        ("max_cost_usd: .nan\nwindow: day\n", "4:15", "finite number"),
+        ("max_cost_usd: 1\nwindow: {hours: 0}\n", "5:", "/window"),
+        ("max_cost_usd: 1\nwindow: day\nscope: {agents: [writr]}\n", "6:", "unknown agent 'writr'"),
+    ],
+    ids=["timezone", "negative", "nan", "zero-hours", "scope-name"],
+)
+def test_validate_refuses_a_bad_budget_with_exit_2(tmp_path: Path, body: str, where: str, message: str) -> None:
+    root = project(tmp_path, budget(body))
     result = run_cli(root, None, "validate")
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert (
-        "budgets.d/b0.yaml:" in result.stderr + result.stdout
-        and "unknown time zone 'Mars/Olympus'" in result.stderr + result.stdout
-    )
+    said = result.stderr + result.stdout
+    assert result.returncode == 2, said
+    assert f"budgets.d/b0.yaml:{where}" in said and message in said, said
     assert "Traceback" not in result.stderr
 
 

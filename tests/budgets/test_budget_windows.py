@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -80,6 +81,8 @@ def test_a_berlin_month_rolls_over_at_local_midnight_and_calls_in_flight_stay_in
     assert "budget 'monthly' (month window 2026-11-01T00:00:00+01:00 .. 2026-12-01T00:00:00+01:00)" in str(
         refused.value
     )
+    assert refused.value.budget == "monthly" and refused.value.reopens == datetime(2026, 12, 1, tzinfo=ZoneInfo("Europe/Berlin"))
+    assert str(refused.value).endswith("; the window reopens at 2026-12-01T00:00:00+01:00")
 
     clock.now = datetime(2026, 11, 30, 23, 0, 0, tzinfo=UTC)  # midnight of 1 December in Berlin
     december = run.reserve(Estimate(100, 50, 0.7))  # a new window: November's spend does not count
@@ -114,6 +117,7 @@ def test_a_token_budget_counts_prompt_and_completion_tokens(ledger: CapLedger) -
     with pytest.raises(CapReached) as refused:
         run.reserve(Estimate(400, 100, 0.0))
     assert refused.value.cap == "max_tokens" and refused.value.observed == 800
+    assert str(refused.value).endswith("; the window reopens at 2026-12-03T00:00:00+00:00")  # a 24-hour bucket, in UTC
     run.check_can_start()  # 800 of 1000: a row may still start
 
 

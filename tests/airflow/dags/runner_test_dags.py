@@ -147,3 +147,25 @@ with DAG(
 ) as report_asset_dag:
     # a task whose report folder is an Asset: its event carries the run's manifest
     RunnerTaskOperator(task_id="classify", task="classify", inputs={"text": "x"}, outlets=[CLASSIFY_REPORTS])
+
+with DAG(
+    dag_id="runner_test_budget_stop",
+    schedule=None,
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
+    catchup=False,
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=0)},
+) as budget_stop_dag:
+    # A budget over time (budgets.d/) the test writes stops the run: one try, not three.
+    RunnerTaskOperator(task_id="classify", task="classify", inputs={"text": "x"})
+
+with DAG(
+    dag_id="runner_test_fanout_budget",
+    schedule=None,
+    start_date=datetime(2024, 1, 1, tzinfo=UTC),
+    catchup=False,
+    params={"input_path": ""},
+    default_args={"retry_delay": timedelta(seconds=0)},
+) as fanout_budget_dag:
+    # Two shards at concurrency 32 under one daily budget, shared with `runner run` processes.
+    batch_fanout(task="classify", input_path="{{ params.input_path }}", num_shards=2, concurrency=32, retries=2,
+                 id_column="id")  # fmt: skip
