@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import uuid
 import zipfile
@@ -111,6 +112,22 @@ def test_pdfs_pypdf_fails_on_are_named_and_the_rest_indexed(tmp_path: Path) -> N
     assert "no extractable text in 1 page(s)" in found["docs/notext.pdf"]
     assert "2 added" in out  # good.md and fine.pdf
 
+
+
+def test_pdfs_with_a_damaged_xref_table_are_repaired_or_named(tmp_path: Path) -> None:
+    root = project(tmp_path / "p")
+    write_pdf(tmp_path / "fine.pdf", ["Warranty: hardware is covered for 24 months."])
+    good = (tmp_path / "fine.pdf").read_bytes()
+    docs = root / "docs"
+    (docs / "far.pdf").write_bytes(re.sub(rb"startxref\n\d+", b"startxref\n999999", good))  # points past the end
+    (docs / "shifted.pdf").write_bytes(re.sub(rb"(\d{10}) 00000 n", lambda m: b"%010d 00000 n" % (int(m[1]) + 7), good))
+    (docs / "looped.pdf").write_bytes(good.replace(b"trailer\n<<", b"trailer\n<< /Prev 0", 1))  # an xref chain into itself
+    (docs / "cut.pdf").write_bytes(good[: good.index(b"xref")] + b"xref\n0 9\n0000000000 65535 f \n00000")
+    code, out, err = index(root)
+    assert code == 1
+    [problem] = errors(err)
+    assert problem.startswith("docs/cut.pdf: cut.pdf is not a readable PDF ("), problem
+    assert "4 added" in out  # good.md and the three pypdf repairs
 
 def aes_pdf(plain: Path, target: Path) -> None:
     import pypdf
