@@ -20,6 +20,7 @@ Plain text goes through it too: its chunking is the code that once hung on a hea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -80,7 +81,8 @@ class DocumentParser:
         if child is None:
             return None
         if child.returncode is None:
-            child.kill()
+            with contextlib.suppress(ProcessLookupError):  # it ended on its own just now
+                child.kill()
         return await asyncio.shield(child.wait())
 
 
