@@ -19,7 +19,7 @@ from runner.knowledge.parse_process import DocumentParser
 from runner.knowledge.parse_worker import PARENT_ENV
 from tests.knowledge.documents import BILLING_MD, write_nested_forms_pdf
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow(reason="runner starts its parser process; one parse runs to its deadline")]
 
 
 def children() -> dict[int, bytes]:
