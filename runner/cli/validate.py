@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
 from runner.cli.json_output import echo_json
 from runner.cli.terminal import safe_line
+from runner.config.data_checks import source_environment_problems
 from runner.config.project import Project, display_path, find_root, load_project
 from runner.errors import EXIT_CONFIG, EXIT_OK, Problem
 
@@ -26,10 +28,12 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], root: Path | None, fmt
     """Validate PATHS (files or directories; default: the project's agents.d, tasks.d, tools.d, evals.d).
 
     Files are checked in the context of the whole project, so references to agents and
-    tools defined elsewhere resolve. Exit 0 when valid, 2 when not (warnings do not count).
+    tools defined elsewhere resolve. A SQL source URL in a variable (url_env, an Airflow
+    connection) that a run would refuse is an error here too (its value never shown). Exit 0 when valid, 2 when not (warnings do not count).
     """
     root = (root or (find_root(paths[0]) if paths else Path.cwd())).resolve()
     project, problems = load_project(root, list(paths), use_cache=False)  # validate always checks everything
+    problems += source_environment_problems(project, os.environ)
     if check_sources and not any(p.severity == "error" for p in problems):
         problems += _source_warnings(project)
     if paths:

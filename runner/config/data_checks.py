@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from runner.config.report_options import repeated_names
-from runner.config.sql_sources import query_template_problems, source_problems
+from runner.config.sql_sources import environment_problems, query_template_problems, source_problems
 from runner.config.yamlload import Document
 from runner.errors import Problem, did_you_mean
 
@@ -28,6 +28,17 @@ SQL_TOOLS = ("load_table", "sql_query")
 def source_document_problems(project: Project) -> list[Problem]:
     """Problems of every ``kind: Source`` document."""
     return [p for name in project.sources for p in source_problems(project.document("Source", name), "", project.document("Source", name).data)]
+
+
+def source_environment_problems(project: Project, environ: Mapping[str, str]) -> list[Problem]:
+    """What a run in ``environ`` would refuse in the URLs the sources' variables hold, for every
+    ``kind: Source`` document and every task's ``sources:`` (``runner validate``)."""
+    problems = [p for name in project.sources for p in environment_problems(project.document("Source", name), "", project.document("Source", name).data, environ)]
+    for name in project.tasks:
+        doc = project.document("Task", name)
+        for source, data in (doc.data.get("sources") or {}).items():
+            problems += environment_problems(doc, f"/sources/{source}", data, environ)
+    return problems
 
 
 def task_data_problems(project: Project, task: TaskSpec, doc: Document) -> list[Problem]:

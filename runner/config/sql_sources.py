@@ -14,7 +14,7 @@ from typing import Any
 
 from runner.config.documents import Document
 from runner.errors import Problem
-from runner.tools.sql.source import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_SECONDS, SqlSource
+from runner.tools.sql.source import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_SECONDS, SqlSource, airflow_variable, unencoded_at
 
 SOURCE_KEYS = ("url", "url_env", "password_env", "airflow_conn_id")
 QUERY_ARGS = {"load_table": "query", "sql_query": "sql"}
@@ -58,6 +58,20 @@ def source_problems(doc: Document, pointer: str, data: Mapping[str, Any]) -> lis
     if isinstance(url, str):
         problems += _url_problems(doc, f"{pointer}/url", url, data)
     return problems
+
+
+def environment_problems(doc: Document, pointer: str, data: Mapping[str, Any], environ: Mapping[str, str]) -> list[Problem]:
+    """What a run would refuse in the URL a source's variable holds now (``url_env``, or the
+    variable of its ``airflow_conn_id``): an ``@`` in its user or password that is not
+    percent-encoded. Read from ``environ`` by ``runner validate`` only (a project's compiled
+    checks never depend on the environment); the value is never shown."""
+    variables = [("url_env", data.get("url_env")), ("airflow_conn_id", airflow_variable(data["airflow_conn_id"]) if data.get("airflow_conn_id") else None)]
+    return [
+        doc.problem(f"{pointer}/{key}", f"the URL in {variable} has an '@' in its user or password that is not percent-encoded "
+                    "(value hidden); write it as %40: a run refuses this URL, so no part of the password reaches a host name")
+        for key, variable in variables
+        if isinstance(variable, str) and unencoded_at(environ.get(variable, ""))
+    ]  # fmt: skip
 
 
 def _password_problems(doc: Document, pointer: str, url: str) -> list[Problem]:

@@ -13,14 +13,15 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 from runner.core.sources import Source
 from runner.errors import ConfigError, ToolFailure
-from runner.knowledge.chunking import chunk_markdown
-from runner.knowledge.convert import MAX_SOURCE_BYTES, ConversionError, Part, convert
+from runner.knowledge.convert import MAX_SOURCE_BYTES, ConversionError
+from runner.knowledge.file_chunks import ChunkSettings
+from runner.knowledge.parse_process import DocumentParser
 from runner.knowledge.source_files import source_files
 from runner.knowledge.spec import KnowledgeSpec
 from runner.knowledge.store import ChunkStore, NewChunk, StoredChunk
@@ -75,6 +76,7 @@ class _Planned:
     mtime_ns: int
     chunks: list[NewChunk]
     new: bool
+    read_from: Path | None = None  # the file to parse into ``chunks`` (its content changed)
 
 
 class KnowledgeBase:
@@ -104,6 +106,7 @@ class KnowledgeBase:
         report = RefreshReport()
         await asyncio.to_thread(self._reset_if_settings_changed)
         planned, current = await asyncio.to_thread(self._plan, report)
+        planned = await self._parse(planned, report)
         vectors = {p.path: await self._embed([_embedded_text(c) for c in p.chunks]) for p in planned} if self.embedder else {}
         await asyncio.to_thread(self._write, planned, current, vectors, report)
         report.chunks = await asyncio.to_thread(self.store.chunk_count)
@@ -173,22 +176,28 @@ class KnowledgeBase:
             if old is not None and old[0] == digest:
                 planned.append(_Planned(relative, digest, info.st_size, info.st_mtime_ns, [], new=False))
                 continue
-            try:
-                chunks = self._chunks(relative, convert(path))
-            except ConversionError as exc:
-                report.problems.append(f"{relative}: {exc}")
-                continue
-            planned.append(_Planned(relative, digest, info.st_size, info.st_mtime_ns, chunks, new=old is None))
+            planned.append(_Planned(relative, digest, info.st_size, info.st_mtime_ns, [], new=old is None, read_from=path))
         return planned, current
 
-    def _chunks(self, relative: str, parts: list[Part]) -> list[NewChunk]:
-        chunks: list[NewChunk] = []
-        for part in parts:
-            for piece in chunk_markdown(part.text, self.spec.max_chunk_chars, self.spec.overlap_chars):
-                seq = len(chunks) + 1
-                position = _position(part, piece.first_line, piece.last_line, seq)
-                chunks.append(NewChunk(relative, seq, piece.heading, position, piece.text))
-        return chunks
+    async def _parse(self, planned: list[_Planned], report: RefreshReport) -> list[_Planned]:
+        """``planned`` with the chunks of each file whose content changed, parsed in a child
+        process under the base's limits; a file that cannot be read is a problem, left out."""
+        parsed: list[_Planned] = []
+        parser = DocumentParser(ChunkSettings(self.spec.max_chunk_chars, self.spec.overlap_chars, self.spec.limits))
+        try:
+            for item in planned:
+                if item.read_from is None:
+                    parsed.append(item)
+                    continue
+                try:
+                    chunks = await parser.chunks(item.read_from, item.path)
+                except ConversionError as exc:
+                    report.problems.append(f"{item.path}: {exc}")
+                    continue
+                parsed.append(replace(item, chunks=chunks, read_from=None))
+        finally:
+            await parser.close()  # also when the refresh is cancelled: no parse outlives it
+        return parsed
 
     async def _embed(self, texts: list[str]) -> list[list[float]]:
         assert self.embedder is not None
@@ -249,11 +258,3 @@ def _vector_problem(path: str, vectors: list[list[float]] | None, dimensions: st
 
 def _embedded_text(chunk: NewChunk) -> str:
     return f"{chunk.heading}\n{chunk.text}" if chunk.heading else chunk.text
-
-
-def _position(part: Part, first: int, last: int, seq: int) -> str:
-    if part.page is not None:
-        return f"page {part.page}"
-    if part.lines_are_source:
-        return f"line {first}" if first == last else f"lines {first}-{last}"
-    return f"part {seq}"

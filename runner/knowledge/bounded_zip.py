@@ -12,8 +12,9 @@ from __future__ import annotations
 import io
 import zipfile
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
+
+from runner.knowledge.limits import ZipLimits
 
 READ_CHUNK = 64 * 1024
 TEXT_MEMBER_SUFFIXES = (".xml", ".rels")
@@ -25,15 +26,6 @@ class ZipLimitError(Exception):
 
 class ZipUnreadable(ZipLimitError):
     """The file is not a ZIP container, or a member cannot be inflated."""
-
-
-@dataclass(frozen=True)
-class ZipLimits:
-    """How much of a ZIP container is read: ``max_members`` entries, ``max_inflated_bytes``
-    of text members in all."""
-
-    max_members: int = 2_000
-    max_inflated_bytes: int = 20_000_000
 
 
 def bounded_copy(path: Path, limits: ZipLimits) -> bytes:

@@ -7,7 +7,8 @@ the ``knowledge`` extra; a missing library is a clear error naming it.
 
 The files are outside documents: every parser runs under :class:`ConversionLimits` (bytes on
 disk, bytes inflated from a DOCX's ZIP, pages, characters of text, and seconds, checked
-between pages and paragraphs), and anything a parser raises on a damaged file becomes a
+between pages and paragraphs; a knowledge base reads each file in a child process killed at
+``max_seconds``, :mod:`runner.knowledge.parse_process`), and anything a parser raises on a damaged file becomes a
 :class:`ConversionError` naming it, so one bad file never stops the others being indexed.
 A PDF that yields no text at all (scanned images, no fonts) is an error too, not an empty
 entry in the index.
@@ -18,12 +19,13 @@ from __future__ import annotations
 import importlib
 import io
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.errors import ConfigError
-from runner.knowledge.bounded_zip import ZipLimitError, ZipLimits, ZipUnreadable, bounded_copy
+from runner.knowledge.bounded_zip import ZipLimitError, ZipUnreadable, bounded_copy
+from runner.knowledge.limits import DEFAULT_LIMITS, ConversionLimits
 
 TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".text", ".rst"})
 SUPPORTED_SUFFIXES = TEXT_SUFFIXES | {".html", ".htm", ".pdf", ".docx"}
@@ -33,19 +35,6 @@ MAX_SOURCE_BYTES = 50_000_000
 
 class ConversionError(Exception):
     """A source file that cannot be read as a document (named in the message)."""
-
-
-@dataclass(frozen=True)
-class ConversionLimits:
-    """How much of one source file the parsers read, and for how long."""
-
-    max_pages: int = 5_000
-    max_chars: int = 20_000_000  # of text, over all pages or paragraphs
-    max_seconds: float = 120.0  # checked between pages and paragraphs (a parser call is not cut)
-    zip: ZipLimits = field(default_factory=ZipLimits)
-
-
-DEFAULT_LIMITS = ConversionLimits()
 
 
 class _Meter:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from runner.knowledge.limits import DEFAULT_LIMITS, ConversionLimits
+
 SearchMode = Literal["bm25", "vector", "hybrid"]
 
 
@@ -37,6 +39,7 @@ class KnowledgeSpec:
     top_k: int = 5
     mode: SearchMode | None = None  # default: hybrid with embeddings, else bm25
     embeddings: EmbeddingSpec | None = None
+    limits: ConversionLimits = DEFAULT_LIMITS  # how long and how much one source file may take to read
     source: str = ""
     pointer: str = ""  # where in ``source`` it was declared
 
@@ -59,6 +62,7 @@ class KnowledgeSpec:
             top_k=search.get("top_k", 5),
             mode=search.get("mode"),
             embeddings=EmbeddingSpec(**embeddings) if embeddings else None,
+            limits=ConversionLimits.from_config(data.get("parsing", {})),
             source=source,
             pointer=pointer,
         )

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.agent.embedding_meter import LedgerEmbeddingMeter, embedding_pricer
-from runner.caps.budget import Budget, Owner
+from runner.caps.budget import Budget, Owner, within_deadline
 from runner.config.coerce import resolve_inputs
 from runner.config.project import Project
 from runner.config.specs import TaskSpec
@@ -223,12 +223,14 @@ async def _budget_warnings(ctx: RunContext) -> tuple[BudgetWarning, ...]:
 
 async def _refresh_knowledge(ctx: RunContext) -> PipelineOutcome | None:
     """Build or refresh the run's knowledge bases, their embeddings requests paid from the run's
-    caps and recorded; ``capped`` when a request would pass a cap (it is not sent)."""
+    caps and recorded; ``capped`` when a request would pass a cap (it is not sent), or when the
+    run's wall-clock cap passes while a file is being read (its parser's process is killed)."""
     def meter_for(name: str) -> LedgerEmbeddingMeter:
         return LedgerEmbeddingMeter(ctx.budget, ctx.recorder, embedding_pricer(ctx.project.prices, _embedding_model(ctx, name)), name)
 
     try:
-        await ctx.services.refresh_knowledge(meter_for)
+        async with within_deadline(ctx.budget):
+            await ctx.services.refresh_knowledge(meter_for)
     except CapReached as cap:
         return PipelineOutcome("capped", None, str(cap), cap.cap, cap.scope, error_budget=cap.budget)
     ctx.warnings += [w for w in ctx.services.warnings if w not in ctx.warnings]

@@ -11,8 +11,11 @@ only through it (``<-loopback>``: loopback included), so it meets the same check
   redirect goes back to Chromium, whose next request is checked again (a redirect to a private
   address is refused like a direct request);
 * ``CONNECT host:port`` (``https://``, ``wss://``) is checked with
-  :func:`runner.tools.net.check_destination` and tunnelled to the checked address itself;
-* a WebSocket upgrade over plain ``ws://`` is refused (as the route handler refuses them);
+  :func:`runner.tools.net.check_destination` and tunnelled to the checked address itself,
+  only when what the client sends first is a TLS handshake;
+* a WebSocket upgrade over plain ``ws://`` is refused (as the route handler refuses them),
+  whether sent to the proxy or in a ``CONNECT`` tunnel (how Chromium sends a worker's); a
+  ``wss://`` one to a host the policy allows cannot be told from ``https://`` and passes;
 * bytes count against the page's size cap, and nothing passes after the call's deadline.
 
 Refusals are listed with the page's other refused requests.
@@ -31,6 +34,7 @@ from runner.errors import ToolFailure
 from runner.tools.net import NetworkPolicy, check_destination, fetch
 
 MAX_HEAD_BYTES = 64 * 1024
+TLS_HANDSHAKE = b"\x16\x03"  # a TLS record of type handshake, version 3.x: how https and wss start
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
 _HOP = frozenset({
     "connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer", "transfer-encoding",
@@ -68,8 +72,10 @@ class PolicyProxy:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-            for task in list(self._tasks):
+            tasks = list(self._tasks)
+            for task in tasks:
                 task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)  # each closes its connections as it ends
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
 
@@ -136,11 +142,15 @@ class PolicyProxy:
             destination = await check_destination(url, gate.policy)
         except ToolFailure as failure:
             return await self._refuse(writer, gate, url, str(failure))
-        address = str(destination.address)
-        upstream_reader, upstream_writer = await asyncio.open_connection(address, int(port))
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await writer.drain()
+        first = await reader.read(65536)  # the client speaks first, in TLS as in a WebSocket handshake
+        if not first.startswith(TLS_HANDSHAKE):  # Chromium tunnels a worker's plain ws:// too
+            return await self._refuse(writer, gate, f"ws://{host}:{port}/", "a tunnel carries TLS only: WebSockets are not allowed")
+        upstream_reader, upstream_writer = await asyncio.open_connection(str(destination.address), int(port))
         try:
+            gate.load.used += len(first)
+            upstream_writer.write(first)
             await asyncio.gather(_pipe(reader, upstream_writer, gate), _pipe(upstream_reader, writer, gate))
         finally:
             upstream_writer.close()

@@ -4,13 +4,17 @@ built here: a Markdown heading line that made the heading pattern backtrack cubi
 that inflates far past its size on disk, PDFs pypdf fails on with errors of its own
 (a self-referencing object, an unknown filter), an AES-encrypted PDF (read with the
 ``cryptography`` package, and a clear error without it), a PDF with no extractable text, and
-an embeddings endpoint that changes its vector size between files."""
+an embeddings endpoint that changes its vector size between files, and a PDF whose forms draw
+forms, which pypdf would read for ever: its parser's process is killed at the deadline, by
+``runner index`` and by a run's wall-clock cap."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
+import uuid
 import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.knowledge.documents import write_docx, write_pdf
+from runner.model.server import ScriptedServer
+from tests.knowledge.documents import write_docx, write_nested_forms_pdf, write_pdf
 from tests.support.project import REPO, run_cli, write_project
 
 pytestmark = pytest.mark.timeout(300)
@@ -107,6 +112,22 @@ def test_pdfs_pypdf_fails_on_are_named_and_the_rest_indexed(tmp_path: Path) -> N
     assert "no extractable text in 1 page(s)" in found["docs/notext.pdf"]
     assert "2 added" in out  # good.md and fine.pdf
 
+
+
+def test_pdfs_with_a_damaged_xref_table_are_repaired_or_named(tmp_path: Path) -> None:
+    root = project(tmp_path / "p")
+    write_pdf(tmp_path / "fine.pdf", ["Warranty: hardware is covered for 24 months."])
+    good = (tmp_path / "fine.pdf").read_bytes()
+    docs = root / "docs"
+    (docs / "far.pdf").write_bytes(re.sub(rb"startxref\n\d+", b"startxref\n999999", good))  # points past the end
+    (docs / "shifted.pdf").write_bytes(re.sub(rb"(\d{10}) 00000 n", lambda m: b"%010d 00000 n" % (int(m[1]) + 7), good))
+    (docs / "looped.pdf").write_bytes(good.replace(b"trailer\n<<", b"trailer\n<< /Prev 0", 1))  # an xref chain into itself
+    (docs / "cut.pdf").write_bytes(good[: good.index(b"xref")] + b"xref\n0 9\n0000000000 65535 f \n00000")
+    code, out, err = index(root)
+    assert code == 1
+    [problem] = errors(err)
+    assert problem.startswith("docs/cut.pdf: cut.pdf is not a readable PDF ("), problem
+    assert "4 added" in out  # good.md and the three pypdf repairs
 
 def aes_pdf(plain: Path, target: Path) -> None:
     import pypdf
@@ -211,3 +232,46 @@ def test_an_endpoint_that_changes_vector_size_names_the_file_and_both_sizes(tmp_
         "holds 2; the model behind the endpoint changed: rebuild the index (delete it) or point at the same model"
     ]
     assert "1 added" in done.stdout
+
+
+def processes_marked(mark: str) -> list[int]:
+    """Processes whose environment holds ``mark`` (a CLI process's children inherit it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if mark.encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue  # gone, or not ours to read
+    return found
+
+
+def test_a_parse_that_would_never_end_is_killed_at_its_deadline_and_the_rest_indexed(tmp_path: Path) -> None:
+    root = project(tmp_path / "p", "parsing: {max_seconds: 2}\n")
+    write_pdf(root / "docs" / "fine.pdf", ["Warranty: hardware is covered for 24 months."])
+    write_nested_forms_pdf(root / "docs" / "forms.pdf")  # 10**12 form drawings; good.md is read after it
+    mark = uuid.uuid4().hex
+    code, out, err = index(root, env={"RUNNER_TEST_MARK": mark})
+    assert code == 1, err
+    assert errors(err) == ["docs/forms.pdf: forms.pdf took longer than 2 s to read (its parser was stopped); split or simplify it"]
+    assert "2 added" in out  # fine.pdf before it, good.md after it (in a new process)
+    assert processes_marked(mark) == []  # no parser left running
+    again = run_cli(root, None, "index", "manuals", timeout=120)
+    assert again.returncode == 1 and "0 added" in again.stdout and "2 unchanged" in again.stdout  # tried again, not kept
+
+
+def test_a_runs_wall_cap_kills_the_parse_it_waits_for(tmp_path: Path) -> None:
+    agent = "apiVersion: runner/v1\nkind: Agent\nname: reader\nmodel: {id: gpt-4o-mini, max_tokens: 50}\ntools: [search_knowledge]\nknowledge: [manuals]\n"
+    task = "apiVersion: runner/v1\nkind: Task\nname: look_up\nagent: reader\ngoal: Find the refund rule.\n"
+    root = project(tmp_path / "p", "parsing: {max_seconds: 3600}\n")
+    write_project(root, {"agents.d/reader.yaml": agent, "tasks.d/look_up.yaml": task})
+    write_nested_forms_pdf(root / "docs" / "forms.pdf")
+    mark = uuid.uuid4().hex
+    with ScriptedServer({"rules": [{"reply": "Refunds are pro rata."}]}) as server:
+        done = run_cli(root, server, "run", "look_up", "--max-wall-seconds", "3", env={"RUNNER_TEST_MARK": mark}, timeout=240)
+        assert server.requests == []  # capped while reading its sources
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 3, done.stdout + done.stderr[-2000:]
+    assert "max_wall_seconds" in done.stdout + done.stderr, done.stdout + done.stderr[-2000:]
+    assert processes_marked(mark) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 BILLING_MD = """\
@@ -78,6 +79,40 @@ def write_pdf(path: Path, pages: list[str]) -> None:
         stream = f"BT /F1 12 Tf 72 720 Td ({escaped}) Tj ET".encode()
         objects.append(b"<< /Length " + str(len(stream)).encode() + b" >>\nstream\n" + stream + b"\nendstream")
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    _write_pdf_objects(path, objects)
+
+
+def write_nested_forms_pdf(path: Path, depth: int = 5, fanout: int = 10, leaf_operations: int = 100_000) -> None:
+    """A one-page PDF of a few KB whose page draws a form that draws the next form ``fanout``
+    times, ``depth`` deep; the last form holds ``leaf_operations`` (empty) text operations,
+    deflated. A text extractor that follows forms (pypdf does, up to 5,000 drawings) parses
+    the last form each time it is drawn: about 10**8 operations here, hours of reading. The
+    page has text of its own."""
+    form = 6
+    page = b"BT /F1 12 Tf 72 720 Td (Nested forms.) Tj ET /X Do"
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        f"/Resources << /Font << /F1 5 0 R >> /XObject << /X {form} 0 R >> >> >>".encode(),
+        _stream(b"", page),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    kind = b"/Type /XObject /Subtype /Form /BBox [0 0 10 10] "
+    for level in range(depth - 1):
+        draws = b" ".join([b"/X Do"] * fanout)
+        objects.append(_stream(kind + f"/Resources << /XObject << /X {form + level + 1} 0 R >> >> ".encode(), draws))
+    leaf = zlib.compress(b"BT /F1 1 Tf () Tj ET " * leaf_operations, 9)
+    objects.append(_stream(kind + b"/Resources << /Font << /F1 5 0 R >> >> /Filter /FlateDecode ", leaf))
+    _write_pdf_objects(path, objects)
+
+
+def _stream(entries: bytes, data: bytes) -> bytes:
+    return b"<< " + entries + b"/Length " + str(len(data)).encode() + b" >>\nstream\n" + data + b"\nendstream"
+
+
+def _write_pdf_objects(path: Path, objects: list[bytes]) -> None:
+    """``objects`` numbered from 1 (the first is the catalog), with a correct xref table."""
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, 1):

@@ -77,3 +77,36 @@ def test_a_password_from_password_env_may_hold_an_at() -> None:
     source = SqlSource(name="shop", url="postgresql+psycopg://app@db.internal:5432/shop", password_env="SHOP_PASSWORD")
     url = make_url(resolved_url(source, {}, {"SHOP_PASSWORD": "hunter2@tail:x/y"}))
     assert (url.password, url.host, url.port, url.database) == ("hunter2@tail:x/y", "db.internal", 5432, "shop")
+
+
+SOURCE_DOCUMENT = "apiVersion: runner/v1\nkind: Source\nname: warehouse\nurl_env: WAREHOUSE_URL\n"
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_validate_refuses_the_url_a_run_would_refuse_at_its_variable_without_showing_it(tmp_path: Path, fmt: str) -> None:
+    files = {"agents.d/analyst.yaml": AGENT, "tasks.d/ask.yaml": task("url_env: SHOP_URL"), "sources.d/warehouse.yaml": SOURCE_DOCUMENT}
+    root = write_project(tmp_path / "p", files)
+    done = run_cli(root, None, "validate", "--format", fmt, env={"SHOP_URL": URL, "WAREHOUSE_URL": URL.replace("shop", "dw")})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert TAIL not in done.stdout + done.stderr and "hunter2" not in done.stdout + done.stderr
+    said = "has an '@' in its user or password that is not percent-encoded (value hidden); write it as %40"
+    if fmt == "text":
+        lines = [line for line in done.stdout.splitlines() if said in line]
+        assert sorted(line.split(": error: ")[0] for line in lines) == ["sources.d/warehouse.yaml:4:10", "tasks.d/ask.yaml:7:19"]
+        assert all("the URL in SHOP_URL" in line or "the URL in WAREHOUSE_URL" in line for line in lines)
+    else:
+        import json
+
+        found = {(p["file"], p["pointer"]) for p in json.loads(done.stdout)["problems"] if said in p["message"]}
+        assert found == {("sources.d/warehouse.yaml", "/url_env"), ("tasks.d/ask.yaml", "/sources/shop/url_env")}
+
+
+def test_validate_says_nothing_of_a_url_that_is_well_formed_or_not_set(tmp_path: Path) -> None:
+    root = write_project(tmp_path / "p", {"agents.d/analyst.yaml": AGENT, "tasks.d/ask.yaml": task("airflow_conn_id: shop_conn")})
+    assert run_cli(root, None, "validate").returncode == 0
+    encoded = URL.replace(f"hunter2@{TAIL}", f"hunter2%40{TAIL}")
+    done = run_cli(root, None, "validate", env={"AIRFLOW_CONN_SHOP_CONN": encoded})
+    assert done.returncode == 0, done.stdout + done.stderr
+    refused = run_cli(root, None, "validate", env={"AIRFLOW_CONN_SHOP_CONN": URL})
+    assert refused.returncode == 2 and "the URL in AIRFLOW_CONN_SHOP_CONN has an '@'" in refused.stdout
+    assert "/sources/shop/airflow_conn_id" in refused.stdout and TAIL not in refused.stdout

@@ -1,0 +1,89 @@
+"""The child process that reads source files: a parse that never ends is killed at its
+deadline, a child that dies (the out-of-memory killer, a crash in a C extension) is a problem
+naming the file, and either way the next file is read by a new process. The child's
+environment holds no secret of the parent's."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from runner.knowledge.convert import ConversionError
+from runner.knowledge.file_chunks import ChunkSettings
+from runner.knowledge.limits import ConversionLimits
+from runner.knowledge.parse_process import DocumentParser
+from runner.knowledge.parse_worker import PARENT_ENV
+from tests.knowledge.documents import BILLING_MD, write_nested_forms_pdf
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow(reason="runner starts its parser process; one parse runs to its deadline")]
+
+
+def children() -> dict[int, bytes]:
+    """This process's parser children, by pid, with their environments."""
+    mark = f"{PARENT_ENV}={os.getpid()}".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if mark in environ.split(b"\0"):
+                found[int(entry.name)] = environ
+    return found
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    write_nested_forms_pdf(tmp_path / "forms.pdf")
+    (tmp_path / "billing.md").write_text(BILLING_MD)
+    return tmp_path / "forms.pdf", tmp_path / "billing.md"
+
+
+async def test_a_parse_past_its_deadline_is_killed_and_the_next_file_read(files: tuple[Path, Path]) -> None:
+    forms, billing = files
+    parser = DocumentParser(ChunkSettings(limits=ConversionLimits(max_seconds=1)))
+    try:
+        with pytest.raises(ConversionError, match=r"^forms\.pdf took longer than 1 s to read \(its parser was stopped\)"):
+            await parser.chunks(forms, "forms.pdf")
+        assert children() == {}
+        chunks = await parser.chunks(billing, "docs/billing.md")
+        assert [c.heading for c in chunks] == ["Billing", "Billing > Refunds", "Billing > Payment methods"]
+        assert chunks[1].position == "lines 7-9" and chunks[1].path == "docs/billing.md"
+    finally:
+        await parser.close()
+    assert children() == {}
+
+
+async def test_a_child_that_dies_names_the_file(files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    forms, billing = files
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-parent-secret-0123456789")
+    parser = DocumentParser(ChunkSettings(limits=ConversionLimits(max_seconds=600)))
+    reading = asyncio.create_task(parser.chunks(forms, "forms.pdf"))
+    try:
+        while not (found := children()):
+            await asyncio.sleep(0.05)
+        ((pid, environ),) = found.items()
+        assert b"sk-parent-secret" not in environ and b"OPENAI_API_KEY" not in environ
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(ConversionError, match=r"^forms\.pdf could not be read: its parser's process ended \(killed by signal 9\)$"):
+            await reading
+        assert len(await parser.chunks(billing, "billing.md")) == 3
+    finally:
+        await parser.close()
+
+
+async def test_cancelling_the_wait_kills_the_parse(files: tuple[Path, Path]) -> None:
+    forms, _ = files
+    parser = DocumentParser(ChunkSettings(limits=ConversionLimits(max_seconds=600)))
+    reading = asyncio.create_task(parser.chunks(forms, "forms.pdf"))
+    while not children():
+        await asyncio.sleep(0.05)
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    assert children() == {}
