@@ -148,9 +148,10 @@ async def test_fill_click_and_follow_on_the_same_page(registry: ToolRegistry, si
 
 async def test_a_missing_element_fails_the_action_by_number(registry: ToolRegistry, site, browse_ctx):
     site.page("/search", FORM)
+    # The click waits for what is left of the budget; 6 s leaves the page time to load on a loaded machine.
     with pytest.raises(ToolFailure, match=r"action 1 \(click '#nope'\) failed"):
         await registry.invoke("browse", {"url": site.url("/search"), "actions": [{"action": "click", "selector": "#nope"}]},
-                              browse_ctx(timeout_seconds=3))  # fmt: skip
+                              browse_ctx(timeout_seconds=6))  # fmt: skip
 
 
 async def test_no_page_yet_needs_a_url(registry: ToolRegistry, browse_ctx):
