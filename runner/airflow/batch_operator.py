@@ -73,11 +73,11 @@ from runner.airflow.assets import annotate_outlets
 from runner.airflow.links import RunnerReportLink
 from runner.airflow.operator import dag_run_identity, fail_without_retry, model_credentials, resolve_root
 from runner.airflow.options import (
-    FanoutOptions,
     check_option_names,
     check_provider_batch_options,
     literal_options,
     options_mapping,
+    typed_options,
 )
 from runner.airflow.provider import DEFAULT_CONN_ID
 
@@ -243,7 +243,7 @@ class RunnerBatchOperator(BaseOperator):
         """The rendered arguments, typed and checked (a bad one raises a runner ``UsageError``)."""
         from runner.airflow.plan import FanoutPlan, run_key, run_work_dir
         from runner.airflow.store import shared_store_url
-        from runner.airflow.typed import choice, optional_int, optional_number, optional_text, required_text
+        from runner.config.typed_values import choice, optional_int, optional_number, optional_text, required_text
         from runner.errors import UsageError
 
         dag_id, dag_run_id, task_id, map_index = dag_run_identity(context)
@@ -263,7 +263,7 @@ class RunnerBatchOperator(BaseOperator):
         plan = FanoutPlan(
             task=required_text(self.task, "task"), root=root, input_path=root / required_text(self.input_path, "input_path"),
             work=run_work_dir(optional_text(self.work_dir, "work_dir"), dag_id, dag_run_id, name),
-            options=FanoutOptions.from_mapping(options), key=run_key(dag_id, dag_run_id, name),
+            options=typed_options(options), key=run_key(dag_id, dag_run_id, name),
             store_url=shared_store_url(optional_text(self.store_conn_id, "store_conn_id")),
         )  # fmt: skip
         output = plan.merged_output_path(optional_text(self.output_path, "output_path"))
@@ -274,7 +274,7 @@ class RunnerBatchOperator(BaseOperator):
         request = replace(
             plan.request(try_number=context["ti"].try_number, model_base_url=base_url, api_key=api_key,
                          store_path=Path(store) if store else None),
-            output_path=output, output_format=plan.options.output_format,
+            output_path=output,
             report_dir=plan.merged_report_dir(optional_text(self.report_dir, "report_dir")), via=via,
             batch_fallback=fallback, provider_wait=not deferrable,
             batch_poll_seconds=optional_number(self.batch_poll_seconds, "batch_poll_seconds", positive=True) or 30.0,
