@@ -149,6 +149,7 @@ class FanoutPlan:
     options: BatchOptions
     key: str = ""
     store_url: str | None = None
+    generation: int = 1  # RunnerBatchOperator: the n-th computation of its batch (a try after a success starts the next)
 
     @property
     def run_key(self) -> str:
@@ -162,10 +163,12 @@ class FanoutPlan:
         return project, project.task_for(self.task)
 
     def journal_path(self, shard: ShardSpec) -> Path:
-        """The shard's journal: its name in the PostgreSQL store, or its file in the work directory."""
+        """The shard's journal: its name in the PostgreSQL store, or its file in the work directory
+        (a new one for each generation after the first)."""
+        name = shard.name if self.generation <= 1 else f"{shard.name}-g{self.generation}"
         if self.store_url:
-            return Path(self.run_key) / shard.name
-        return self._local("journals") / f"{shard.name}.sqlite3"
+            return Path(self.run_key) / name
+        return self._local("journals") / f"{name}.sqlite3"
 
     def output_path(self, shard: ShardSpec) -> Location:
         return self.work / "outputs" / f"{shard.name}.jsonl"
