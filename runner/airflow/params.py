@@ -29,7 +29,8 @@ def param_schema(option: BatchOption) -> dict[str, Any]:
     if kind == "flag":
         return {"type": "boolean"}
     if kind == "list":
-        return {"type": "array", "items": {"type": "string"}}
+        items = {"type": "string"} if option.item_pattern is None else {"type": "string", "pattern": option.item_pattern}
+        return {"type": "array", "items": items}
     if kind == "caps":
         return {"type": ["null", "object"]}
     if kind == "choice":

@@ -61,6 +61,7 @@ class BatchOption:
     choices: tuple[str, ...] = ()
     cap: str | None = None  # kind "cap": the cap it sets (row_max_steps sets max_steps)
     metavar: str | None = None
+    item_pattern: str | None = None  # kind "list": what each item looks like (a DAG param refuses others at trigger time)
     cli: bool = True
     fanout: str | None = EACH
     elsewhere: str = ""  # fanout None: why the Airflow operators do not take it in options
@@ -100,7 +101,8 @@ def _cap(name: str, cap: str, help_: str, fanout: str = SHARED) -> BatchOption:
 BATCH_OPTIONS: tuple[BatchOption, ...] = (
     BatchOption("input_format", "choice", "Input format (default: from the suffix).", choices=FORMATS),
     BatchOption("output_format", "choice", "Output format (default: from the suffix).", choices=FORMATS, fanout=MERGE),
-    BatchOption("map", "list", "Take a task input from a differently named column (repeatable).", default=(), metavar="INPUT=COLUMN"),
+    BatchOption("map", "list", "Take a task input from a differently named column (repeatable).", default=(), metavar="INPUT=COLUMN",
+                item_pattern="^[^=]+=.+$"),
     BatchOption("id_column", "text", "Column holding each row's id (default: a hash of the row's inputs)."),
     BatchOption("concurrency", "integer", "Rows in flight at once (default: 8; with --via batch-api: every row, and N keeps "
                 "each provider batch round to at most N rows' calls).", minimum=1, maximum=1024),
