@@ -91,7 +91,7 @@ class BatchRequest:
         """``live`` or ``batch-api``: the request's ``via``, else the task's ``mode``."""
         return self.via or ("batch-api" if task.mode == "batch_api" else "live")
 
-    def check(self, task: TaskSpec) -> None:
+    def check(self) -> None:
         """Refuse options that contradict each other (applied or refused, never ignored)."""
         if self.restart and self.keep_answers:
             raise UsageError("--keep-answers keeps the journal's answers and --restart discards them: give one")
