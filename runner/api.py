@@ -108,49 +108,39 @@ def run_batch(
     root: Path,
     input_path: Path,
     output_path: str | Path | Location,
-    concurrency: int | None = None,
     resume: bool = True,
     journal_path: Path | None = None,
-    caps: dict[str, Any] | None = None,
-    row_caps: dict[str, Any] | None = None,
-    id_column: str | None = None,
     store_path: Path | None = None,
+    store_url: str | None = None,
     report_dir: str | Path | Location | None = None,
-    model: str | None = None,
     model_base_url: str | None = None,
     api_key: str | None = None,
     progress: str = "none",
-    store_url: str | None = None,
-    keep_answers: bool = False,
-    limit: int | None = None,
-    sample: int | None = None,
-    seed: int = 0,
-    retry_failed: bool = False,
-    keep_columns: str | None = None,
-    dedupe: bool = False,
-    max_attempts: int = 2,
+    **options: Any,
 ) -> dict[str, Any]:
     """Run ``task`` over every row of ``input_path``; rerunning resumes from the journal.
 
-    ``caps`` are batch caps (``max_cost_usd``, ``max_tokens``, ``max_wall_seconds``);
-    ``row_caps`` tighten each row's run. The other options are ``runner batch``'s flags of the
-    same names (``keep_answers`` for ``--keep-answers``, ``limit``, ``sample``/``seed``,
-    ``retry_failed``, ``keep_columns``, ``dedupe``, ``max_attempts``). A journal started under
-    another configuration raises :class:`~runner.errors.UsageError` (see ``resume=False`` and
-    ``keep_answers``). Returns ``{batch_id, counts, total, cost_usd, output_path, report_path,
-    exit_code, fingerprint, not_retried, notes, ...}``.
+    ``options`` are the batch options (:data:`runner.batch.options.BATCH_OPTIONS`) by name:
+    ``runner batch``'s flags without dashes (``id_column``, ``concurrency``, ``max_cost_usd``,
+    ``limit``, ``keep_columns``, ``via``, ...), plus ``caps`` and ``row_caps`` (mappings of
+    any cap names: the batch's caps and each row's); values may be native or text, and a bad
+    or unknown one raises :class:`~runner.errors.UsageError` naming it. A journal started
+    under another configuration raises :class:`~runner.errors.UsageError` (see
+    ``resume=False`` and ``keep_answers``). Returns ``{batch_id, counts, total, cost_usd,
+    output_path, report_path, exit_code, fingerprint, not_retried, notes, ...}``.
     """
     from runner.batch.file_batch import run_batch_file
+    from runner.batch.options import BatchOptions
     from runner.batch.request import BatchRequest
 
+    typed = BatchOptions.typed(options, "run_batch")
     project = load_project_or_raise(Path(root))
     spec = project.task_for(task)
     request = BatchRequest(
-        input_path=Path(input_path), output_path=location(output_path), id_column=id_column, journal_path=journal_path,
-        report_dir=location(report_dir) if report_dir is not None else None, restart=not resume, concurrency=concurrency, batch_caps=coerce_caps(caps, source="caps"),
-        run_caps=coerce_caps(row_caps, source="row_caps"), model_override=model, base_url_override=model_base_url, api_key=api_key,
-        store_path=store_path, store_url=store_url, progress=progress, keep_answers=keep_answers, limit=limit,
-        sample=sample, seed=seed, retry_failed=retry_failed, keep_columns=keep_columns, dedupe=dedupe, max_attempts=max_attempts,
+        input_path=Path(input_path), output_path=location(output_path), journal_path=journal_path, restart=not resume,
+        report_dir=location(report_dir) if report_dir is not None else None, base_url_override=model_base_url,
+        api_key=api_key, store_path=store_path, store_url=store_url, progress=progress,
+        batch_limits=typed.batch_limits(spec.batch_api), **typed.request_fields(),
     )
     summary = asyncio.run(run_batch_file(project, spec, request))
     counts = summary["counts"]

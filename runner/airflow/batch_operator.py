@@ -30,6 +30,11 @@ nothing is out. The journal is named after the dag run and task (in the shared s
 there is one), so a retry on any worker re-attaches to the batch already out and never
 submits it again.
 
+A retry after a failed try resumes the batch (rows done stay done; provider batches out are
+re-attached); a try after a successful one (the task cleared after it succeeded) computes the
+batch again, as its next generation: a new journal, the output and report rewritten where they
+were (:mod:`runner.airflow.generations`).
+
 Status policy (both modes): every row done succeeds, returning the batch manifest
 (counts, spend, paths; no row data). Rows not done fail the try while another try may
 finish them (retryable errors, e.g. an expired provider batch: the retry resubmits only
@@ -73,11 +78,11 @@ from runner.airflow.assets import annotate_outlets
 from runner.airflow.links import RunnerReportLink
 from runner.airflow.operator import dag_run_identity, fail_without_retry, model_credentials, resolve_root
 from runner.airflow.options import (
-    FanoutOptions,
     check_option_names,
     check_provider_batch_options,
     literal_options,
     options_mapping,
+    typed_options,
 )
 from runner.airflow.provider import DEFAULT_CONN_ID
 
@@ -86,10 +91,12 @@ if TYPE_CHECKING:
 
     from runner.airflow.batch_wait import BatchWaitEvent
     from runner.airflow.execution import BatchStep
+    from runner.airflow.generations import Generation
     from runner.batch.provider_cancel import ProviderWatch
     from runner.batch.request import BatchRequest
     from runner.config.project import Project
     from runner.config.specs import TaskSpec
+    from runner.locations import Location
 
 VIAS = ("live", "batch-api")
 FINAL_TRIGGER_ERRORS = frozenset({"auth", "not_found", "bad_request", "no_key"})
@@ -113,6 +120,8 @@ class _Batch:
     request: BatchRequest
     conn_id: str | None
     max_failed_rows: int
+    work: Location
+    generation: Generation
 
 
 class RunnerBatchOperator(BaseOperator):
@@ -241,9 +250,10 @@ class RunnerBatchOperator(BaseOperator):
 
     def _batch(self, context: Context) -> _Batch:
         """The rendered arguments, typed and checked (a bad one raises a runner ``UsageError``)."""
+        from runner.airflow.generations import current_generation
         from runner.airflow.plan import FanoutPlan, run_key, run_work_dir
         from runner.airflow.store import shared_store_url
-        from runner.airflow.typed import choice, optional_int, optional_number, optional_text, required_text
+        from runner.config.typed_values import choice, optional_int, optional_number, optional_text, required_text
         from runner.errors import UsageError
 
         dag_id, dag_run_id, task_id, map_index = dag_run_identity(context)
@@ -260,11 +270,12 @@ class RunnerBatchOperator(BaseOperator):
             check_provider_batch_options(options)
         name = task_id if map_index < 0 else f"{task_id}-{map_index}"
         root = Path(resolve_root(self.root))
+        work = run_work_dir(optional_text(self.work_dir, "work_dir"), dag_id, dag_run_id, name)
+        generation = current_generation(work)  # a try after a success computes the batch again
         plan = FanoutPlan(
             task=required_text(self.task, "task"), root=root, input_path=root / required_text(self.input_path, "input_path"),
-            work=run_work_dir(optional_text(self.work_dir, "work_dir"), dag_id, dag_run_id, name),
-            options=FanoutOptions.from_mapping(options), key=run_key(dag_id, dag_run_id, name),
-            store_url=shared_store_url(optional_text(self.store_conn_id, "store_conn_id")),
+            work=work, options=typed_options(options), key=run_key(dag_id, dag_run_id, name),
+            store_url=shared_store_url(optional_text(self.store_conn_id, "store_conn_id")), generation=generation.number,
         )  # fmt: skip
         output = plan.merged_output_path(optional_text(self.output_path, "output_path"))
         plan.check_merged_output(output)
@@ -272,15 +283,15 @@ class RunnerBatchOperator(BaseOperator):
         base_url, api_key = model_credentials(self.conn_id)
         store = optional_text(self.store_path, "store_path")
         request = replace(
-            plan.request(try_number=context["ti"].try_number, model_base_url=base_url, api_key=api_key,
+            plan.request(try_number=generation.try_here(context["ti"].try_number), model_base_url=base_url, api_key=api_key,
                          store_path=Path(store) if store else None),
-            output_path=output, output_format=plan.options.output_format,
+            output_path=output,
             report_dir=plan.merged_report_dir(optional_text(self.report_dir, "report_dir")), via=via,
             batch_fallback=fallback, provider_wait=not deferrable,
             batch_poll_seconds=optional_number(self.batch_poll_seconds, "batch_poll_seconds", positive=True) or 30.0,
         )  # fmt: skip
         allowed = optional_int(self.max_failed_rows, "max_failed_rows", minimum=0) or 0
-        return _Batch(project, spec, request, self.conn_id if api_key else None, allowed)
+        return _Batch(project, spec, request, self.conn_id if api_key else None, allowed, work, generation)
 
     # --- deferring ----------------------------------------------------------------------
 
@@ -354,8 +365,7 @@ class RunnerBatchOperator(BaseOperator):
             manifest["output_path"],
         )  # fmt: skip
         if not left.not_done:
-            annotate_outlets(context, self.outlets, manifest)
-            return manifest
+            return self._succeed(context, batch, manifest)
         assert batch.request.report_dir is not None
         message = rows_failure(read_batch_report(batch.request.report_dir), left)
         ti = context["ti"]
@@ -375,5 +385,12 @@ class RunnerBatchOperator(BaseOperator):
         self.log.warning(
             "%s. No further try can finish them; at most max_failed_rows=%d may be", message, batch.max_failed_rows
         )
+        return self._succeed(context, batch, manifest)
+
+    def _succeed(self, context: Context, batch: _Batch, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Record the success (a later try computes the batch again: :mod:`runner.airflow.generations`), return the manifest."""
+        from runner.airflow.generations import record_success
+
+        record_success(batch.work, batch.generation, context["ti"].try_number, manifest)
         annotate_outlets(context, self.outlets, manifest)
         return manifest

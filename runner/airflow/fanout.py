@@ -54,10 +54,10 @@ from runner.airflow.assets import annotate_outlets
 from runner.airflow.execution import run_batch_for_airflow
 from runner.airflow.links import RunnerReportLink
 from runner.airflow.operator import dag_run_identity, fail_without_retry, model_credentials, resolve_root
-from runner.airflow.options import FanoutOptions, check_option_names, literal_options, options_mapping
+from runner.airflow.options import check_option_names, literal_options, options_mapping, typed_options
 from runner.airflow.plan import FanoutPlan, ShardSpec, run_work_dir
 from runner.airflow.provider import DEFAULT_CONN_ID
-from runner.airflow.typed import optional_int, optional_text, required_text
+from runner.config.typed_values import optional_int, optional_text, required_text
 from runner.locations import Location
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ class _FanoutStep(BaseOperator):
             root=root,
             input_path=root / required_text(self.input_path, "input_path"),
             work=run_work_dir(optional_text(self.work_dir, "work_dir"), dag_id, dag_run_id, self.fanout_id),
-            options=FanoutOptions.from_mapping(options_mapping(self.options)),
+            options=typed_options(options_mapping(self.options)),
             key=run_key(dag_id, dag_run_id, self.fanout_id),
             store_url=shared_store_url(optional_text(self.store_conn_id, "store_conn_id")),
         )
@@ -242,7 +242,7 @@ class RunnerShardOperator(_FanoutStep):
             ti.xcom_push(key="manifest", value=manifest)
             raise AirflowException(
                 f"{message}. {left.retryable} of them may succeed on another try: the retry resumes this shard "
-                f"and gives them up to {plan.options.max_attempts} more attempt(s) each"
+                f"and gives them up to {plan.options['max_attempts']} more attempt(s) each"
             )
         self.log.warning("%s. No further try can finish them; the merge applies max_failed_rows", message)
 

@@ -122,7 +122,7 @@ def merge_fanout(
         parts = [(s, stack.enter_context(open_journal(project, task, plan.request(s))[0])) for s in shards]
         merged = MergedJournals(batch_id, parts, _meta(task, plan, shards))
         hold.check()  # still this merge's output, right before it is written
-        records = write_output(merged, output_path, format=plan.options.output_format)
+        records = write_output(merged, output_path, format=plan.options["output_format"], kept=plan.kept_columns())
         left = rows_left(merged)
         report = batch_report(merged, merged_summary(merged, results))
         report["shards"] = [_shard_entry(s, results[s.index], plan) for s in shards]

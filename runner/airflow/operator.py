@@ -181,7 +181,7 @@ class RunnerTaskOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from runner.airflow.store import shared_store_url
-        from runner.airflow.typed import optional_text, required_text, typed_caps
+        from runner.config.typed_values import optional_text, required_text, typed_caps
 
         dag_id, dag_run_id, task_id, map_index = dag_run_identity(context)
         with fail_without_retry(f"runner task {self.task!r}"):  # found before anything was spent

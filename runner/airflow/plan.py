@@ -32,12 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.airflow.options import FanoutOptions
+from runner.batch.options import MERGE, OPTIONS, BatchOptions
 from runner.errors import UsageError
 from runner.local_state import DEFAULT_FANOUT_WORK_DIR, FANOUT_WORK_DIR_ENV
 from runner.locations import Location, is_remote, is_url, location
 
 if TYPE_CHECKING:
+    from runner.batch.output import KeptColumns
     from runner.batch.request import BatchRequest, SharedScope
     from runner.config.project import Project
     from runner.config.specs import TaskSpec
@@ -145,9 +146,10 @@ class FanoutPlan:
     root: Path
     input_path: Path
     work: Location
-    options: FanoutOptions
+    options: BatchOptions
     key: str = ""
     store_url: str | None = None
+    generation: int = 1  # RunnerBatchOperator: the n-th computation of its batch (a try after a success starts the next)
 
     @property
     def run_key(self) -> str:
@@ -161,10 +163,12 @@ class FanoutPlan:
         return project, project.task_for(self.task)
 
     def journal_path(self, shard: ShardSpec) -> Path:
-        """The shard's journal: its name in the PostgreSQL store, or its file in the work directory."""
+        """The shard's journal: its name in the PostgreSQL store, or its file in the work directory
+        (a new one for each generation after the first)."""
+        name = shard.name if self.generation <= 1 else f"{shard.name}-g{self.generation}"
         if self.store_url:
-            return Path(self.run_key) / shard.name
-        return self._local("journals") / f"{shard.name}.sqlite3"
+            return Path(self.run_key) / name
+        return self._local("journals") / f"{name}.sqlite3"
 
     def output_path(self, shard: ShardSpec) -> Location:
         return self.work / "outputs" / f"{shard.name}.jsonl"
@@ -184,15 +188,26 @@ class FanoutPlan:
 
     def merged_output_path(self, explicit: str | None) -> Location:
         """``explicit`` (a URL, or a path relative to the project root), or ``<work>/output.<output_format or jsonl>``."""
-        return self._user(explicit) if explicit else self.work / f"output.{self.options.output_format or 'jsonl'}"
+        return self._user(explicit) if explicit else self.work / f"output.{self.options['output_format'] or 'jsonl'}"
 
     def check_merged_output(self, path: Location) -> None:
         """Refuse a merged output that is the input, a journal (any SQLite file) or not a regular file."""
         from runner.batch.output import check_output_target, output_format
 
-        output_format(path, self.options.output_format)
+        output_format(path, self.options["output_format"])
         if isinstance(path, Path):
             check_output_target(path, input_path=self.input_path, journal_path=_as_path(self.work) / "journals")
+
+    def kept_columns(self) -> KeptColumns | None:
+        """The input columns the merged output keeps (``keep_columns``), checked against the input's
+        header (a :class:`~runner.errors.UsageError` naming a missing one)."""
+        from runner.batch.output import KeptColumns
+        from runner.batch.readers import detect_format
+
+        text = self.options["keep_columns"]
+        if text is None:
+            return None
+        return KeptColumns.parse(text, self.input_path, detect_format(self.input_path, self.options["input_format"]))
 
     def merged_report_dir(self, explicit: str | None) -> Location:
         """``explicit`` (a URL, or a path relative to the project root), or ``<work>``."""
@@ -222,27 +237,27 @@ class FanoutPlan:
         """The batch request of ``shard`` on try ``try_number`` (of the whole input without a shard).
 
         Rows get ``try_number * max_attempts`` attempts in all, so every Airflow try gives a
-        row whose attempts are used up ``max_attempts`` more.
+        row whose attempts are used up ``max_attempts`` more. A shard writes JSONL and leaves
+        the options applied at the merge (``output_format``, ``keep_columns``) to it.
         """
         from runner.batch.request import BatchRequest
         from runner.caps.shared import local_caps
 
         options = self.options.shard_share(shard.count) if shard else self.options
+        if shard:
+            options = options.but(**{name: None for name, option in OPTIONS.items() if option.fanout == MERGE})
         shared = self.shared_scope() if shard else None
         where = shard or ShardSpec(0, 1, 1, 1, "")
+        fields = options.request_fields()
+        fields.update(
+            max_attempts=options["max_attempts"] * max(1, try_number),
+            batch_caps=local_caps(options.batch_caps) if shared else options.batch_caps,
+        )
         return BatchRequest(
-            input_path=self.input_path, output_path=self.output_path(where), format=options.input_format,
-            output_format="jsonl", mapping=options.mapping, id_column=options.id_column,
-            journal_path=self.journal_path(where), report_dir=self.report_dir(where), durable=options.durable,
-            use_cache=not options.no_cache, dedupe=options.dedupe, keep_answers=options.keep_answers,
-            retry_failed=options.retry_failed,
-            concurrency=options.concurrency, max_attempts=options.max_attempts * max(1, try_number),
-            stop_after_failures=options.stop_after_failures,
-            batch_caps=local_caps(options.batch_caps) if shared else options.batch_caps, run_caps=options.row_caps,
-            requests_per_minute=options.requests_per_minute, tokens_per_minute=options.tokens_per_minute,
-            model_override=options.model, base_url_override=model_base_url, api_key=api_key, store_path=store_path,
+            input_path=self.input_path, output_path=self.output_path(where), journal_path=self.journal_path(where),
+            report_dir=self.report_dir(where), base_url_override=model_base_url, api_key=api_key, store_path=store_path,
             store_url=self.store_url, progress="log", log_interval=PROGRESS_LOG_SECONDS,
-            rows=(shard.first_row, shard.last_row) if shard else None, shared_scope=shared,
+            rows=(shard.first_row, shard.last_row) if shard else None, shared_scope=shared, **fields,
         )  # fmt: skip
 
 
@@ -262,6 +277,7 @@ def count_input_rows(project: Project, task: TaskSpec, plan: FanoutPlan) -> tupl
         mapping=parse_mapping(request.mapping, task.inputs),
         id_column=request.id_column,
     )
+    plan.kept_columns()  # a column the input lacks fails the split, before any shard runs
     last = 0
     for row in read_rows(source, task.inputs):
         last = row.number

@@ -115,9 +115,12 @@ async def run_batch_api(
     executor: TaskExecutor, budget: Budget, base: RunOptions,
 ) -> BatchSummary:
     """Run the journal's pending rows with their model calls in provider batch rounds; see the module doc."""
+    from runner.batch.trial import trial_rows
+
     started = time.monotonic()
     if not journal.ingested:
         journal.ingest(rows)
+    select = trial_rows(journal, request)  # a trial's rows (--limit, --sample): only they go into the rounds
     budget.count_from(journal.age_seconds())  # the rounds' polls stop at the batch's deadline, as the rows do
     endpoints = check_batch_api(project, task, request.model_override, request.base_url_override, request.api_key)
     collector = RoundCollector(
@@ -130,15 +133,16 @@ async def run_batch_api(
     if request.watch is not None:
         request.watch.attach(collector.state, collector.endpoints, journal.batch_id)
     try:
-        return await _rounds(journal, executor, collector, request, budget, base, started)
+        summary = await _rounds(journal, executor, collector, request, budget, base, started, select)
     except asyncio.CancelledError:  # interrupted (Ctrl-C, SIGTERM): what is out stays out, for a rerun
         _kept(collector, sys.stderr)
         raise
+    return replace(summary, selection=None if select is None else tuple(sorted(select)))
 
 
 async def _rounds(
     journal: BatchJournal, executor: TaskExecutor, collector: RoundCollector, request: BatchRequest, budget: Budget,
-    base: RunOptions, started: float,
+    base: RunOptions, started: float, select: frozenset[int] | None,
 ) -> BatchSummary:
     """The rows through the engine, their calls in rounds (after what an earlier run left is collected)."""
     from runner.batch.request import progress_for
@@ -152,9 +156,9 @@ async def _rounds(
         rounds: RowExecutor = RoundRows(executor, collector)
         summary = await run_batch(
             (), DedupingExecutor(rounds) if request.dedupe else rounds, journal=journal, budget=budget,
-            concurrency=_rows_to_run(journal, request.concurrency), max_attempts=request.max_attempts,
+            concurrency=_rows_to_run(journal, request.concurrency, select), max_attempts=request.max_attempts,
             failure_policy=FailurePolicy(stop_after=request.stop_after_failures), progress=progress_for(request),
-            base_options=base, ledger=executor,
+            base_options=base, ledger=executor, select=select, retry_failed=request.retry_failed,
         )
     # calls settled after their rows ended (cut off at a cap) corrected the journal since
     return replace(summary, counts=journal.counts(), usage=journal.spent(), pending=collector.pending)
@@ -174,11 +178,14 @@ def _kept(collector: RoundCollector, stream: IO[str]) -> None:
     )  # fmt: skip
 
 
-def _rows_to_run(journal: BatchJournal, concurrency: int | None) -> int:
-    """How many rows may be in flight: every row that may run, so each round holds them all,
-    or at most ``concurrency`` when the request names it."""
-    counts = journal.counts()
-    every = max(1, sum(counts[status] for status in TODO_STATUSES))
+def _rows_to_run(journal: BatchJournal, concurrency: int | None, select: frozenset[int] | None = None) -> int:
+    """How many rows may be in flight: every row that may run (of a trial: its rows), so each
+    round holds them all, or at most ``concurrency`` when the request names it."""
+    if select is None:
+        counts = journal.counts()
+        every = max(1, sum(counts[status] for status in TODO_STATUSES))
+    else:
+        every = max(1, len(select))
     return every if concurrency is None else min(every, concurrency)
 
 

@@ -90,7 +90,7 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
     from runner.batch.output import output_format
 
     output_format(request.output_path, request.output_format)  # a bad output name fails before any row runs
-    request.check(task)
+    request.check()
     check_endpoints(
         project, task, model_override=request.model_override, base_url_override=request.base_url_override, api_key=request.api_key,
     )

@@ -91,17 +91,12 @@ class BatchRequest:
         """``live`` or ``batch-api``: the request's ``via``, else the task's ``mode``."""
         return self.via or ("batch-api" if task.mode == "batch_api" else "live")
 
-    def check(self, task: TaskSpec) -> None:
-        """Refuse options that contradict each other or this mode (applied or refused, never ignored)."""
+    def check(self) -> None:
+        """Refuse options that contradict each other (applied or refused, never ignored)."""
         if self.restart and self.keep_answers:
             raise UsageError("--keep-answers keeps the journal's answers and --restart discards them: give one")
         if self.limit is not None and self.sample is not None:
             raise UsageError("--limit and --sample both choose a trial's rows: give one")
-        if self.mode(task) == "batch-api":
-            given = [flag for flag, on in (("--limit", self.limit is not None), ("--sample", self.sample is not None),
-                                           ("--retry-failed", self.retry_failed)) if on]  # fmt: skip
-            if given:
-                raise UsageError(f"{', '.join(given)} does not apply with --via batch-api yet; run the trial live (--via live)")
 
 
 def _progress(kind: str, stream: IO[str], interval: float) -> Any:

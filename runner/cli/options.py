@@ -1,4 +1,4 @@
-"""Flags shared by ``run`` and ``batch``: caps and inputs."""
+"""Flags shared by ``run`` and ``batch``: caps and inputs; ``batch``'s options as flags."""
 
 from __future__ import annotations
 
@@ -103,6 +103,39 @@ def caps_options(command: Callable[..., Any]) -> Callable[..., Any]:
         flag = "--" + name.replace("_", "-")
         command = click.option(flag, name, type=CapValue(name), help=help_ + " Tightens the YAML caps for this run.")(command)
     return command
+
+
+def batch_flags(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add a flag for every batch option of :data:`runner.batch.options.BATCH_OPTIONS` that has one
+    (its name with dashes; the command gets it under the option's name)."""
+    from runner.batch.options import BATCH_OPTIONS
+
+    for option in reversed([o for o in BATCH_OPTIONS if o.cli]):
+        shown = option.default not in (None, ()) and option.kind != "flag"
+        kwargs: dict[str, Any] = {"help": option.help, "metavar": option.metavar, "show_default": shown}
+        if option.kind == "flag":
+            kwargs["is_flag"] = True
+        elif option.kind == "list":
+            kwargs["multiple"] = True
+        else:
+            kwargs.update(type=_flag_type(option), default=option.default)
+        command = click.option(option.flag, option.name, **kwargs)(command)
+    return command
+
+
+def _flag_type(option: Any) -> click.ParamType:
+    """The Click type that checks a batch option's value (the same bounds :meth:`BatchOption.typed` holds)."""
+    if option.kind == "choice":
+        return click.Choice(option.choices)
+    if option.kind == "model":
+        return ModelId()
+    if option.kind == "cap":
+        return CapValue(option.cap)
+    if option.kind == "integer":
+        return click.IntRange(option.minimum, option.maximum) if (option.minimum, option.maximum) != (None, None) else click.INT
+    if option.kind == "number":
+        return FiniteFloatRange(min=0 if option.positive else option.minimum, min_open=option.positive)
+    return click.STRING
 
 
 def caps_from_flags(values: dict[str, Any]) -> Caps:

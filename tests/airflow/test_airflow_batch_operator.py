@@ -385,3 +385,28 @@ def test_deferrable_defaults_to_airflows_default_deferrable(monkeypatch: pytest.
     assert RunnerBatchOperator(task_id="t", task="classify", input_path="in.jsonl").deferrable is None
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
     assert _default_deferrable() is True
+
+
+def test_a_try_after_a_success_computes_the_batch_again_as_its_next_generation(
+    airflow_db: float, project: Path, tmp_path: Path, scripted_server: Any, model_connection: Any, test_dags: Any,
+) -> None:  # fmt: skip
+    """``dag.test()`` again for the same logical date clears the dag run's task instances, as the
+    UI's Clear does: the next try of the task that succeeded computes every row again (a new
+    journal, the batch's next generation), and the one after that again."""
+    source, day = _rows(tmp_path / "rows.jsonl"), datetime(2025, 6, 4, tzinfo=UTC)
+    calls, runs, manifests = [], [], []
+    with scripted_server(SCRIPT) as server:
+        model_connection(server.base_url)
+        for _ in range(3):
+            conf = {"input_path": str(source), "via": "live"}
+            runs.append(test_dags.batch_waiting_dag.test(logical_date=day, run_after=day, run_conf=conf))
+            calls.append(_chat_calls(server))
+            manifests.append(_ti(runs[-1], "classify_batch").xcom_pull(task_ids="classify_batch"))
+    assert [str(r.state) for r in runs] == ["success"] * 3 and len({r.run_id for r in runs}) == 1
+    assert calls == [ROWS, 2 * ROWS, 3 * ROWS], "each clear after a success computed every row again"
+    assert len({m["batch_id"] for m in manifests}) == 3 and len({m["output_path"] for m in manifests}) == 1
+    work = Path(manifests[0]["output_path"]).parent  # the default output is in the task's work directory
+    recorded = [json.loads((work / f"succeeded-g{n}.json").read_text())["batch_id"] for n in (1, 2, 3)]
+    assert recorded == [m["batch_id"] for m in manifests]
+    assert [r["status"] for r in _output(runs[-1], "classify_batch")] == ["done"] * ROWS
+

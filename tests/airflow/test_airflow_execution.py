@@ -131,7 +131,7 @@ def test_resumed_run_does_not_re_spend(project: Path, scripted_server: Any, requ
 def test_airflow_free_modules_do_not_import_airflow() -> None:
     code = (
         "import sys, runner.airflow.execution, runner.airflow.provider, runner.airflow.plan, runner.airflow.merge, "
-        "runner.airflow.options, runner.airflow.typed, runner.airflow.failures, runner.airflow.probe; "
+        "runner.airflow.options, runner.airflow.failures, runner.airflow.probe; "
         "info = runner.airflow.provider.get_provider_info(); "
         "assert info['package-name'] == 'runner'; "
         "assert not [m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')], 'airflow imported'"

@@ -111,6 +111,42 @@ def test_options_as_one_template_work_in_the_batch_operator_and_the_fanout(
     assert link == Path(batch["report_path"]).as_uri()
 
 
+def test_keep_columns_joins_the_input_to_the_output_of_the_batch_operator_and_the_fanout(
+    airflow_db: float, project: Path, tmp_path: Path, scripted_server: Any, model_connection: Any, test_dags: Any
+) -> None:
+    import csv
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": f"r{i}", "text": f"item {i}", "team": f"t{i}"}) + "\n" for i in range(1, 5)))
+    options = {"id_column": "id", "keep_columns": "team", "output_format": "csv"}
+    with scripted_server({"fallback": "label: ok"}) as server:
+        model_connection(server.base_url)
+        dag_run = test_dags.templated_options_dag.test(run_conf={"input_path": str(rows), "options": options})
+    assert str(dag_run.state) == "success", _states(dag_run)
+    for task_id in ("classify_batch", "fan_merge"):
+        output = Path(_ti(dag_run, task_id).xcom_pull(task_ids=task_id)["output_path"])
+        with output.open(newline="") as handle:
+            records = list(csv.DictReader(handle))
+        assert output.suffix == ".csv" and [(r["id"], r["input.team"]) for r in records] == [(f"r{i}", f"t{i}") for i in range(1, 5)]
+        assert "input.text" not in records[0], task_id
+
+
+def test_a_missing_kept_column_fails_the_fanouts_split_before_any_call(
+    airflow_db: float, project: Path, tmp_path: Path, scripted_server: Any, model_connection: Any, test_dags: Any,
+    capfd: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    rows = tmp_path / "rows.csv"  # a CSV header names its columns (a JSONL row may lack a column another has)
+    rows.write_text("id,text\nr1,x\n")
+    with scripted_server({"fallback": "label: ok"}) as server:
+        model_connection(server.base_url)
+        dag_run = test_dags.templated_options_dag.test(
+            run_conf={"input_path": str(rows), "options": {"id_column": "id", "keep_columns": "team"}}
+        )
+        assert server.requests == []
+    assert str(_ti(dag_run, "fan_split").state) == "failed" and str(_ti(dag_run, "classify_batch").state) == "failed"
+    assert "--keep-columns: team not in rows.csv" in "".join(capfd.readouterr())
+
+
 def test_a_templated_option_is_still_checked_once_rendered(
     airflow_db: float, project: Path, tmp_path: Path, scripted_server: Any, model_connection: Any, test_dags: Any,
     capfd: pytest.CaptureFixture[str],

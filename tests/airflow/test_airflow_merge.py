@@ -18,7 +18,7 @@ import pytest
 from runner.airflow.execution import run_batch_for_airflow
 from runner.airflow.failures import rows_failure, rows_left
 from runner.airflow.merge import MergedJournals, ShardOutputMissing, merge_fanout
-from runner.airflow.options import FanoutOptions
+from runner.airflow.options import typed_options
 from runner.airflow.plan import FanoutPlan, ShardSpec, count_input_rows, plan_shards
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ SCRIPT = {"rules": [{"when": {"last_message": "beta"}, "reply": "label: B"}], "f
 
 def _fanout(project: Path, source: Path, server: Any, *, shards: int, options: dict[str, Any], try_number: int = 1,
             store_url: str | None = None) -> tuple[FanoutPlan, list[ShardSpec], dict[int, dict[str, Any]]]:
-    plan = FanoutPlan("classify", project, source, project / "work", FanoutOptions.from_mapping(options),
+    plan = FanoutPlan("classify", project, source, project / "work", typed_options(options),
                       key="dag/run/fanout", store_url=store_url)  # fmt: skip
     proj, spec = plan.load()
     total, sha = count_input_rows(proj, spec, plan)

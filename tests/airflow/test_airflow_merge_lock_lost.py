@@ -19,7 +19,7 @@ import pytest
 import runner.airflow.merge as merge_module
 from runner.airflow.execution import run_batch_for_airflow
 from runner.airflow.merge import merge_fanout
-from runner.airflow.options import FanoutOptions
+from runner.airflow.options import typed_options
 from runner.airflow.plan import FanoutPlan, count_input_rows, plan_shards
 from runner.batch.output_lock_store import lock_key
 from runner.errors import EXIT_CONFIG, OutputLockLost
@@ -58,7 +58,7 @@ def test_a_merge_whose_output_lock_was_lost_writes_nothing(
 ) -> None:
     source = project / "tickets.csv"
     source.write_text("id,text\nT-1,alpha\nT-2,beta\nT-3,gamma\n", encoding="utf-8")
-    plan = FanoutPlan("classify", project, source, project / "work", FanoutOptions.from_mapping({"id_column": "id"}),
+    plan = FanoutPlan("classify", project, source, project / "work", typed_options({"id_column": "id"}),
                       key=f"dag/run/lost-{other_ends}", store_url=postgres_url)  # fmt: skip
     proj, spec = plan.load()
     total, sha = count_input_rows(proj, spec, plan)

@@ -11,7 +11,7 @@ import pytest
 
 from runner.airflow.execution import run_batch_for_airflow
 from runner.airflow.merge import merge_fanout
-from runner.airflow.options import FanoutOptions
+from runner.airflow.options import typed_options
 from runner.airflow.plan import FanoutPlan, count_input_rows, plan_shards
 from runner.batch.output import exclusive_output
 from runner.errors import UsageError
@@ -27,7 +27,7 @@ def test_a_merge_onto_a_url_another_batch_is_writing_is_refused(
     store_url = str(request.getfixturevalue("postgres_url")) if store == "postgresql" else None
     source = project / "tickets.csv"
     source.write_text("id,text\nT-1,alpha\nT-2,beta\nT-3,gamma\n", encoding="utf-8")
-    plan = FanoutPlan("classify", project, source, project / "work", FanoutOptions.from_mapping({"id_column": "id"}),
+    plan = FanoutPlan("classify", project, source, project / "work", typed_options({"id_column": "id"}),
                       key=f"dag/run/{store}", store_url=store_url)  # fmt: skip
     proj, spec = plan.load()
     total, sha = count_input_rows(proj, spec, plan)

@@ -8,15 +8,16 @@ from typing import Any
 
 import pytest
 
-from runner.airflow.options import OPTION_NAMES, FanoutOptions, check_option_names
+from runner.airflow.options import typed_options
 from runner.airflow.plan import FanoutPlan, ShardSpec, plan_shards, run_work_dir
+from runner.batch.options import BatchOptions
 from runner.config.specs import Caps
 from runner.errors import UsageError
 from runner.locations import location
 
 # What "{{ params.x }}" renders natively (render_template_as_native_obj) for the example DAG's defaults.
 RENDERED_DEFAULTS = {
-    "input_format": None, "output_format": None, "map": [], "id_column": None, "concurrency": 8, "rpm": None,
+    "input_format": None, "output_format": None, "map": [], "id_column": None, "concurrency": None, "rpm": None,
     "tpm": None, "max_attempts": 2, "stop_after_failures": None, "max_cost_usd": None, "max_tokens": None,
     "max_wall_seconds": None, "row_max_cost_usd": None, "row_max_steps": None, "durable": False, "model": None,
 }  # fmt: skip
@@ -24,29 +25,31 @@ RENDERED_DEFAULTS = {
 
 def test_rendered_defaults_are_the_cli_defaults() -> None:
     # concurrency: the CLI names no number (8 rows live, every row in a provider batch); a fan-out is live
-    assert FanoutOptions.from_mapping(RENDERED_DEFAULTS) == FanoutOptions(concurrency=8)
-    assert FanoutOptions.from_mapping({**RENDERED_DEFAULTS, "concurrency": None}) == FanoutOptions()
+    assert typed_options(RENDERED_DEFAULTS).request_fields() == BatchOptions().request_fields()
+    assert typed_options({**RENDERED_DEFAULTS, "concurrency": 8}) == BatchOptions({"max_attempts": 2, "concurrency": 8})
 
 
 def test_every_cli_batch_option_is_taken() -> None:
-    options = FanoutOptions.from_mapping(
+    options = typed_options(
         {**RENDERED_DEFAULTS, "input_format": "csv", "output_format": "parquet", "map": '["subject=title"]',
          "id_column": "id", "concurrency": "3", "rpm": "60", "tpm": "6000", "max_attempts": "4",
          "stop_after_failures": "5", "max_cost_usd": "2.5", "max_tokens": "9000", "max_wall_seconds": "600",
          "row_max_cost_usd": "0.01", "row_max_steps": "3", "durable": "True", "model": "gpt-x"}
     )  # fmt: skip
-    assert options == FanoutOptions(
-        input_format="csv", output_format="parquet", mapping=("subject=title",), id_column="id", concurrency=3,
-        requests_per_minute=60.0, tokens_per_minute=6000.0, max_attempts=4, stop_after_failures=5,
-        batch_caps=Caps(max_cost_usd=2.5, max_tokens=9000, max_wall_seconds=600.0),
-        row_caps=Caps(max_cost_usd=0.01, max_steps=3), durable=True, model="gpt-x",
-    )  # fmt: skip
+    fields = options.request_fields()
+    assert {k: fields[k] for k in ("format", "output_format", "mapping", "id_column", "concurrency", "requests_per_minute",
+                                   "tokens_per_minute", "max_attempts", "stop_after_failures", "durable", "model_override")} == {
+        "format": "csv", "output_format": "parquet", "mapping": ("subject=title",), "id_column": "id", "concurrency": 3,
+        "requests_per_minute": 60.0, "tokens_per_minute": 6000.0, "max_attempts": 4, "stop_after_failures": 5,
+        "durable": True, "model_override": "gpt-x"}
+    assert options.batch_caps == Caps(max_cost_usd=2.5, max_tokens=9000, max_wall_seconds=600.0)
+    assert options.row_caps == Caps(max_cost_usd=0.01, max_steps=3)
 
 
 def test_caps_mappings_tighten_the_flat_caps() -> None:
-    options = FanoutOptions.from_mapping({"caps": {"max_cost_usd": "1", "max_steps": 50}, "max_cost_usd": 3})
+    options = typed_options({"caps": {"max_cost_usd": "1", "max_steps": 50}, "max_cost_usd": 3})
     assert options.batch_caps == Caps(max_cost_usd=1.0, max_steps=50)
-    options = FanoutOptions.from_mapping({"row_caps": '{"max_tool_calls": 2, "max_cost_usd": null}', "row_max_steps": "4"})
+    options = typed_options({"row_caps": '{"max_tool_calls": 2, "max_cost_usd": null}', "row_max_steps": "4"})
     assert options.row_caps == Caps(max_tool_calls=2, max_steps=4)
 
 
@@ -66,29 +69,14 @@ def test_caps_mappings_tighten_the_flat_caps() -> None:
 )
 def test_bad_options_are_refused_by_name(values: dict[str, Any], message: str) -> None:
     with pytest.raises(UsageError, match=re.escape(message)):
-        FanoutOptions.from_mapping(values)
-
-
-def test_option_names_follow_the_cli_flags() -> None:
-    from runner.cli.batch import batch
-
-    flags = {p.name for p in batch.params} - {"task", "input_path", "output_path", "journal_path", "restart",
-                                               "progress", "base_url", "root", "as_json", "report_dir", "mapping",
-                                               # provider batch mode is not sharded (runner.airflow.options' doc)
-                                               "via", "batch_fallback", "batch_poll_seconds", "batch_max_requests", "batch_max_file_bytes",
-                                               # trials, forecasts and kept columns are not sharded either (the same doc)
-                                               "limit", "sample", "seed", "estimate", "no_calls", "keep_columns"}  # fmt: skip
-    assert flags | {"map"} <= set(OPTION_NAMES) | {"map"}, flags - set(OPTION_NAMES)
-    check_option_names(dict.fromkeys(OPTION_NAMES))
+        typed_options(values)
 
 
 def test_a_shard_shares_the_rates_and_reserves_the_summed_caps_in_one_shared_scope(tmp_path: Path) -> None:
-    options = FanoutOptions(
-        batch_caps=Caps(max_cost_usd=1.0, max_tokens=3, max_wall_seconds=60.0), requests_per_minute=120.0
-    )
+    options = BatchOptions({"max_cost_usd": 1.0, "max_tokens": 3, "max_wall_seconds": 60.0, "rpm": 120.0})
     share = options.shard_share(4)
     assert share.batch_caps == options.batch_caps  # not divided: the shards share one scope
-    assert share.requests_per_minute == 30.0 and share.tokens_per_minute is None  # a rate is per process
+    assert share["rpm"] == 30.0 and share["tpm"] is None  # a rate is per process
     assert options.shard_share(1) == options
     work = run_work_dir(tmp_path, "dag", "manual__1", "fanout")
     plan = FanoutPlan("t", tmp_path, tmp_path / "in.csv", work, options, key="dag/abc/fanout")
@@ -99,12 +87,12 @@ def test_a_shard_shares_the_rates_and_reserves_the_summed_caps_in_one_shared_sco
     assert scope is not None and scope.key == "fanout:dag/abc/fanout" and scope.caps == options.batch_caps
     assert scope.sqlite_path == work / "caps.sqlite3"  # without a PostgreSQL store: next to the journals
     assert all(r.batch_caps == Caps(max_wall_seconds=60.0) for r in requests)  # each shard keeps its wall clock
-    assert FanoutPlan("t", tmp_path, tmp_path / "in.csv", work, FanoutOptions()).shared_scope() is None
+    assert FanoutPlan("t", tmp_path, tmp_path / "in.csv", work, BatchOptions()).shared_scope() is None
     assert plan.request().shared_scope is None  # the whole-input request (counting rows) spends nothing
 
 
 def test_with_a_postgresql_store_journals_and_the_ledger_are_named_by_the_dag_run(tmp_path: Path) -> None:
-    options = FanoutOptions(batch_caps=Caps(max_cost_usd=1.0))
+    options = BatchOptions({"caps": Caps(max_cost_usd=1.0)})
     plan = FanoutPlan("t", tmp_path, tmp_path / "in.csv", location("memory://bucket/work"), options,
                       key="dag/abc/fanout", store_url="postgresql://runner@db/runner")  # fmt: skip
     shard = plan_shards(8, "x", num_shards=2, shard_size=None)[1]
@@ -152,7 +140,7 @@ def test_paths_are_per_dag_run_and_fanout_and_the_same_for_every_try(tmp_path: P
     assert work == run_work_dir(tmp_path, "dag", "manual__1", "fanout")
     assert work != run_work_dir(tmp_path, "dag", "manual__2", "fanout")
     assert work != run_work_dir(tmp_path, "dag", "manual__1", "other")
-    plan = FanoutPlan("t", tmp_path, tmp_path / "in.csv", work, FanoutOptions(max_attempts=3))
+    plan = FanoutPlan("t", tmp_path, tmp_path / "in.csv", work, BatchOptions({"max_attempts": 3}))
     shard = plan_shards(10, "x", num_shards=2, shard_size=None)[1]
     first, retry = plan.request(shard, try_number=1), plan.request(shard, try_number=2)
     assert first.journal_path == retry.journal_path == work / "journals" / "shard-00001-of-00002.sqlite3"

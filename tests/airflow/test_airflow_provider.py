@@ -111,7 +111,7 @@ def test_a_failed_runs_message_states_status_kind_and_error(status: str, kind: s
 def test_bad_templated_values_fail_without_retry_and_name_the_field() -> None:
     from runner.airflow._compat import AirflowFailException
     from runner.airflow.operator import fail_without_retry
-    from runner.airflow.typed import typed_caps
+    from runner.config.typed_values import typed_caps
     from runner.errors import ModelError
 
     refused = pytest.raises(AirflowFailException, match=r"runner task 'x': caps.max_cost_usd: 'nan' is not a finite")
@@ -152,9 +152,8 @@ def test_batch_fanout_dag_shape() -> None:
     assert {t.task_id for t in dag.tasks} == {"split", "run_shard", "merge"}
     assert dag.get_task("run_shard").upstream_task_ids == {"split"}
     assert dag.get_task("merge").upstream_task_ids == {"run_shard", "split"}
-    flags = set(OPTION_NAMES) - {"caps", "row_caps"}
-    assert flags <= set(dag.params), flags - set(dag.params)  # every runner batch option is a param
-    assert set(dag.get_task("split").options) == flags
+    assert set(OPTION_NAMES) <= set(dag.params), set(OPTION_NAMES) - set(dag.params)  # every batch option is a param
+    assert set(dag.get_task("split").options) == set(OPTION_NAMES)
     with pytest.raises(ValueError, match="input_path"):  # Airflow's ParamValidationError  # required: a trigger without it is refused
         dag.params.validate()
 

@@ -26,9 +26,9 @@ from datetime import UTC, datetime, timedelta
 from airflow.sdk import DAG, Param
 
 from runner.airflow.fanout import batch_fanout
+from runner.airflow.params import batch_option_params, batch_option_templates
 
 NULL_TEXT = ["null", "string"]
-FORMATS = [None, "csv", "jsonl", "parquet"]
 
 with DAG(
     dag_id="runner_batch_fanout",
@@ -50,39 +50,8 @@ with DAG(
         ),
         "report_dir": Param(None, type=NULL_TEXT, description="where batch_report.md/.json go; default: the work dir"),
         "num_shards": Param(4, type="integer", minimum=1, maximum=10000),
-        "id_column": Param(
-            None, type=NULL_TEXT, description="column holding each row's id (default: a hash of its inputs)"
-        ),
-        "map": Param([], type="array", items={"type": "string", "pattern": "^[^=]+=.+$"}, description="INPUT=COLUMN"),
-        "input_format": Param(None, type=NULL_TEXT, enum=FORMATS),
-        "output_format": Param(None, type=NULL_TEXT, enum=FORMATS),
-        "concurrency": Param(8, type="integer", minimum=1, maximum=1024, description="rows in flight within one shard"),
-        "max_attempts": Param(
-            2, type="integer", minimum=1, maximum=100, description="attempts per row per Airflow try"
-        ),
-        "stop_after_failures": Param(None, type=["null", "integer"], minimum=1, description="per shard"),
-        "max_cost_usd": Param(
-            None, type=["null", "number"], minimum=0, description="batch cap, shared among the shards"
-        ),
-        "max_tokens": Param(
-            None, type=["null", "integer"], minimum=1, description="batch cap, shared among the shards"
-        ),
-        "max_wall_seconds": Param(None, type=["null", "number"], exclusiveMinimum=0, description="per shard try"),
-        "row_max_cost_usd": Param(None, type=["null", "number"], minimum=0),
-        "row_max_steps": Param(None, type=["null", "integer"], minimum=1),
-        "rpm": Param(
-            None, type=["null", "number"], exclusiveMinimum=0, description="requests/minute, shared among the shards"
-        ),
-        "tpm": Param(
-            None, type=["null", "number"], exclusiveMinimum=0, description="tokens/minute, shared among the shards"
-        ),
-        "durable": Param(False, type="boolean"),
-        "model": Param(None, type=NULL_TEXT, description="use this model id for every agent"),
-        "no_cache": Param(False, type="boolean", description="neither read nor write the result cache"),
-        "dedupe": Param(False, type="boolean", description="rows with identical inputs run once (within a shard)"),
         "max_failed_rows": Param(0, type="integer", minimum=0, description="rows allowed to end not done"),
-        "keep_answers": Param(False, type="boolean", description="a changed configuration keeps the earlier answers (else refused)"),
-        "retry_failed": Param(False, type="boolean", description="run failed rows whose attempts are used up once more"),
+        **batch_option_params(),  # every batch option the operators take, from runner.batch.options
     },
     tags=["runner"],
 ) as dag:
@@ -94,24 +63,5 @@ with DAG(
         num_shards="{{ params.num_shards }}",
         max_failed_rows="{{ params.max_failed_rows }}",
         strict_conf=True,
-        id_column="{{ params.id_column }}",
-        map="{{ params.map }}",
-        input_format="{{ params.input_format }}",
-        output_format="{{ params.output_format }}",
-        concurrency="{{ params.concurrency }}",
-        max_attempts="{{ params.max_attempts }}",
-        stop_after_failures="{{ params.stop_after_failures }}",
-        max_cost_usd="{{ params.max_cost_usd }}",
-        max_tokens="{{ params.max_tokens }}",
-        max_wall_seconds="{{ params.max_wall_seconds }}",
-        row_max_cost_usd="{{ params.row_max_cost_usd }}",
-        row_max_steps="{{ params.row_max_steps }}",
-        rpm="{{ params.rpm }}",
-        tpm="{{ params.tpm }}",
-        durable="{{ params.durable }}",
-        keep_answers="{{ params.keep_answers }}",
-        retry_failed="{{ params.retry_failed }}",
-        model="{{ params.model }}",
-        no_cache="{{ params.no_cache }}",
-        dedupe="{{ params.dedupe }}",
+        **batch_option_templates(),
     )

@@ -1,16 +1,17 @@
-"""Typed values from templated operator fields. No Airflow imports here.
+"""Typed values from text or native values: rendered Airflow templates, API keywords.
 
 Airflow renders a templated field to text unless the DAG sets
 ``render_template_as_native_obj=True`` (the example DAGs do). So every value an operator
 hands to runner passes through one of these functions first: each accepts the value's own
 type or its text form, and refuses anything else with a :class:`~runner.errors.UsageError`
-naming the field, so the task fails without retries and before any model call.
+naming the field, so the task fails without retries and before any model call. The batch
+options (:mod:`runner.batch.options`) are typed by these functions on every surface.
 
 ``None`` means "not given". Text that only looks like nothing (``"None"``, what a null
 param renders as text) is refused where a number is wanted, as
 :mod:`runner.config.capvalues` refuses it for caps: a template that rendered nothing must
 not silently lift a limit. Caps go through that module's parser; :func:`typed_caps` and
-:func:`typed_cap` are the only places in :mod:`runner.airflow` that call it.
+:func:`typed_cap` are the only places here that call it.
 """
 
 from __future__ import annotations

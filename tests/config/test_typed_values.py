@@ -1,4 +1,4 @@
-"""Typed values from templated fields: caps, numbers, flags, lists (no Airflow needed)."""
+"""Typed values from text or native values: caps, numbers, flags, lists."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from runner.airflow.typed import (
+from runner.config.specs import Caps
+from runner.config.typed_values import (
     choice,
     flag,
     optional_int,
@@ -18,7 +19,6 @@ from runner.airflow.typed import (
     typed_cap,
     typed_caps,
 )
-from runner.config.specs import Caps
 from runner.errors import UsageError
 
 
