@@ -310,11 +310,16 @@ def _budget_cell(store_url: str) -> tuple[float, str]:
         shard = [sys.executable, "-c", SHARD, str(root)]
         argvs = [run, run, [*shard, "0", store_url, server.base_url], [*shard, "1", store_url, server.base_url]]
         logs = [(root / f"p{i}.out", root / f"p{i}.err") for i in range(len(argvs))]  # files: a full pipe would stall one
-        processes = []
-        for argv, (out, err) in zip(argvs, logs, strict=True):
-            with out.open("wb") as stdout, err.open("wb") as stderr:  # the child keeps its own copies
-                processes.append(subprocess.Popen(argv, cwd=root, env=env, stdout=stdout, stderr=stderr))
-        codes = [process.wait(timeout=600) for process in processes]
+        processes: list[subprocess.Popen[bytes]] = []
+        try:
+            for argv, (out, err) in zip(argvs, logs, strict=True):
+                with out.open("wb") as stdout, err.open("wb") as stderr:  # the child keeps its own copies
+                    processes.append(subprocess.Popen(argv, cwd=root, env=env, stdout=stdout, stderr=stderr))
+            codes = [process.wait(timeout=600) for process in processes]
+        finally:  # a hung process (or a failed start) leaves none running past the bench
+            for process in processes:
+                process.kill()
+                process.wait()
         ended = [(code, out.read_text(), err.read_text()) for code, (out, err) in zip(codes, logs, strict=True)]
         if codes != [3, 3, 0, 0]:
             details = "\n".join(err[-1500:] for _, _, err in ended)

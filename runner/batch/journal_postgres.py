@@ -107,11 +107,6 @@ def journal_exists(url: str, name: str) -> bool:
         database.close()
 
 
-def lock_key(name: str) -> int:
-    """The advisory lock of journal ``name``: 64 bits of a SHA-256 (the same on every worker)."""
-    return LOCK.key(name)
-
-
 def _lock(database: Database, name: str, holder: str) -> None:
     """Take journal ``name``'s lock and write this process's row (:class:`UsageError` naming the holder)."""
     if not LOCK.take(database, name, holder, dt.datetime.now(dt.UTC).isoformat()):

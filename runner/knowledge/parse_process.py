@@ -13,7 +13,9 @@ holds no secret (only where Python finds runner), its answers JSON. Not ``multip
 (nor a pool built on it): its ``spawn`` runs the caller's main module again in the child (a
 script that calls runner's API without a ``__main__`` guard would run twice) and ``fork``
 copies a process that has threads. The process starts with the first file a refresh reads
-(a refresh that finds nothing changed starts none) and serves the refresh's other files.
+(a refresh that finds nothing changed starts none) and serves the refresh's other files; a
+file's deadline starts once the process has said it is ready, so its start (Python, runner's
+imports: seconds on a loaded machine) is not counted against the file.
 Plain text goes through it too: its chunking is the code that once hung on a heading line.
 """
 
@@ -32,6 +34,9 @@ from runner.knowledge.convert import ConversionError
 from runner.knowledge.file_chunks import ChunkSettings
 from runner.knowledge.parse_worker import PARENT_ENV
 from runner.knowledge.store import NewChunk
+
+STARTUP_SECONDS = 60.0
+"""How long the parser process may take to start and say it is ready (no file is read yet)."""
 
 
 class ParserBug(RuntimeError):
@@ -67,12 +72,23 @@ class DocumentParser:
         return _chunks(answer, relative)
 
     async def _started(self) -> asyncio.subprocess.Process:
+        """The parser process, started if there is none, once it has said it is ready
+        (:class:`ParserBug` if it cannot start)."""
         if self._child is None:
             environment = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "PYTHONUTF8": "1", PARENT_ENV: str(os.getpid())}
             self._child = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "runner.knowledge.parse_worker", env=environment,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
+            try:
+                await asyncio.wait_for(_answer(self._child), STARTUP_SECONDS)
+            except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+                code = await self.close()
+                raise ParserBug(f"runner's parser process did not start within {STARTUP_SECONDS:g} s ({_ended(code)}); "
+                                f"run '{sys.executable} -m runner.knowledge.parse_worker' to see why") from None  # fmt: skip
+            except asyncio.CancelledError:
+                await self.close()
+                raise
         return self._child
 
     async def close(self) -> int | None:
@@ -87,9 +103,15 @@ class DocumentParser:
 
 
 async def _ask(child: asyncio.subprocess.Process, request: dict[str, Any]) -> dict[str, Any]:
-    assert child.stdin is not None and child.stdout is not None
+    assert child.stdin is not None
     child.stdin.write(json.dumps(request).encode("ascii") + b"\n")
     await child.stdin.drain()
+    return await _answer(child)
+
+
+async def _answer(child: asyncio.subprocess.Process) -> dict[str, Any]:
+    """The child's next frame: its length on a line, then that many bytes of JSON."""
+    assert child.stdout is not None
     size = int(await child.stdout.readuntil(b"\n"))
     answer: dict[str, Any] = json.loads(await child.stdout.readexactly(size))
     return answer

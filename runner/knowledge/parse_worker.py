@@ -1,8 +1,8 @@
 """The child process that reads source files for :mod:`runner.knowledge.parse_process`
 (``python -m runner.knowledge.parse_worker``).
 
-It reads one request per line on stdin (a JSON object: ``path``, ``relative``, ``settings``)
-and answers each with a frame on its own stdout descriptor: the payload's length in bytes on
+Once started it sends ``{"ready": true}``; then it reads one request per line on stdin (a JSON
+object: ``path``, ``relative``, ``settings``) and answers each with a frame on its own stdout descriptor: the payload's length in bytes on
 a line, then the payload, JSON: ``{"chunks": [[seq, heading, position, text], ...]}``, or
 ``{"problem": why}`` for a file that cannot be read (a :class:`ConversionError`), or
 ``{"config": why}`` (a missing library), or ``{"bug": traceback}``. Anything a parser prints
@@ -42,10 +42,15 @@ def main() -> None:
     _die_with_parent()
     answers: BinaryIO = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a parser that prints cannot break the frames
+    _send(answers, {"ready": True})  # the parent starts a file's deadline from here
     for line in sys.stdin.buffer:
-        payload = json.dumps(answer(json.loads(line))).encode("ascii")  # \u escapes carry any text, lone surrogates too
-        answers.write(b"%d\n" % len(payload) + payload)
-        answers.flush()
+        _send(answers, answer(json.loads(line)))
+
+
+def _send(answers: BinaryIO, frame: dict[str, Any]) -> None:
+    payload = json.dumps(frame).encode("ascii")  # \u escapes carry any text, lone surrogates too
+    answers.write(b"%d\n" % len(payload) + payload)
+    answers.flush()
 
 
 def _die_with_parent() -> None:

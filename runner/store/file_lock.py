@@ -37,7 +37,9 @@ def held_lock_file(lock_path: Path, what: str, busy: Callable[[int], str], *, mo
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        message = busy(fd)
-        os.close(fd)
+        try:
+            message = busy(fd)
+        finally:
+            os.close(fd)  # also when ``busy`` fails reading what the holder wrote
         raise UsageError(message) from None
     return fd

@@ -145,6 +145,8 @@ class PolicyProxy:
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await writer.drain()
         first = await reader.read(65536)  # the client speaks first, in TLS as in a WebSocket handshake
+        if not first:  # closed unused (a preconnect Chromium did not need): nothing was asked, nothing refused
+            return
         if not first.startswith(TLS_HANDSHAKE):  # Chromium tunnels a worker's plain ws:// too
             return await self._refuse(writer, gate, f"ws://{host}:{port}/", "a tunnel carries TLS only: WebSockets are not allowed")
         upstream_reader, upstream_writer = await asyncio.open_connection(str(destination.address), int(port))

@@ -15,7 +15,7 @@ import pytest
 from runner.knowledge.convert import ConversionError
 from runner.knowledge.file_chunks import ChunkSettings
 from runner.knowledge.limits import ConversionLimits
-from runner.knowledge.parse_process import DocumentParser
+from runner.knowledge.parse_process import DocumentParser, ParserBug
 from runner.knowledge.parse_worker import PARENT_ENV
 from tests.knowledge.documents import BILLING_MD, write_nested_forms_pdf
 
@@ -63,11 +63,11 @@ async def test_a_child_that_dies_names_the_file(files: tuple[Path, Path], monkey
     forms, billing = files
     monkeypatch.setenv("OPENAI_API_KEY", "sk-parent-secret-0123456789")
     parser = DocumentParser(ChunkSettings(limits=ConversionLimits(max_seconds=600)))
-    reading = asyncio.create_task(parser.chunks(forms, "forms.pdf"))
     try:
-        while not (found := children()):
-            await asyncio.sleep(0.05)
-        ((pid, environ),) = found.items()
+        await parser.chunks(billing, "billing.md")  # the process is up and reads its next request
+        reading = asyncio.create_task(parser.chunks(forms, "forms.pdf"))
+        await asyncio.sleep(0.2)
+        ((pid, environ),) = children().items()
         assert b"sk-parent-secret" not in environ and b"OPENAI_API_KEY" not in environ
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(ConversionError, match=r"^forms\.pdf could not be read: its parser's process ended \(killed by signal 9\)$"):
@@ -78,12 +78,51 @@ async def test_a_child_that_dies_names_the_file(files: tuple[Path, Path], monkey
 
 
 async def test_cancelling_the_wait_kills_the_parse(files: tuple[Path, Path]) -> None:
+    forms, billing = files
+    parser = DocumentParser(ChunkSettings(limits=ConversionLimits(max_seconds=600)))
+    await parser.chunks(billing, "billing.md")  # the process is up and reads its next request
+    reading = asyncio.create_task(parser.chunks(forms, "forms.pdf"))
+    await asyncio.sleep(0.2)
+    assert children()
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    assert children() == {}
+
+
+def slow_to_start(monkeypatch: pytest.MonkeyPatch, where: Path, code: str) -> None:
+    """The parser process runs ``code`` as it starts (a ``sitecustomize`` on its path)."""
+    where.mkdir()
+    (where / "sitecustomize.py").write_text(code)
+    monkeypatch.syspath_prepend(str(where))
+
+
+async def test_a_files_deadline_does_not_count_the_process_start(files: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, billing = files
+    slow_to_start(monkeypatch, tmp_path / "site", "import time\ntime.sleep(2)\n")  # as on a loaded machine
+    parser = DocumentParser(ChunkSettings(limits=ConversionLimits(max_seconds=1)))
+    try:
+        assert len(await parser.chunks(billing, "billing.md")) == 3
+    finally:
+        await parser.close()
+
+
+async def test_cancelling_while_the_process_starts_kills_it(files: tuple[Path, Path]) -> None:
     forms, _ = files
     parser = DocumentParser(ChunkSettings(limits=ConversionLimits(max_seconds=600)))
     reading = asyncio.create_task(parser.chunks(forms, "forms.pdf"))
     while not children():
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.01)
     reading.cancel()
     with pytest.raises(asyncio.CancelledError):
         await reading
+    assert children() == {}
+
+
+async def test_a_process_that_cannot_start_is_runners_bug_not_the_files(files: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, billing = files
+    slow_to_start(monkeypatch, tmp_path / "site", "import os\nos._exit(3)\n")
+    parser = DocumentParser(ChunkSettings())
+    with pytest.raises(ParserBug, match=r"^runner's parser process did not start within 60 s \(exit code 3\); run '.+ -m runner\.knowledge\.parse_worker' to see why$"):
+        await parser.chunks(billing, "billing.md")
     assert children() == {}

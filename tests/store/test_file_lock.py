@@ -23,6 +23,20 @@ def test_a_second_holder_is_refused_with_the_callers_message_until_the_first_let
     os.close(held_lock_file(lock, "the test's lock", lambda fd: "unused"))
 
 
+def test_a_busy_message_that_fails_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    lock = tmp_path / "x.lock"
+    first = held_lock_file(lock, "the test's lock", lambda fd: "unused")
+    before = set(os.listdir("/proc/self/fd"))
+
+    def broken(fd: int) -> str:
+        raise RuntimeError("reading the holder failed")
+
+    with pytest.raises(RuntimeError, match="reading the holder failed"):
+        held_lock_file(lock, "the test's lock", broken)
+    assert set(os.listdir("/proc/self/fd")) == before
+    os.close(first)
+
+
 def test_a_symbolic_link_is_not_followed(tmp_path: Path) -> None:
     elsewhere = tmp_path / "precious.txt"
     elsewhere.write_text("keep me")

@@ -79,3 +79,21 @@ async def test_a_plain_websocket_upgrade_in_a_tunnel_is_refused_before_it_connec
     assert answer.startswith(b"HTTP/1.1 403")
     assert server.received == b""
     assert load.refused == [f"ws://127.0.0.1:{port}/: a tunnel carries TLS only: WebSockets are not allowed"]
+
+
+async def test_a_tunnel_closed_before_a_byte_is_sent_is_no_refusal(echo: tuple[EchoServer, int]) -> None:
+    server, port = echo
+    load = PageLoad(limit=1_000_000)
+    proxy = await PolicyProxy(lambda: Gate(LOOPBACK, load, time.monotonic() + 10)).start()
+    host, proxy_port = proxy.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(proxy_port))
+    try:
+        writer.write(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+        writer.write_eof()  # Chromium closes a preconnected tunnel it did not need
+        assert await asyncio.wait_for(reader.read(65536), 10) == b""
+    finally:
+        writer.close()
+        await writer.wait_closed()
+        await proxy.close()
+    assert load.refused == [] and server.connections == []
