@@ -37,14 +37,28 @@ def param_schema(option: BatchOption) -> dict[str, Any]:
         return {"type": ["null", "string"], "enum": [None, *option.choices]}
     if kind in ("text", "model"):
         return {"type": ["null", "string"]}
-    integer = kind == "integer" or (kind == "cap" and option.cap in ("max_steps", "max_tool_calls", "max_tokens"))
-    schema: dict[str, Any] = {"type": ["null", "integer" if integer else "number"]}
+    if kind == "cap":
+        return _cap_schema(option)
+    schema: dict[str, Any] = {"type": ["null", "integer" if kind == "integer" else "number"]}
     if option.positive:
         schema["exclusiveMinimum"] = 0
-    elif option.minimum is not None or kind == "cap":
-        schema["minimum"] = option.minimum if option.minimum is not None else 0
+    elif option.minimum is not None:
+        schema["minimum"] = option.minimum
     if option.maximum is not None:
         schema["maximum"] = option.maximum
+    return schema
+
+
+def _cap_schema(option: BatchOption) -> dict[str, Any]:
+    """A cap's param: the bounds the caps schema gives the cap it sets (what the task would refuse)."""
+    from runner.config.capvalues import cap_bounds
+
+    assert option.cap is not None
+    bounds = cap_bounds(option.cap)
+    schema: dict[str, Any] = {"type": ["null", "integer" if bounds.integer else "number"]}
+    schema["exclusiveMinimum" if bounds.exclusive_minimum else "minimum"] = bounds.minimum
+    if bounds.maximum is not None:
+        schema["maximum"] = bounds.maximum
     return schema
 
 
