@@ -142,6 +142,8 @@ def run_batch(
         api_key=api_key, store_path=store_path, store_url=store_url, progress=progress,
         batch_limits=typed.batch_limits(spec.batch_api), **typed.request_fields(),
     )
+    if request.mode(spec) == "live":
+        typed.check_live()
     summary = asyncio.run(run_batch_file(project, spec, request))
     counts = summary["counts"]
     summary.update(done=counts.get("done", 0), failed=counts.get("failed", 0) + counts.get("invalid", 0),

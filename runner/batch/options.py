@@ -232,9 +232,13 @@ class BatchOptions:
             return self
         return self.but(**{o.name: self[o.name] / shards for o in BATCH_OPTIONS if o.fanout == DIVIDED and self[o.name] is not None})
 
-    def given_for(self, mode: str) -> list[str]:
-        """The flags of options given here that do not apply in ``mode`` (``live`` or ``batch-api``)."""
-        return [OPTIONS[name].flag for name in self.given if OPTIONS[name].mode not in (None, mode)]
+    def check_live(self) -> None:
+        """Refuse the provider batch options (``batch_fallback``, ``batch_max_requests``, ...) for a
+        batch that runs live: applied or refused, never ignored. (A provider batch refuses the
+        rate limits itself: :func:`runner.batch.batch_api.refused_flags`.)"""
+        given = [OPTIONS[name].flag for name in self.given if OPTIONS[name].mode == "batch-api"]
+        if given:
+            raise UsageError(f"{', '.join(given)} only applies with --via batch-api (or mode: batch_api on the task)")
 
 
 def not_an_option(name: str, where: str, allowed: tuple[str, ...]) -> str:

@@ -67,8 +67,8 @@ def batch(task: str, input_path: Path, output_path: Location, journal_path: Path
         raise click.UsageError("--no-calls only applies with --estimate")
     if request.mode(spec) == "batch-api":
         _refuse_rate_limits(request)
-    elif options.given_for("live"):
-        raise click.UsageError(f"{', '.join(options.given_for('live'))} only applies with --via batch-api (or mode: batch_api on the task)")
+    else:
+        options.check_live()
     check_batch_dirs(project, request, spec.name)  # a read-only project fails here, before any row is paid for
     if estimate:
         _estimate(project, spec, request, no_calls, as_json)

@@ -87,3 +87,31 @@ def test_the_airflow_options_are_the_options_with_a_fanout_rule(name: str, where
 
 def test_a_cap_of_zero_is_given_not_dropped() -> None:
     assert BatchOptions.typed({"max_cost_usd": 0}).batch_caps.max_cost_usd == 0
+
+
+@pytest.mark.parametrize("given", [{"batch_fallback": "live"}, {"batch_max_requests": 10}, {"batch_max_file_bytes": "1000"}])
+def test_a_provider_batch_option_for_a_live_batch_is_refused_by_the_cli_and_the_api(
+    given: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not ignored: the API takes these options since they come from the table, and refuses them as the CLI does."""
+    from click.testing import CliRunner
+
+    from runner.api import run_batch
+    from runner.cli.batch import batch
+    from runner.model.server import ScriptedServer
+    from tests.support.project import copy_shipped
+
+    root = copy_shipped(tmp_path / "project", ("agents.d", "tasks.d"))
+    rows = root / "rows.jsonl"
+    rows.write_text('{"id": "r1", "subject": "Crash", "body": "It crashes"}\n')
+    (name, value), out = next(iter(given.items())), root / "out.jsonl"
+    refused = f"{OPTIONS[name].flag} only applies with --via batch-api"
+    with ScriptedServer({"fallback": {"content": "{}"}}) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-api")
+        with pytest.raises(UsageError, match=re.escape(refused)):
+            run_batch("triage_ticket", root=root, input_path=rows, output_path=out, via="live", **given)
+        result = CliRunner().invoke(batch, ["triage_ticket", "--root", str(root), "--input", str(rows), "--output",
+                                            str(out), "--via", "live", OPTIONS[name].flag, str(value)])  # fmt: skip
+        assert isinstance(result.exception, UsageError) and refused in str(result.exception), result.output
+        assert server.requests == [] and not out.exists()
