@@ -388,9 +388,12 @@ class RunnerBatchOperator(BaseOperator):
         return self._succeed(context, batch, manifest)
 
     def _succeed(self, context: Context, batch: _Batch, manifest: dict[str, Any]) -> dict[str, Any]:
-        """Record the success (a later try computes the batch again: :mod:`runner.airflow.generations`), return the manifest."""
+        """Record the success (a later try computes the batch again: :mod:`runner.airflow.generations`), return the manifest.
+
+        The record is the last thing the try does: a try that fails after it would have its
+        retry compute the batch again and pay for it twice."""
         from runner.airflow.generations import record_success
 
-        record_success(batch.work, batch.generation, context["ti"].try_number, manifest)
         annotate_outlets(context, self.outlets, manifest)
+        record_success(batch.work, batch.generation, context["ti"].try_number, manifest)
         return manifest
