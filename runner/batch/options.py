@@ -20,10 +20,10 @@ name with dashes. Where it applies:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from runner.config.specs import Caps
+from runner.config.specs import BatchApiLimits, Caps
 from runner.config.typed_values import (
     choice,
     flag,
@@ -71,6 +71,12 @@ class BatchOption:
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
+    @property
+    def integer_bounds(self) -> tuple[int | None, int | None]:
+        """``minimum`` and ``maximum`` of an integer option, as integers."""
+        low, high = self.minimum, self.maximum
+        return (None if low is None else int(low), None if high is None else int(high))
+
     def typed(self, value: Any, where: str) -> Any:
         """``value`` (native, or text such as a rendered template) as this option's type; ``None``
         (or ``()``/``False``) when not given. A bad value raises :class:`UsageError` naming ``where``."""
@@ -84,7 +90,7 @@ class BatchOption:
         if kind == "flag":
             return flag(value, where)
         if kind == "integer":
-            minimum, maximum = (None if b is None else int(b) for b in (self.minimum, self.maximum))
+            minimum, maximum = self.integer_bounds
             return optional_int(value, where, minimum=minimum, maximum=maximum)
         if kind == "number":
             return optional_number(value, where, minimum=self.minimum, positive=self.positive)
@@ -216,14 +222,12 @@ class BatchOptions:
             "batch_poll_seconds": self["batch_poll_seconds"],
         }  # fmt: skip
 
-    def batch_limits(self, task_limits: Any) -> Any:
+    def batch_limits(self, task_limits: BatchApiLimits) -> BatchApiLimits:
         """The task's ``batch_api`` limits, lowered by ``batch_max_requests``/``batch_max_file_bytes``."""
-        from dataclasses import replace
-
         lowered = {field_name: self[name] for name, field_name in (("batch_max_requests", "max_requests"),
                                                                    ("batch_max_file_bytes", "max_file_bytes"))
                    if self[name] is not None}  # fmt: skip
-        return replace(task_limits, **lowered) if lowered else task_limits
+        return replace(task_limits, **lowered)
 
     def shard_share(self, shards: int) -> BatchOptions:
         """These options for one of ``shards`` shards of a fan-out: the :data:`DIVIDED` ones (the

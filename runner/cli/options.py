@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from runner.config.specs import CAP_NAMES, Caps
 from runner.endpoints import shown_url
 from runner.errors import UsageError
+
+if TYPE_CHECKING:
+    from runner.batch.options import BatchOption
 
 CAP_FLAGS = (
     ("max_steps", "Model calls at most (1 or more)."),
@@ -123,16 +126,17 @@ def batch_flags(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-def _flag_type(option: Any) -> click.ParamType:
+def _flag_type(option: BatchOption) -> click.ParamType:
     """The Click type that checks a batch option's value (the same bounds :meth:`BatchOption.typed` holds)."""
     if option.kind == "choice":
         return click.Choice(option.choices)
     if option.kind == "model":
         return ModelId()
     if option.kind == "cap":
+        assert option.cap is not None
         return CapValue(option.cap)
     if option.kind == "integer":
-        return click.IntRange(option.minimum, option.maximum) if (option.minimum, option.maximum) != (None, None) else click.INT
+        return click.IntRange(*option.integer_bounds) if option.integer_bounds != (None, None) else click.INT
     if option.kind == "number":
         return FiniteFloatRange(min=0 if option.positive else option.minimum, min_open=option.positive)
     return click.STRING
