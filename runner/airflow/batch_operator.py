@@ -98,7 +98,6 @@ if TYPE_CHECKING:
     from runner.config.specs import TaskSpec
     from runner.locations import Location
 
-VIAS = ("live", "batch-api")
 FINAL_TRIGGER_ERRORS = frozenset({"auth", "not_found", "bad_request", "no_key"})
 """Trigger errors another try cannot cure; ``unreachable`` may pass."""
 
@@ -253,12 +252,13 @@ class RunnerBatchOperator(BaseOperator):
         from runner.airflow.generations import current_generation
         from runner.airflow.plan import FanoutPlan, run_key, run_work_dir
         from runner.airflow.store import shared_store_url
-        from runner.config.typed_values import choice, optional_int, optional_number, optional_text, required_text
+        from runner.batch.options import OPTIONS
+        from runner.config.typed_values import optional_int, optional_text, required_text
         from runner.errors import UsageError
 
         dag_id, dag_run_id, task_id, map_index = dag_run_identity(context)
-        via = choice(self.via, "via", VIAS) or "batch-api"
-        fallback = choice(self.batch_fallback, "batch_fallback", ("live",))
+        via = OPTIONS["via"].typed(self.via, "via") or "batch-api"
+        fallback = OPTIONS["batch_fallback"].typed(self.batch_fallback, "batch_fallback")
         if via == "live" and (self.deferrable or fallback):
             raise UsageError(
                 "deferrable=True and batch_fallback need via='batch-api' (a live batch runs in the worker)"
@@ -288,7 +288,8 @@ class RunnerBatchOperator(BaseOperator):
             output_path=output,
             report_dir=plan.merged_report_dir(optional_text(self.report_dir, "report_dir")), via=via,
             batch_fallback=fallback, provider_wait=not deferrable,
-            batch_poll_seconds=optional_number(self.batch_poll_seconds, "batch_poll_seconds", positive=True) or 30.0,
+            batch_poll_seconds=OPTIONS["batch_poll_seconds"].typed(self.batch_poll_seconds, "batch_poll_seconds")
+            or OPTIONS["batch_poll_seconds"].default,
         )  # fmt: skip
         allowed = optional_int(self.max_failed_rows, "max_failed_rows", minimum=0) or 0
         return _Batch(project, spec, request, self.conn_id if api_key else None, allowed, work, generation)
