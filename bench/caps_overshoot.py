@@ -245,11 +245,11 @@ SHARD = """\
 import json, sys
 from pathlib import Path
 from runner.airflow.execution import run_batch_for_airflow
-from runner.airflow.options import FanoutOptions
+from runner.airflow.options import typed_options
 from runner.airflow.plan import FanoutPlan, count_input_rows, plan_shards
 
 root, index, store_url, base_url = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-options = FanoutOptions.from_mapping({"id_column": "id", "concurrency": 32})
+options = typed_options({"id_column": "id", "concurrency": 32})
 plan = FanoutPlan("read", root, root / "rows.jsonl", root / "work", options, key="bench/run/fanout", store_url=store_url)
 project, spec = plan.load()
 total, sha256 = count_input_rows(project, spec, plan)
