@@ -15,8 +15,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from runner.config.prices import LOCAL_MODEL_ID
-from runner.config.providers import Provider
 from runner.config.specs import ModelSpec
+from runner.core.providers import Provider
 from runner.endpoints import (
     DEFAULT_BASE_URL,
     STANDARD_KEY_VARIABLES,
