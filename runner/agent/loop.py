@@ -262,7 +262,7 @@ class _AgentRun:
         finally:
             self.model_seq += ledger.attempts
         usage = _trusted_usage(response, estimate)
-        usage = replace(usage, cost_usd=binding.pricer.cost(usage, response.tariff))
+        usage = replace(usage, cost_usd=binding.pricer.cost(usage, response.tariff, response.service_tier))
         ledger.answered(
             usage, time.monotonic() - started, tool_calls=len(response.tool_calls), content=response.content,
             finish_reason=response.finish_reason, reply=_reply(response),
