@@ -152,6 +152,20 @@ def test_a_flex_call_the_provider_served_at_the_default_tier_is_billed_at_standa
     assert report(root)["usage"]["total"]["cost_usd"] == pytest.approx(flex + standard)
 
 
+def test_a_call_served_at_a_dearer_tier_than_it_could_ask_for_is_billed_at_it_and_said(tmp_path: Path) -> None:
+    """auto reserves at standard rates; a Project whose auto tier is priority is billed at priority ones."""
+    root = write_project(tmp_path / "project", agent_file("o4-mini", ", max_tokens: 100, service_tier: auto"))
+    usage = {"prompt_tokens": 50, "completion_tokens": 100}  # within the worst case's tokens, above its standard price
+    with ScriptedServer([{"reply": {"content": "hi", "usage": usage, "service_tier": "priority"}}], strict=True) as server:
+        done = run_cli(root, server, "run", "t")
+        (body,) = chat_bodies(server)
+    assert done.returncode == 0, done.stderr
+    assert body["service_tier"] == "auto"
+    found = report(root)
+    assert found["usage"]["total"]["cost_usd"] == pytest.approx((50 * 2.0 + 100 * 8.0) / 1e6)  # o4-mini's priority rates
+    assert "billed at the service tier that served it ('priority')" in json.dumps(found["warnings"])
+
+
 @pytest.mark.parametrize("tier", [", service_tier: flex", ""])
 def test_a_cap_under_one_calls_standard_worst_case_stops_flex_too_before_the_first_call(tmp_path: Path, tier: str) -> None:
     """max_cost_usd 0.0038 is below one call's worst case at standard prices (1000 output
