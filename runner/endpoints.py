@@ -32,28 +32,31 @@ ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 @dataclass(frozen=True)
 class ProviderKeys:
     """A provider's standard variables: its key, and the endpoint that key belongs to
-    (``base_variable`` when set, else ``default_url``; ``None``: no default endpoint)."""
+    (``base_variable`` when set, else ``default_url``; ``None``: no default endpoint).
+    ``follows_base_url_flag``: ``--base-url`` replaces that endpoint (OpenAI's standard
+    endpoint is whatever the command points at)."""
 
     key_variable: str
     base_variable: str
     default_url: str | None
+    follows_base_url_flag: bool = False
 
 
-PROVIDER_KEYS = {
-    "openai": ProviderKeys("OPENAI_API_KEY", "OPENAI_BASE_URL", DEFAULT_BASE_URL),
-    "anthropic": ProviderKeys("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", ANTHROPIC_BASE_URL),
-    "azure": ProviderKeys("AZURE_OPENAI_API_KEY", "AZURE_OPENAI_ENDPOINT", None),
-}
+OPENAI_KEYS = ProviderKeys("OPENAI_API_KEY", "OPENAI_BASE_URL", DEFAULT_BASE_URL, follows_base_url_flag=True)
+ANTHROPIC_KEYS = ProviderKeys("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", ANTHROPIC_BASE_URL)
+AZURE_KEYS = ProviderKeys("AZURE_OPENAI_API_KEY", "AZURE_OPENAI_ENDPOINT", None)
+STANDARD_KEYS = (OPENAI_KEYS, ANTHROPIC_KEYS, AZURE_KEYS)
 """Each provider's standard key goes only to that provider's standard endpoint: ANTHROPIC_API_KEY
-never to OpenAI's, OPENAI_API_KEY never to Anthropic's."""
+never to OpenAI's, OPENAI_API_KEY never to Anthropic's (a provider's own is
+:attr:`runner.core.providers.Provider.standard_keys`)."""
 
 
 def home_of_standard(variable: str, environ: Mapping[str, str], base_url_override: str | None = None) -> str | None:
     """The endpoint a provider's standard key variable belongs to (``None``: not a standard
     variable). ``base_url_override`` (``--base-url``) replaces OpenAI's standard endpoint."""
-    for provider, keys in PROVIDER_KEYS.items():
+    for keys in STANDARD_KEYS:
         if keys.key_variable == variable:
-            if provider == "openai":
+            if keys.follows_base_url_flag:
                 return standard_endpoint(base_url_override, environ)
             return environ.get(keys.base_variable) or keys.default_url or f"${keys.base_variable}"
     return None

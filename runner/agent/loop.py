@@ -262,12 +262,12 @@ class _AgentRun:
         finally:
             self.model_seq += ledger.attempts
         usage = _trusted_usage(response, estimate)
-        usage = replace(usage, cost_usd=binding.pricer.cost(usage, response.tariff))
+        usage = replace(usage, cost_usd=binding.pricer.cost(usage, response.tariff, response.service_tier))
         ledger.answered(
             usage, time.monotonic() - started, tool_calls=len(response.tool_calls), content=response.content,
             finish_reason=response.finish_reason, reply=_reply(response),
         )
-        self._flag_excess(usage, estimate)
+        self._flag_excess(usage, binding.pricer.reprice(estimate, response.tariff), response.service_tier)
         if env.call_cache is not None:
             env.call_cache.keep_response(request, response, binding.endpoint_identity)
         return replace(response, usage=usage)
@@ -285,14 +285,21 @@ class _AgentRun:
         ))
         return cached
 
-    def _flag_excess(self, usage: Usage, estimate: Estimate) -> None:
+    def _flag_excess(self, usage: Usage, estimate: Estimate, served: str | None) -> None:
         """Usage above the reservation already counts in every scope (no new call starts in a
-        scope now over its cap); say so in the record."""
+        scope now over its cap); say so in the record: tokens beyond the worst case, or a price
+        above it (a tier dearer than any the call could ask for served it, e.g. ``auto`` at priority)."""
         excess = max(usage.input_tokens - estimate.input_tokens, 0) + max(usage.output_tokens - estimate.output_tokens, 0)
+        where = f"(step '{self.env.step_id}', call {self.model_seq})"
         if excess > 0:
             self.outcome.warnings.append(
-                f"the endpoint reported {excess} tokens above the reserved worst case "
-                f"(step '{self.env.step_id}', call {self.model_seq}); spend can pass a cap by what such calls report"
+                f"the endpoint reported {excess} tokens above the reserved worst case {where}; "
+                "spend can pass a cap by what such calls report"
+            )
+        elif usage.cost_usd > estimate.cost_usd * (1 + 1e-9) + 1e-12:
+            self.outcome.warnings.append(
+                f"the call cost ${usage.cost_usd:.6f}, above its reserved worst case ${estimate.cost_usd:.6f}, billed at "
+                f"the service tier that served it ('{served}') {where}; ask for that tier in model.service_tier so calls are reserved at it"
             )
 
     async def act_all(self, calls: tuple[ToolCall, ...], messages: list[Message], stuck: StuckDetector) -> AgentOutcome | None:

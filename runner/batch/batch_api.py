@@ -35,8 +35,8 @@ from runner.caps.pricing import Pricer
 from runner.config.prices import find_price
 from runner.config.profiles import find_profile
 from runner.config.project import Project
-from runner.config.providers import Provider, no_batch_api_message
 from runner.config.specs import AgentSpec, TaskSpec
+from runner.core.providers import Provider, no_batch_api_message
 from runner.errors import UsageError
 from runner.model.endpoint import Endpoint
 from runner.model.factory import resolve_endpoint

@@ -1,6 +1,6 @@
 """Which Batch API an endpoint speaks under ``--via batch-api``, and how much one batch may hold.
 
-The flavour follows the provider (:class:`~runner.config.providers.Provider`): ``openai``
+The flavour follows the provider (:class:`~runner.core.providers.Provider`): ``openai``
 speaks OpenAI's Files + Batches (``/v1/files``, ``/v1/batches``), ``anthropic`` Anthropic's
 Message Batches (``/v1/messages/batches``). The limits are the model profile's
 (:mod:`runner.config.profiles`: OpenAI 50,000 requests and 200 MB per batch, Anthropic 100,000
@@ -8,7 +8,7 @@ and 256 MB), when its flavour is the provider's (a ``claude-*`` id behind an Ope
 proxy batches the OpenAI way, at OpenAI's limits); a task's ``batch_api:`` block, or
 ``--batch-max-requests`` / ``--batch-max-file-bytes``, may only lower them. A provider or
 profile without a Batch API is refused before anything is sent
-(:func:`~runner.config.providers.no_batch_api_message`).
+(:func:`~runner.core.providers.no_batch_api_message`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from runner.batch.message_batches import MessageBatchesClient
 from runner.batch.provider_api import ProviderClient
 from runner.config.profiles import BatchApiProfile, ModelProfile
-from runner.config.providers import Provider
 from runner.config.specs import BatchApiLimits
+from runner.core.providers import Provider
 from runner.model.endpoint import Endpoint
 
 BatchClient = ProviderClient | MessageBatchesClient

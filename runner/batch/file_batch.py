@@ -120,6 +120,8 @@ async def run_batch_file(project: Project, task: TaskSpec, request: BatchRequest
         "input_tokens": summary.usage.input_tokens,
         "output_tokens": summary.usage.output_tokens,
         "cached_input_tokens": summary.usage.cached_input_tokens,
+        "cache_write_tokens": summary.usage.cache_write_tokens,
+        "reasoning_tokens": summary.usage.reasoning_tokens,
         "elapsed_seconds": summary.elapsed_seconds,
         "stop_reason": summary.stop_reason,
         "stop_kind": summary.stop_kind,

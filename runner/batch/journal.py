@@ -55,10 +55,15 @@ TODO = "(status = 'pending' OR (status = 'failed' AND retryable = 1 AND attempts
 """The rows a batch runs: pending, or failed-retryable with attempts left (``?`` = max_attempts)."""
 COLUMNS = (
     "row_number, id, status, attempts, retryable, inputs, output, error, error_kind, run_id,"
-    " input_tokens, output_tokens, cached_input_tokens, cost_usd, model_calls, tool_calls,"
-    " duration_seconds, started_at, finished_at, warnings, fingerprint, budget_warnings, degraded"
+    " input_tokens, output_tokens, cached_input_tokens, cost_usd, model_calls, tool_calls, reasoning_tokens,"
+    " cache_write_tokens, duration_seconds, started_at, finished_at, warnings, fingerprint, budget_warnings, degraded"
 )
 """A row's columns in the order :func:`journal_row` reads them (the same in both implementations)."""
+USAGE_COLUMNS = (
+    "input_tokens", "output_tokens", "cached_input_tokens", "cost_usd", "model_calls", "tool_calls", "reasoning_tokens",
+    "cache_write_tokens",
+)  # fmt: skip
+"""A row's :class:`Usage` columns, in :func:`usage_values` order (the order of ``Usage``'s fields)."""
 
 
 @dataclass(frozen=True)
@@ -107,15 +112,11 @@ class RowOutcome:
     budget_warnings: tuple[BudgetWarning, ...] = ()  # every attempt's, as the run store holds them
 
     def values(self) -> tuple[Any, ...]:
-        """``status, output, error, error_kind, retryable, <6 usage values or NULLs>, duration``."""
+        """``status, output, error, error_kind, retryable, <the usage values (:data:`USAGE_COLUMNS`) or NULLs>, duration``."""
         if self.status not in ("done", "failed", "not_run"):
             raise ValueError(f"cannot record status {self.status!r}")
         output = None if self.output is None else json.dumps(self.output, ensure_ascii=False, default=str)
-        usage = self.usage
-        spend = (
-            (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.cost_usd, usage.model_calls, usage.tool_calls)
-            if usage is not None else (None,) * 6
-        )
+        spend = usage_values(self.usage) if self.usage is not None else (None,) * len(USAGE_COLUMNS)
         return (self.status, output, clean(self.error), self.error_kind, int(self.retryable), *spend, self.duration_seconds)
 
     def warnings_json(self) -> str | None:
@@ -380,15 +381,22 @@ def ingest_values(row: Row, now: str) -> tuple[Any, ...]:
 
 
 def usage_values(usage: Usage) -> tuple[Any, ...]:
-    """``input_tokens, output_tokens, cached_input_tokens, cost_usd, model_calls, tool_calls``."""
-    return (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.cost_usd, usage.model_calls,
-            usage.tool_calls)  # fmt: skip
+    """``usage``'s figures in :data:`USAGE_COLUMNS` order."""
+    return tuple(getattr(usage, column) for column in USAGE_COLUMNS)
+
+
+def usage_from(values: tuple[Any, ...]) -> Usage:
+    """A :class:`Usage` from figures in :data:`USAGE_COLUMNS` order (PostgreSQL sums are decimals)."""
+    figures = dict(zip(USAGE_COLUMNS, values, strict=True))
+    counts = {name: int(value) for name, value in figures.items() if name != "cost_usd"}
+    return Usage(**counts, cost_usd=float(figures["cost_usd"]))
 
 
 def journal_row(found: tuple[Any, ...]) -> JournalRow:
     """A row read as :data:`COLUMNS`."""
-    (number, row_id, status, attempts, retryable, inputs, output, error, kind, run_id, tin, tout, cached, cost,
-     calls, tools, took, started, finished, warnings, fingerprint, budget_warnings, degraded) = found  # fmt: skip
+    number, row_id, status, attempts, retryable, inputs, output, error, kind, run_id = found[:10]
+    spent = found[10 : 10 + len(USAGE_COLUMNS)]
+    took, started, finished, warnings, fingerprint, budget_warnings, degraded = found[10 + len(USAGE_COLUMNS) :]
     return JournalRow(
         number=int(number),
         id=row_id,
@@ -400,7 +408,7 @@ def journal_row(found: tuple[Any, ...]) -> JournalRow:
         error=error,
         error_kind=kind,
         run_id=run_id,
-        usage=Usage(int(tin), int(tout), int(cached), float(cost), int(calls), int(tools)),
+        usage=usage_from(spent),
         duration_seconds=took,
         started_at=started,
         finished_at=finished,
@@ -411,18 +419,8 @@ def journal_row(found: tuple[Any, ...]) -> JournalRow:
     )
 
 
-def spent_usage(found: tuple[Any, ...]) -> Usage:
-    """The sums ``SELECT``-ed in :data:`SPENT` order as a :class:`Usage` (PostgreSQL sums are decimals)."""
-    tin, tout, cached, cost, calls, tools = found
-    return Usage(int(tin), int(tout), int(cached), float(cost), int(calls), int(tools))
-
-
-SPENT = (
-    "COALESCE(SUM(input_tokens), 0) AS input_tokens, COALESCE(SUM(output_tokens), 0) AS output_tokens,"
-    " COALESCE(SUM(cached_input_tokens), 0) AS cached_input_tokens, COALESCE(SUM(cost_usd), 0) AS cost_usd,"
-    " COALESCE(SUM(model_calls), 0) AS model_calls, COALESCE(SUM(tool_calls), 0) AS tool_calls"
-)
-"""What :meth:`BatchJournal.spent` sums, in :func:`spent_usage` order."""
+SPENT = ", ".join(f"COALESCE(SUM({column}), 0) AS {column}" for column in USAGE_COLUMNS)
+"""What :meth:`BatchJournal.spent` sums, in :data:`USAGE_COLUMNS` order (read by :func:`usage_from`)."""
 RESUME_ERROR = "interrupted: the batch process ended while this row was running"
 
 

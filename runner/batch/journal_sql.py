@@ -25,6 +25,7 @@ from runner.batch.journal import (
     INTERRUPTED,
     RESUME_ERROR,
     SPENT,
+    USAGE_COLUMNS,
     BatchJournal,
     JournalRow,
     ResumeState,
@@ -36,13 +37,15 @@ from runner.batch.journal import (
     journal_row,
     new_meta,
     now_iso,
-    spent_usage,
+    usage_from,
     usage_values,
 )
 from runner.core.usage import Usage
 from runner.store.database import Database
 from runner.store.schema import AddedColumn, Schema
 
+_KEPT_UNLESS_GIVEN = ", ".join(f"{column} = COALESCE(?, {column})" for column in USAGE_COLUMNS)
+"""A row's usage columns set from an outcome's values, or kept when it gives none (an interrupted attempt)."""
 DDL = """
 CREATE TABLE IF NOT EXISTS {meta} (
     {key_column}key TEXT NOT NULL,
@@ -66,6 +69,8 @@ CREATE TABLE IF NOT EXISTS {rows} (
     cached_input_tokens {bigint} NOT NULL DEFAULT 0,
     model_calls {int} NOT NULL DEFAULT 0,
     tool_calls {int} NOT NULL DEFAULT 0,
+    reasoning_tokens {bigint} NOT NULL DEFAULT 0,
+    cache_write_tokens {bigint} NOT NULL DEFAULT 0,
     duration_seconds {real},
     warnings TEXT,
     created_at TEXT NOT NULL,
@@ -86,6 +91,7 @@ ADDED = (
     AddedColumn("{rows}", "fingerprint", "TEXT"),  # journals from before answers named the configuration they were made under
     AddedColumn("{rows}", "budget_warnings", "TEXT"),  # journals from before budget warnings were kept with their rows
     AddedColumn("{rows}", "degraded", "TEXT"),  # journals from before budgets degraded to fallback models
+    *(AddedColumn("{rows}", column, "{bigint} NOT NULL DEFAULT 0") for column in ("reasoning_tokens", "cache_write_tokens")),  # before they were kept
 )
 
 
@@ -163,8 +169,8 @@ class SqlJournal(BatchJournal):
 
     def correct_usage(self, number: int, usage: Usage) -> None:
         self._db.execute(
-            f"UPDATE {self._layout.rows} SET input_tokens = ?, output_tokens = ?, cached_input_tokens = ?, cost_usd = ?,"
-            f" model_calls = ?, tool_calls = ? WHERE {self._layout.mine} AND row_number = ?",
+            f"UPDATE {self._layout.rows} SET {', '.join(f'{column} = ?' for column in USAGE_COLUMNS)}"
+            f" WHERE {self._layout.mine} AND row_number = ?",
             (*usage_values(usage), *self._layout.key, number),
             idempotent=True,
         )
@@ -198,10 +204,7 @@ class SqlJournal(BatchJournal):
 
         def write(db: Database) -> bool:
             return db.execute(
-                f"UPDATE {rows} SET status = ?, output = ?, error = ?, error_kind = ?, retryable = ?,"
-                " input_tokens = COALESCE(?, input_tokens), output_tokens = COALESCE(?, output_tokens),"
-                " cached_input_tokens = COALESCE(?, cached_input_tokens), cost_usd = COALESCE(?, cost_usd),"
-                " model_calls = COALESCE(?, model_calls), tool_calls = COALESCE(?, tool_calls),"
+                f"UPDATE {rows} SET status = ?, output = ?, error = ?, error_kind = ?, retryable = ?, {_KEPT_UNLESS_GIVEN},"
                 f" duration_seconds = ?, finished_at = ?, warnings = ?, budget_warnings = ?, degraded = ?, token = ?, attempts = attempts - ?"
                 f" WHERE {mine} AND row_number = ?"
                 " AND status = 'running'",
@@ -249,7 +252,7 @@ class SqlJournal(BatchJournal):
     def spent(self) -> Usage:
         found = self._db.row(f"SELECT {SPENT} FROM {self._layout.rows} WHERE {self._layout.mine}", self._layout.key)
         assert found is not None
-        return spent_usage(tuple(found.values()))
+        return usage_from(tuple(found.values()))
 
     def row(self, number: int) -> JournalRow | None:
         found = self._db.row(

@@ -16,6 +16,14 @@ call's run id and request fingerprint: the same call, the same id, in any proces
 candidate still running is taken as the intent's batch, and its results are checked when it
 is collected: a line for a call the part does not hold is ignored, and the call it should
 have answered gets a per-row ``batch_unknown_ids`` error (never a second bill).
+
+What this flavour cannot do that the OpenAI one does: keep the answers of a batch whose record of
+calls (the run store's ``provider_answers.batch_part``) is gone while its journal is not. OpenAI's
+``custom_id`` is ``<row>.<fingerprint>``, decoded back to the call; here it must be at most 64 of
+``[a-zA-Z0-9_-]`` and the request fingerprint alone is 64 hex digits, so it is a hash, and a
+Message Batch has no metadata to carry the mapping (``MessageBatch``: id, created_at, ended_at,
+expires_at, processing_status, request_counts, results_url...; its create takes ``requests``
+only). Such lines are ignored (never billed to a row) and the calls are sent again.
 """
 
 from __future__ import annotations

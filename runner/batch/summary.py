@@ -97,16 +97,14 @@ def batch_report(journal: BatchRecords, summary: BatchSummary | None = None, *, 
     not_run: dict[str, dict[str, Any]] = defaultdict(lambda: {"count": 0, "example_ids": []})
     budget_warnings: dict[tuple[str, str, float], dict[str, Any]] = {}
     degraded: dict[str, Any] = {"rows": 0, "listed": []}
-    tokens = input_tokens = cached_tokens = 0
+    used = Usage()
     for record in journal.records():
         counts[record.status] += 1
         for warning in record.budget_warnings:  # each made once, by the row whose call crossed it
             key = (warning.window, warning.cap, warning.threshold)
             budget_warnings.setdefault(key, {**warning.as_dict(), "row_id": record.id, "row": record.number})
         _add_degraded(degraded, record)
-        tokens += record.usage.total_tokens
-        input_tokens += record.usage.input_tokens
-        cached_tokens += record.usage.cached_input_tokens
+        used += record.usage
         if record.attempts:
             costs.append(record.usage.cost_usd)
         if record.duration_seconds is not None:
@@ -127,10 +125,13 @@ def batch_report(journal: BatchRecords, summary: BatchSummary | None = None, *, 
         "rows": sum(counts.values()),
         "counts": dict(counts),
         "cost_usd": round(sum(costs), 8),
-        "tokens": tokens,
-        "input_tokens": input_tokens,
-        "cached_input_tokens": cached_tokens,
-        "cache_hit_rate": _rounded(cache_hit_rate(input_tokens, cached_tokens)),
+        "tokens": used.total_tokens,
+        "input_tokens": used.input_tokens,
+        "output_tokens": used.output_tokens,
+        "cached_input_tokens": used.cached_input_tokens,
+        "cache_write_tokens": used.cache_write_tokens,
+        "reasoning_tokens": used.reasoning_tokens,
+        "cache_hit_rate": _rounded(cache_hit_rate(used.input_tokens, used.cached_input_tokens)),
         "cost_per_row_usd": _distribution(costs),
         "slowest_rows": [
             {"id": row_id, "row": -negative_row, "seconds": round(took, 3)} for took, negative_row, row_id in durations
@@ -161,6 +162,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     if report["cache_hit_rate"] is not None:
         hit, sent = 100 * report["cache_hit_rate"], report["input_tokens"]
         lines += [f"Prompt cache: {hit:.1f}% of {sent:,} input tokens served from the endpoint's cache.", ""]
+    if report.get("cache_write_tokens"):
+        lines += [f"Cache writes: {report['cache_write_tokens']:,} input tokens written to the endpoint's cache (billed at its cache-write price).", ""]
+    if report.get("reasoning_tokens"):
+        lines += [f"Reasoning: {report['reasoning_tokens']:,} of {report['output_tokens']:,} output tokens (billed as output).", ""]
     cost = report["cost_per_row_usd"]
     if cost["rows"]:
         stats = [["USD", *(f"{cost[k]:.6f}" for k in ("mean", "p50", "p95", "max"))]]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runner.caps.budget import Budget, Estimate
 from runner.config.prices import batch_price, cost_usd, tier_price
-from runner.config.profiles import TierBilling
+from runner.config.profiles import DEFAULT_PROFILE, ModelProfile, TierBilling
 from runner.config.specs import Price
 from runner.model.base import ModelRequest, Tariff, Usage
 from runner.model.tokens import UTF8_BYTES_BOUND, estimate_prompt_tokens
@@ -18,12 +18,16 @@ class Pricer:
     """Prices one model. ``price`` is its live price, ``None`` for a model with no known price:
     its calls are recorded as unpriced (0 USD), which is only allowed without a money cap.
     ``tariff`` is how its calls are sent, so what they reserve: live, or through the
-    provider's Batch API (``--via batch-api``) at the batch price."""
+    provider's Batch API (``--via batch-api``) at the batch price. A live call asks for
+    service tier ``tier`` (``model.service_tier``); ``profile`` says how each tier bills: the
+    call reserves at the dearest tier that may serve it and is billed at the one that did
+    (:meth:`~runner.config.profiles.ModelProfile.served_billing`)."""
 
     model_id: str
     price: Price | None
     tariff: Tariff = "live"
-    tier: TierBilling = "standard"  # how a live call bills at the agent's service tier (flex: batch rates)
+    tier: str | None = None
+    profile: ModelProfile = field(default_factory=lambda: ModelProfile(DEFAULT_PROFILE))  # no tiers: standard rates
 
     @property
     def priced(self) -> bool:
@@ -36,26 +40,37 @@ class Pricer:
         model's price. ``exact=False`` skips loading a tokenizer and counts the prompt by
         the byte bound (higher, still safe), for when no cap or rate limit needs it tight."""
         prompt = estimate_prompt_tokens(request) if exact else UTF8_BYTES_BOUND.prompt_tokens(request_body(request))
-        worst = self.cost(Usage(prompt, max_output_tokens, 0))
-        return Estimate(prompt, max_output_tokens, worst)
+        return self.reprice(Estimate(prompt, max_output_tokens, 0.0), self.tariff)
 
-    def cost(self, usage: Usage, tariff: Tariff | None = None) -> float:
-        """USD for ``usage`` billed at ``tariff`` (default: this pricer's)."""
-        rates = self.rates(tariff or self.tariff)
+    def cost(self, usage: Usage, tariff: Tariff | None = None, served: str | None = None) -> float:
+        """USD for ``usage`` billed at ``tariff`` (default: this pricer's); a live call at the
+        service tier ``served`` that its answer names (``None``: none named, billed as asked)."""
+        billing = self.profile.served_billing(self.tier, served)
+        rates = self.rates(tariff or self.tariff, billing) or self.rates(tariff or self.tariff)  # no rates for the tier served: as asked
         if rates is None:
             return 0.0
         return cost_usd(rates, usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.cache_write_tokens)
 
-    def rates(self, tariff: Tariff) -> Price | None:
-        """The price per million tokens at ``tariff``: a live call at this pricer's service
-        tier (:func:`~runner.config.prices.tier_price`), a provider batch's line at the batch price."""
+    def rates(self, tariff: Tariff, billing: TierBilling | None = None) -> Price | None:
+        """The price per million tokens at ``tariff``: a live call at ``billing`` (default: as its
+        tier asks; :func:`~runner.config.prices.tier_price`), a provider batch's line at the batch
+        price; ``None`` when unknown."""
         if self.price is None:
             return None
-        return tier_price(self.price, self.tier) if tariff == "live" else batch_price(self.price)
+        if tariff != "live":
+            return batch_price(self.price)
+        return tier_price(self.price, billing or self.profile.tier_billing(self.tier))
 
     def reprice(self, estimate: Estimate, tariff: Tariff) -> Estimate:
-        """The same worst case billed at ``tariff`` (a provider batch's call sent live instead)."""
-        return Estimate(estimate.input_tokens, estimate.output_tokens, self.cost(Usage(estimate.input_tokens, estimate.output_tokens), tariff))
+        """The worst case of ``estimate``'s tokens billed at ``tariff``: a live call at the dearest
+        tier that may serve it (:meth:`~runner.config.profiles.ModelProfile.reserved_billing`), every
+        prompt token at the dearer of the input and cache-write rates (a call may write its prefix)."""
+        rates = self.rates(tariff, self.profile.reserved_billing(self.tier))
+        if rates is None:
+            return Estimate(estimate.input_tokens, estimate.output_tokens, 0.0)
+        written = estimate.input_tokens if (rates.cache_write_per_mtok or 0) > rates.input_per_mtok else 0
+        worst = cost_usd(rates, estimate.input_tokens, estimate.output_tokens, 0, written)
+        return Estimate(estimate.input_tokens, estimate.output_tokens, worst)
 
 
 TOKEN_AND_MONEY_CAPS = ("max_input_tokens", "max_tokens", "max_cost_usd")

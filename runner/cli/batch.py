@@ -131,9 +131,10 @@ def _show(summary: dict[str, Any], as_json: bool) -> None:
     counts = ", ".join(f"{n} {status}" for status, n in summary["counts"].items() if n)
     hit = cache_hit_rate(summary["input_tokens"], summary.get("cached_input_tokens") or 0)
     cached = f" ({100 * hit:.1f}% of input from the prompt cache)" if hit else ""
+    reasoning = f" ({summary['reasoning_tokens']} of the output spent reasoning)" if summary.get("reasoning_tokens") else ""
     echo(
         f"batch {summary['batch_id']}: {summary['total']} rows ({counts}); ${summary['cost_usd']:.6f}, "
-        f"{summary['input_tokens'] + summary['output_tokens']} tokens{cached}, {summary['elapsed_seconds']}s"
+        f"{summary['input_tokens'] + summary['output_tokens']} tokens{cached}{reasoning}, {summary['elapsed_seconds']}s"
     )
     if summary["stop_reason"]:
         echo(f"stopped: {summary['stop_reason']}")

@@ -168,10 +168,10 @@ def scope_lines(view: ScopeView) -> list[str]:
 
 
 def _usage_text(usage: Usage) -> str:
-    return (
-        f"${usage.cost_usd:.6f}, {usage.total_tokens:,} tokens ({usage.input_tokens:,} in, {usage.output_tokens:,} out), "
-        f"{usage.model_calls} model call(s)"
-    )
+    parts = [f"{usage.input_tokens:,} in", f"{usage.output_tokens:,} out"]
+    parts += [f"{usage.reasoning_tokens:,} of the output reasoning"] if usage.reasoning_tokens else []
+    parts += [f"{usage.cache_write_tokens:,} of the input written to the cache"] if usage.cache_write_tokens else []
+    return f"${usage.cost_usd:.6f}, {usage.total_tokens:,} tokens ({', '.join(parts)}), {usage.model_calls} model call(s)"
 
 
 def _amount(cap: str, value: float) -> str:

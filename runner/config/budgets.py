@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal, cast
 
 from runner.config.documents import Document
 from runner.config.report_options import WARNING_TEMPLATE_ROOTS, Delivery, build_deliveries, repeated_names
+from runner.core.providers import Provider
 from runner.errors import Problem, did_you_mean
 
 if TYPE_CHECKING:
@@ -193,10 +194,10 @@ def _price_problems(project: Project, budget: BudgetSpec, doc: Document) -> list
     problems = []
     for name in covered_agents(project, budget, fallback=True):
         agent = project.agents[name]
-        if agent.model.provider != "local" and find_price(project.prices, agent.model.id) is None:
+        if agent.model.provider is not Provider.LOCAL and find_price(project.prices, agent.model.id) is None:
             problems.append(doc.problem("/max_cost_usd", f"budget '{budget.name}': {unpriced_message(agent.model.id, name)}"))
         fallback = agent.fallback_model
-        if fallback is not None and fallback.provider != "local" and find_price(project.prices, fallback.id) is None:
+        if fallback is not None and fallback.provider is not Provider.LOCAL and find_price(project.prices, fallback.id) is None:
             problems.append(doc.problem("/max_cost_usd", (
                 f"budget '{budget.name}': the fallback_model '{fallback.id}' of agent '{name}' has no known price; add it "
                 "to a `kind: Prices` document (USD per million tokens) or remove max_cost_usd"

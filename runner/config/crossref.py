@@ -18,7 +18,6 @@ from runner.config.prices import find_price, unpriced_message
 from runner.config.profile_checks import check_model_settings, check_tier_price
 from runner.config.profiles import find_profile
 from runner.config.project_files import workspace_file_problem
-from runner.config.providers import Provider
 from runner.config.report_options import DELIVERY_TEMPLATE_ROOTS
 from runner.config.schema import check_schema, validate_part
 from runner.config.specs import AgentSpec, StepSpec, TaskSpec, ToolRef
@@ -33,6 +32,7 @@ from runner.config.template_check import (
 )
 from runner.config.template_engine import environment, references
 from runner.config.template_types import Reference, TemplateError
+from runner.core.providers import Provider
 from runner.errors import Problem, did_you_mean
 
 if TYPE_CHECKING:

@@ -42,6 +42,14 @@ compatible servers), or Anthropic's Message Batches."""
 SERVICE_TIERS = ("auto", "default", "flex", "priority")
 """The values ``model.service_tier`` may take (a profile lists the ones its family accepts)."""
 
+SERVED_TIERS: Mapping[str, TierBilling] = {
+    "default": "standard", "standard": "standard", "scale": "standard", "flex": "batch", "batch": "batch",
+    "priority": "priority",
+}  # fmt: skip
+"""How a call bills by the tier its answer says served it: OpenAI's ``service_tier`` (``default``,
+``flex``, ``scale``, ``priority``), Anthropic's ``usage.service_tier`` (``standard``, ``priority``,
+``batch``)."""
+
 DEFAULT_PROFILE = "default"
 """The profile of a model no other profile matches (any OpenAI-compatible model)."""
 
@@ -71,6 +79,21 @@ class ModelProfile:
     def tier_billing(self, tier: str | None) -> TierBilling:
         """How a call at ``tier`` bills (``None``: no tier sent, the standard price)."""
         return "standard" if tier is None else self.service_tiers.get(tier, "standard")
+
+    def served_billing(self, asked: str | None, served: str | None) -> TierBilling:
+        """How a call asked at tier ``asked`` bills when its answer says tier ``served`` served it
+        (the provider may serve another: OpenAI's flex or priority request at ``default``); an
+        answer that names no tier, or one unknown here (``auto``), bills as asked."""
+        if served is None or served == asked or served not in SERVED_TIERS:
+            return self.tier_billing(asked)
+        return SERVED_TIERS[served]
+
+    def reserved_billing(self, asked: str | None) -> TierBilling:
+        """What a call asked at tier ``asked`` reserves at: the dearer of the tier asked and the
+        standard tier, the one a provider falls back to (a flex call reserves at standard rates and
+        is billed at flex ones when flex served it). A Project whose ``auto`` tier is priority
+        should ask for ``priority``: ``auto`` reserves at standard rates."""
+        return "priority" if self.tier_billing(asked) == "priority" else "standard"  # batch rates < standard < priority
 
 
 def shipped_profiles() -> dict[str, ModelProfile]:

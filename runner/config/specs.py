@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 from runner.config.documents import Document, escape_pointer_token
 from runner.config.project_files import FileRefused, boundary_for, read_prompt_file
-from runner.config.providers import Provider, declared_provider
 from runner.config.report_options import ColumnFormat, Delivery, build_columns, build_deliveries
 from runner.config.sql_sources import task_sources
 from runner.config.template_types import LocatedTemplate, Origin
+from runner.core.providers import Provider, declared_provider
 from runner.core.report_formats import DEFAULT_FORMATS
 from runner.core.steps import StepKind
 from runner.core.usage import Usage

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from runner.core.providers import Provider
 from runner.knowledge.limits import DEFAULT_LIMITS, ConversionLimits
 
 SearchMode = Literal["bm25", "vector", "hybrid"]
@@ -16,7 +17,7 @@ class EmbeddingSpec:
     (``provider: openai``) or the embedded model (``provider: local``)."""
 
     model: str
-    provider: str = "openai"
+    provider: Provider = Provider.OPENAI  # openai or local (the knowledge schema allows no other)
     base_url: str | None = None
     api_key_env: str | None = None
     batch_size: int = 64
@@ -61,8 +62,13 @@ class KnowledgeSpec:
             overlap_chars=chunking.get("overlap_chars", 200),
             top_k=search.get("top_k", 5),
             mode=search.get("mode"),
-            embeddings=EmbeddingSpec(**embeddings) if embeddings else None,
+            embeddings=_embeddings(embeddings) if embeddings else None,
             limits=ConversionLimits.from_config(data.get("parsing", {})),
             source=source,
             pointer=pointer,
         )
+
+
+def _embeddings(data: dict[str, Any]) -> EmbeddingSpec:
+    """The ``embeddings:`` block (schema-checked: ``provider`` is ``openai`` or ``local``)."""
+    return EmbeddingSpec(**{**data, "provider": Provider(data.get("provider", Provider.OPENAI))})

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+from collections.abc import Mapping
 from typing import Any
 
 import anthropic
@@ -27,7 +28,7 @@ from runner.model.base import AttemptHook, ModelRequest, ModelResponse
 from runner.model.faults import Fault, RetryPolicy
 from runner.model.response_cap import capped_anthropic_http_client
 from runner.model.retrying import OnRetry, Sleep, complete_with_retries
-from runner.model.sdk_faults import classify_sdk
+from runner.model.sdk_faults import classify_sdk, header_secrets
 from runner.model.wire import InvalidResponse
 
 try:  # the SDK's httpx fork (as the openai SDK's)
@@ -59,6 +60,7 @@ class AnthropicChatModel:
         timeout_seconds: float = 120.0,
         max_retries: int | None = None,
         retry_policy: RetryPolicy | None = None,
+        default_headers: Mapping[str, str] | None = None,
         sleep: Sleep = asyncio.sleep,
         on_retry: OnRetry | None = None,
         rng: random.Random | None = None,
@@ -71,8 +73,9 @@ class AnthropicChatModel:
             self.retry_policy = dataclasses.replace(self.retry_policy, max_retries=max_retries)
         self._sleep, self._on_retry, self._rng = sleep, on_retry, rng or random.Random()
         self._timeout = timeout_seconds
-        self._client = make_client(base_url, api_key, timeout_seconds, max_retries=0)
-        self._secrets = (self._client.api_key,)
+        headers = dict(default_headers or {})
+        self._client = make_client(base_url, api_key, timeout_seconds, max_retries=0, headers=headers)
+        self._secrets = (self._client.api_key, *header_secrets(headers))
 
     async def complete(self, request: ModelRequest, attempts: AttemptHook | None = None) -> ModelResponse:
         """Call the endpoint, retrying per the policy (see :meth:`OpenAIChatModel.complete`)."""
@@ -112,15 +115,19 @@ def classify(exc: Exception, secrets: tuple[str | None, ...]) -> Fault:
     return classify_sdk(exc, secrets, anthropic, anthropic.AnthropicError)
 
 
-def make_client(base_url: str | None, api_key: str | None, timeout_seconds: float, *, max_retries: int) -> anthropic.AsyncAnthropic:
+def make_client(
+    base_url: str | None, api_key: str | None, timeout_seconds: float, *, max_retries: int, headers: Mapping[str, str] | None = None
+) -> anthropic.AsyncAnthropic:
     """The SDK client. The key goes in ``x-api-key``, as Anthropic documents it (newer SDKs send
     ``Authorization: Bearer`` instead: omitted); ``anthropic-version`` is the SDK's. The key is
     always given: the SDK would otherwise read ANTHROPIC_API_KEY (or a credentials file) itself,
-    whatever the endpoint."""
+    whatever the endpoint. ``headers`` (``model.extra_headers``, e.g. ``anthropic-beta``) go with
+    every call; the key's own headers are set after them (``runner validate`` refuses a key
+    header in them anyway: :mod:`runner.config.profile_checks`)."""
     if api_key:
         return anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url or ANTHROPIC_BASE_URL, timeout=timeout_seconds, max_retries=max_retries,
-            default_headers={"x-api-key": api_key, "Authorization": anthropic.Omit()},  # type: ignore[dict-item]
+            default_headers={**(headers or {}), "x-api-key": api_key, "Authorization": anthropic.Omit()},  # type: ignore[dict-item]
             http_client=capped_anthropic_http_client(),
         )
     raise ModelError("auth", "no API key: set ANTHROPIC_API_KEY, or the environment variable named by the agent's model api_key_env")

@@ -30,6 +30,8 @@ ERROR_TYPES = {
     413: "request_too_large", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error",
 }  # fmt: skip
 MAX_BREAKPOINTS = 4
+_ANTHROPIC_TIERS = {"standard": "standard", "priority": "priority", "batch": "batch"}
+"""``usage.service_tier``'s values: a scripted reply's ``service_tier`` if it is one of them, else ``standard``."""
 
 
 def error_body(status: int, message: str) -> dict[str, Any]:
@@ -186,5 +188,6 @@ def message_from(reply: Reply, body: Mapping[str, Any], serial: int, tokenizer: 
         "usage": {
             "input_tokens": max(int(usage["prompt_tokens"]) - read - written, 0), "output_tokens": int(usage["completion_tokens"]),
             "cache_creation_input_tokens": written, "cache_read_input_tokens": read,
+            "service_tier": _ANTHROPIC_TIERS.get(str(completion.get("service_tier")), "standard"),
         },
     }  # fmt: skip

@@ -231,6 +231,8 @@ class AnthropicServer(ScriptedServer):
         for index, request in enumerate(batch.requests):
             if index < answered:
                 status, answer, _ = self.message(request["params"])
+                if status == 200:
+                    answer["usage"]["service_tier"] = "batch"  # as Anthropic answers a Message Batch's request
                 result: dict[str, Any] = {"type": "succeeded", "message": answer} if status == 200 else {"type": "errored", "error": answer}
             else:
                 result = {"type": outcome}

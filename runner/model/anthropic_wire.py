@@ -26,7 +26,7 @@ from typing import Any
 from runner import untrusted_json
 from runner.core.usage import Usage
 from runner.model.base import Message, ModelRequest, ModelResponse, ToolCall
-from runner.model.wire import InvalidResponse, as_count, visible_surrogates
+from runner.model.wire import InvalidResponse, as_count, served_tier, visible_surrogates
 
 DEFAULT_MAX_TOKENS = 1024
 """``max_tokens`` is required by the Messages API: sent when the request names none."""
@@ -139,7 +139,13 @@ def parse_message(data: object) -> ModelResponse:
         usage=parse_usage(data.get("usage")),
         model=str(data.get("model") or ""),
         finish_reason=_finish_reason(data.get("stop_reason")),
+        service_tier=_served_tier(data.get("usage")),
     )
+
+
+def _served_tier(usage: object) -> str | None:
+    """``usage.service_tier``: the tier that served the call (``standard``, ``priority``, ``batch``)."""
+    return served_tier(usage.get("service_tier")) if isinstance(usage, Mapping) else None
 
 
 def _tool_call(block: Mapping[str, Any]) -> ToolCall:

@@ -83,6 +83,7 @@ class ModelResponse:
     finish_reason: str | None = None
     latency_seconds: float = 0.0
     tariff: Tariff = "live"  # a provider batch's answer is billed at the batch price
+    service_tier: str | None = None  # the tier the answer says served it (OpenAI's service_tier, Anthropic's usage.service_tier)
 
 
 class AttemptHook(Protocol):

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from runner.core.providers import Provider
 from runner.endpoints import DEFAULT_BASE_URL, same_endpoint
 from runner.errors import ConfigError, ModelError
 from runner.knowledge.spec import EmbeddingSpec
@@ -160,7 +161,7 @@ class LocalEmbedder:
 def make_embedder(spec: EmbeddingSpec, *, base_url_override: str | None = None, api_key: str | None = None) -> OpenAIEmbedder | LocalEmbedder:
     """The embedder a knowledge base declares. The key: the variable it names, else the
     standard key when the endpoint is the standard one (a key is sent to its own endpoint only)."""
-    if spec.provider == "local":
+    if spec.provider is Provider.LOCAL:
         return LocalEmbedder()
     standard = base_url_override or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
     base_url = spec.base_url or standard

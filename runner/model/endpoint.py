@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runner.config.providers import Provider
 from runner.config.specs import ModelSpec
+from runner.core.providers import Provider
 from runner.endpoints import shown_url
 from runner.errors import ConfigError
 from runner.model.base import Tariff

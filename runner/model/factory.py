@@ -15,8 +15,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from runner.config.prices import LOCAL_MODEL_ID
-from runner.config.providers import Provider
 from runner.config.specs import ModelSpec
+from runner.core.providers import Provider
 from runner.endpoints import (
     DEFAULT_BASE_URL,
     STANDARD_KEY_VARIABLES,
@@ -245,6 +245,7 @@ class ModelPool:
             return AnthropicChatModel(
                 endpoint.model_id, base_url=endpoint.base_url, api_key=endpoint.api_key,
                 timeout_seconds=spec.timeout_seconds, max_retries=spec.retries, on_retry=self._on_retry,
+                default_headers=spec.extra_headers,  # model.extra_headers (no key: config/profile_checks.py)
             )  # fmt: skip
         from runner.model.openai_client import OpenAIChatModel
 
@@ -252,7 +253,7 @@ class ModelPool:
             return OpenAIChatModel(
                 endpoint.model_id, azure=(endpoint.deployment or endpoint.model_id, endpoint.api_version or ""),
                 base_url=endpoint.base_url, api_key=endpoint.api_key, timeout_seconds=spec.timeout_seconds,
-                max_retries=spec.retries, on_retry=self._on_retry,
+                max_retries=spec.retries, on_retry=self._on_retry, default_headers=spec.extra_headers,
             )  # fmt: skip
         return OpenAIChatModel(
             endpoint.model_id,

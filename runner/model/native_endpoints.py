@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from runner.config.providers import Provider
-from runner.endpoints import PROVIDER_KEYS, KeyCandidate, choose_key, home_of_standard, safe_url
+from runner.core.providers import Provider
+from runner.endpoints import KeyCandidate, choose_key, home_of_standard, safe_url
 from runner.errors import ConfigError
 from runner.model.endpoint import Endpoint, KeyRefused, check_base_url
 
@@ -35,8 +35,8 @@ def resolve_native(
     spec: ModelSpec, model_id: str, base_url_override: str | None, api_key: str | None, env: Mapping[str, str]
 ) -> Endpoint:
     """The endpoint of an ``anthropic`` or ``azure`` agent, with the key that belongs to it."""
-    assert spec.provider is not None
-    keys = PROVIDER_KEYS[spec.provider.value]
+    keys = spec.provider.standard_keys if spec.provider is not None else None
+    assert keys is not None, f"model '{model_id}': provider {spec.provider} has no standard endpoint"
     standard = base_url_override or env.get(keys.base_variable) or keys.default_url
     target = base_url_override or spec.base_url or standard
     if target is None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +25,7 @@ from runner.model.faults import Fault, RetryPolicy
 from runner.model.openai_faults import ENDPOINT_EXCEPTIONS, classify
 from runner.model.response_cap import capped_http_client
 from runner.model.retrying import OnRetry, Sleep, complete_with_retries
+from runner.model.sdk_faults import header_secrets
 from runner.model.wire import InvalidResponse, StreamAccumulator, parse_completion, request_body
 
 try:  # openai >= 3 ships its own httpx fork
@@ -34,8 +34,6 @@ except ImportError:  # pragma: no cover - older SDKs
     from httpx import Response as _HttpResponse  # type: ignore[assignment,no-redef]
 
 """``on_retry(kind, attempt, wait_seconds)``: called before each wait; ``attempt`` is 1-based."""
-
-_SECRET_HEADER = re.compile(r"(?i)auth|key|token|secret|cookie")
 
 
 class OpenAIChatModel:
@@ -81,7 +79,7 @@ class OpenAIChatModel:
         headers = dict(default_headers or {})
         self._timeout = timeout_seconds
         self._client = _make_client(base_url, api_key, timeout_seconds, headers, azure)
-        self._secrets = (self._client.api_key, *(v for k, v in headers.items() if _SECRET_HEADER.search(k)))
+        self._secrets = (self._client.api_key, *header_secrets(headers))
 
     async def complete(self, request: ModelRequest, attempts: AttemptHook | None = None) -> ModelResponse:
         """Call the endpoint, retrying per the policy; ``latency_seconds`` is the successful attempt's.

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import hashlib
 
-from runner.config.providers import Provider
 from runner.config.specs import AgentSpec
+from runner.core.providers import Provider
 from runner.endpoints import DEFAULT_BASE_URL, same_endpoint
 
 KEY_PREFIX = "runner-"

@@ -75,6 +75,7 @@ class Reply:
     hang_seconds: float = 0.0
     fault: HttpFault | None = None
     invalid_json: bool = False
+    service_tier: str | None = None  # the tier the answer says served it (default: the one asked for, when asked)
 
     @classmethod
     def from_obj(cls, obj: object, where: str) -> Reply:
@@ -95,6 +96,7 @@ class Reply:
             hang_seconds=float(_optional(data, "hang_seconds", (int, float), where) or 0),
             fault=fault,
             invalid_json=bool(_optional(data, "invalid_json", bool, where)),
+            service_tier=_optional(data, "service_tier", str, where),
         )
         if fault and (reply.content is not None or reply.tool_calls or reply.invalid_json):
             raise ConfigError(f"{where}: a fault reply cannot also have content, tool_calls or invalid_json")
@@ -114,6 +116,8 @@ class Reply:
         message: dict[str, Any] = {"role": "assistant", "content": self.content}
         if calls:
             message["tool_calls"] = calls
+        # as OpenAI: a request that names a tier gets the tier that served it back (here: the one asked, unless scripted)
+        tier = self.service_tier or request_body.get("service_tier")
         return {
             "id": f"chatcmpl-scripted-{serial}",
             "object": "chat.completion",
@@ -121,6 +125,7 @@ class Reply:
             "model": str(request_body.get("model") or "scripted"),
             "choices": [{"index": 0, "message": message, "finish_reason": self._finish_reason()}],
             "usage": self._usage(request_body, usage_counter(tokenizer, str(request_body.get("model") or ""))),
+            **({"service_tier": tier} if tier else {}),
         }
 
     def _finish_reason(self) -> str:
@@ -202,6 +207,7 @@ def check_keys(obj: object, allowed: Sequence[str], where: str) -> dict[str, Any
 
 _REPLY_KEYS = (
     "content", "tool_calls", "finish_reason", "usage", "latency_seconds", "hang_seconds", "fault", "invalid_json",
+    "service_tier",
 )  # fmt: skip
 
 

@@ -11,13 +11,22 @@ OpenAI's ``{"error": {"message": ...}}`` or Anthropic's
 from __future__ import annotations
 
 import json
+import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from runner.model.faults import QUOTA_CODES, QUOTA_EXCEEDED, Fault, kind_for_status, parse_retry_after
 from runner.model.wire import InvalidResponse
 from runner.redact import excerpt
+
+SECRET_HEADER = re.compile(r"(?i)auth|key|token|secret|cookie")
+"""A header whose name says it may hold a secret: its value is redacted from fault messages."""
+
+
+def header_secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The values of ``headers`` (``model.extra_headers``) that fault messages must not repeat."""
+    return tuple(value for name, value in headers.items() if SECRET_HEADER.search(name))
 
 
 def classify_sdk(exc: Exception, secrets: Iterable[str | None], sdk: Any, base_error: type[Exception]) -> Fault:

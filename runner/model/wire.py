@@ -76,15 +76,27 @@ def parse_completion(data: object) -> ModelResponse:
         usage=parse_usage(data.get("usage")),
         model=str(data.get("model") or ""),
         finish_reason=choices[0].get("finish_reason"),
+        service_tier=served_tier(data.get("service_tier")),
     )
+
+
+def served_tier(value: object) -> str | None:
+    """The service tier an answer says served it (``None`` when it names none)."""
+    return value if isinstance(value, str) and value else None
 
 
 def completion_body(response: ModelResponse) -> dict[str, Any]:
     """``response`` as a ``chat.completion`` object, which :func:`parse_completion` reads back
     (how a live answer is kept for a resumed run to replay, :mod:`runner.agent.replay`)."""
     message = Message("assistant", response.content, tool_calls=response.tool_calls).to_openai()
-    usage = {"prompt_tokens": response.usage.input_tokens, "completion_tokens": response.usage.output_tokens}
-    return {"object": "chat.completion", "model": response.model, "usage": usage,
+    used = response.usage
+    usage = {
+        "prompt_tokens": used.input_tokens, "completion_tokens": used.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": used.cached_input_tokens, "cache_write_tokens": used.cache_write_tokens},
+        "completion_tokens_details": {"reasoning_tokens": used.reasoning_tokens},
+    }  # fmt: skip
+    tier = {"service_tier": response.service_tier} if response.service_tier else {}
+    return {"object": "chat.completion", "model": response.model, "usage": usage, **tier,
             "choices": [{"index": 0, "message": message, "finish_reason": response.finish_reason}]}  # fmt: skip
 
 

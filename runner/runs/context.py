@@ -72,8 +72,10 @@ class RunContext:
 
     def pricer(self, endpoint: Endpoint, agent: AgentSpec | None = None) -> Pricer:
         """How ``endpoint``'s calls are priced; with ``agent``, at its service tier's rates."""
-        tier = self.profile(agent, endpoint).tier_billing(agent.model.service_tier) if agent is not None else "standard"
-        return Pricer(endpoint.model_id, find_price(self.project.prices, endpoint.model_id), endpoint.tariff, tier)
+        price = find_price(self.project.prices, endpoint.model_id)
+        if agent is None:
+            return Pricer(endpoint.model_id, price, endpoint.tariff)
+        return Pricer(endpoint.model_id, price, endpoint.tariff, agent.model.service_tier, self.profile(agent, endpoint))
 
 
 def template_context(

@@ -19,10 +19,10 @@ from runner.caps.budget import Budget, within_deadline
 from runner.config.budgets import BudgetSpec
 from runner.config.prices import find_price, unpriced_message
 from runner.config.profile_checks import refused_settings
-from runner.config.providers import Provider
 from runner.config.specs import AgentSpec, Caps, ToolRef
 from runner.config.template_types import TemplateError
 from runner.config.templates import render
+from runner.core.providers import Provider
 from runner.core.sources import unique_sources
 from runner.core.status import Status
 from runner.core.steps import StepKind, StepRecord, ToolCallSummary
@@ -353,5 +353,5 @@ def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:
                 raise ConfigError(unpriced_message(endpoint.model_id, name))
     for base in ctx.services.knowledge:  # embeddings requests are paid from the same caps
         spec = ctx.project.knowledge[base].embeddings
-        if money_capped and spec is not None and spec.provider != "local" and find_price(ctx.project.prices, spec.model) is None:
+        if money_capped and spec is not None and spec.provider is not Provider.LOCAL and find_price(ctx.project.prices, spec.model) is None:
             raise ConfigError(unpriced_message(spec.model, f"embeddings of knowledge base {base}"))

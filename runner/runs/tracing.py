@@ -10,8 +10,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from runner.config.project import Project
-from runner.config.providers import Provider
 from runner.config.specs import AgentSpec
+from runner.core.providers import Provider
 from runner.endpoints import DEFAULT_BASE_URL
 from runner.model.factory import ModelPool
 from runner.runs.options import RunOptions

@@ -72,6 +72,8 @@ CREATE TABLE IF NOT EXISTS cap_scopes (
   spent_cost_usd {real} NOT NULL DEFAULT 0,
   spent_model_calls {bigint} NOT NULL DEFAULT 0,
   spent_tool_calls {bigint} NOT NULL DEFAULT 0,
+  spent_reasoning_tokens {bigint} NOT NULL DEFAULT 0,
+  spent_cache_write_tokens {bigint} NOT NULL DEFAULT 0,
   reserved_input_tokens {bigint} NOT NULL DEFAULT 0,
   reserved_output_tokens {bigint} NOT NULL DEFAULT 0,
   reserved_cost_usd {real} NOT NULL DEFAULT 0,
@@ -106,6 +108,8 @@ CREATE INDEX IF NOT EXISTS cap_entries_held ON cap_entries (scope, status, run_i
 """, added=(
     AddedColumn("cap_entries", "spent_model_calls", "{bigint}"),  # the step it counted (a retried attempt counts none)
     *(AddedColumn("cap_entries", column, "TEXT") for column in SPENDER_COLUMNS),  # who spent (runner budgets)
+    *(AddedColumn("cap_scopes", column, "{bigint} NOT NULL DEFAULT 0")  # the parts of the spend kept since providers report them
+      for column in ("spent_reasoning_tokens", "spent_cache_write_tokens")),
 ))  # fmt: skip
 """The ledger's tables (:mod:`runner.store.schema`): ``cap_entries.status`` is ``held``,
 ``settled``, ``carried`` (taken over by the run's next attempt) or ``released``; the first
@@ -133,7 +137,8 @@ _MOVE = (
     " reserved_model_calls = reserved_model_calls - ?,"
     " spent_input_tokens = spent_input_tokens + ?, spent_output_tokens = spent_output_tokens + ?,"
     " spent_cached_input_tokens = spent_cached_input_tokens + ?, spent_cost_usd = spent_cost_usd + ?,"
-    " spent_model_calls = spent_model_calls + ?, spent_tool_calls = spent_tool_calls + ?"
+    " spent_model_calls = spent_model_calls + ?, spent_tool_calls = spent_tool_calls + ?,"
+    " spent_reasoning_tokens = spent_reasoning_tokens + ?, spent_cache_write_tokens = spent_cache_write_tokens + ?"
     " WHERE key = ?"
 )
 """Take held figures (:func:`_held`) out of the reservations and add spent ones (:func:`_spent`), in scope ``key``."""
@@ -485,6 +490,7 @@ def _scope_row(db: Database, key: str) -> ScopeFigures:
     spent = Usage(
         int(row["spent_input_tokens"]), int(row["spent_output_tokens"]), int(row["spent_cached_input_tokens"]),
         float(row["spent_cost_usd"]), int(row["spent_model_calls"]), int(row["spent_tool_calls"]),
+        int(row["spent_reasoning_tokens"]), int(row["spent_cache_write_tokens"]),
     )  # fmt: skip
     reserved = Usage(
         int(row["reserved_input_tokens"]), int(row["reserved_output_tokens"]), 0, float(row["reserved_cost_usd"]),
@@ -524,8 +530,9 @@ def _who(spender: Spender | None) -> tuple[str | None, ...]:
 
 
 def _spent(usage: Usage) -> tuple[Any, ...]:
+    """What :data:`_MOVE` adds to a scope's spend, in its column order."""
     return (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.cost_usd, usage.model_calls,
-            usage.tool_calls)  # fmt: skip
+            usage.tool_calls, usage.reasoning_tokens, usage.cache_write_tokens)  # fmt: skip
 
 
 def _sums() -> str:

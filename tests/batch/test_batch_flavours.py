@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from runner.batch.batch_flavours import batch_target, split, split_limits
 from runner.config.profiles import find_profile, shipped_profiles
-from runner.config.providers import Provider
 from runner.config.specs import BatchApiLimits
+from runner.core.providers import Provider
 from runner.model.endpoint import Endpoint
 
 ROWS = 120_000

@@ -53,6 +53,36 @@ def test_result_and_done_mark_are_recorded_once(make_batch) -> None:
     assert [r.number for r in journal.todo(max_attempts=2)] == [2]
 
 
+def test_reasoning_and_cache_write_tokens_are_kept_summed_and_corrected(make_batch) -> None:
+    source, journal = make_batch(tickets(2))
+    journal.ingest(rows_of(source))
+    for number in (1, 2):
+        journal.mark_running(number, f"run-{number}")
+        journal.record(number, RowOutcome("done", usage=Usage(10, 20, 0, 0.1, 1, reasoning_tokens=15, cache_write_tokens=4)))
+    row = journal.row(1)
+    assert row is not None and (row.usage.reasoning_tokens, row.usage.cache_write_tokens) == (15, 4)
+    assert (journal.spent().reasoning_tokens, journal.spent().cache_write_tokens) == (30, 8)
+    journal.correct_usage(2, Usage(10, 30, reasoning_tokens=25))
+    assert journal.spent().reasoning_tokens == 40 and [r.usage.cache_write_tokens for r in journal.records()] == [4, 0]
+
+
+def test_a_journal_from_before_reasoning_tokens_were_kept_gains_their_columns(make_batch, tmp_path: Path, journal_url: str | None) -> None:
+    if journal_url is not None:
+        pytest.skip("the SQLite file's own tables: PostgreSQL's shared ones are made once")
+    source, journal = make_batch(tickets(1))
+    journal.ingest(rows_of(source))
+    journal.close()
+    db = sqlite3.connect(tmp_path / "journal.sqlite3")
+    for column in ("reasoning_tokens", "cache_write_tokens"):
+        db.execute(f"ALTER TABLE rows DROP COLUMN {column}")
+    db.commit()
+    db.close()
+    _, reopened = make_batch()
+    reopened.mark_running(1, "run-1")
+    reopened.record(1, RowOutcome("done", usage=Usage(10, 20, reasoning_tokens=15)))
+    assert reopened.spent().reasoning_tokens == 15
+
+
 def test_resume_turns_running_into_failed_and_requeues_not_run(make_batch, tmp_path: Path) -> None:
     source, journal = make_batch(tickets(4))
     journal.ingest(rows_of(source))

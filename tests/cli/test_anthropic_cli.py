@@ -27,7 +27,9 @@ from tests.cli.anthropic_project import (
     records,
     runner,
     tickets,
+    triage_agent,
 )
+from tests.support.project import copy_shipped
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -53,6 +55,22 @@ def test_the_triage_task_runs_live_on_claude_with_only_the_anthropic_key_sent(pr
     assert sent.auth_fingerprint == AnthropicServer.key_fingerprint(ANTHROPIC_KEY)  # not OPENAI_API_KEY
     assert body["model"] == "claude-haiku-4-5" and body["max_tokens"] == 200
     assert body["system"][-1]["cache_control"] == {"type": "ephemeral"}
+
+
+def test_extra_headers_reach_the_anthropic_endpoint_and_a_key_header_is_refused(tmp_path: Path) -> None:
+    model = "{id: claude-haiku-4-5, provider: anthropic, max_tokens: 200, extra_headers: {%s}}"
+    beta = copy_shipped(tmp_path / "beta", files={"agents.d/triage.yaml": triage_agent(model % "anthropic-beta: files-api-2025-04-14, X-Team: triage")})
+    with AnthropicServer(SCRIPT, api_key=ANTHROPIC_KEY) as server:
+        result = runner(beta, anthropic_env(server), "run", "triage_ticket", "-i", "subject=Crash", "-i", "body=It crashes", "--json")
+        assert result.returncode == 0, result.stderr
+        checked_requests(server)
+        (sent,) = server.requests
+    assert (sent.headers["anthropic-beta"], sent.headers["x-team"]) == ("files-api-2025-04-14", "triage")
+    assert sent.auth_fingerprint == AnthropicServer.key_fingerprint(ANTHROPIC_KEY)
+    keyed = copy_shipped(tmp_path / "keyed", files={"agents.d/triage.yaml": triage_agent(model % "x-api-key: sk-ant-other-0123456789")})
+    refused = runner(keyed, anthropic_env(server), "validate")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "triage.yaml" in refused.stdout + refused.stderr and "/model/extra_headers/x-api-key" in refused.stdout + refused.stderr
 
 
 def test_the_triage_batch_goes_out_as_one_message_batch_at_half_price(project: Path) -> None:

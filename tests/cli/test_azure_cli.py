@@ -21,7 +21,8 @@ LIVE_COST = (100 * 0.15 + 20 * 0.60) / 1_000_000  # gpt-4o-mini, the shipped pri
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    agent = triage_agent("{id: gpt-4o-mini, provider: azure, deployment: triage-mini, api_version: 2024-10-21, max_tokens: 200}")
+    agent = triage_agent("{id: gpt-4o-mini, provider: azure, deployment: triage-mini, api_version: 2024-10-21, max_tokens: 200,"
+                         " extra_headers: {X-Team: triage}}")
     return copy_shipped(tmp_path / "project", files={"agents.d/triage.yaml": agent})
 
 
@@ -39,6 +40,7 @@ def test_an_azure_deployment_runs_the_triage_task(project: Path) -> None:
     assert finished["status"] == "completed" and finished["cost_usd"] == pytest.approx(LIVE_COST)
     assert sent.path == "/openai/deployments/triage-mini/chat/completions?api-version=2024-10-21"
     assert sent.auth_fingerprint == AzureServer.key_fingerprint(AZURE_KEY) and "authorization" not in sent.headers
+    assert sent.headers["x-team"] == "triage"  # model.extra_headers
 
 
 def test_an_azure_batch_runs_live_and_batch_api_is_refused_with_what_to_use(project: Path) -> None:

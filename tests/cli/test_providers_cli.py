@@ -101,7 +101,7 @@ name: calc
 model: {id: o4-mini, max_tokens: 1000, service_tier: flex, retries: 0}
 system_prompt: Use the calculator, then answer with the number.
 tools: [calculator]
-caps: {max_cost_usd: 0.0038}
+caps: {max_cost_usd: 0.0075}
 ---
 apiVersion: runner/v1
 kind: Task
@@ -111,17 +111,22 @@ goal: What is 2+3?
 """
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 200, "reasoning_tokens": 150}
 FLEX_IN, FLEX_OUT = 0.55, 2.20  # o4-mini at batch prices (half of 1.10 / 4.40)
+STANDARD_IN, STANDARD_OUT = 1.10, 4.40
 
 
-def test_flex_runs_a_tool_using_agent_reserved_and_billed_at_flex_prices(tmp_path: Path) -> None:
-    """max_cost_usd 0.0038 is below one call's worst case at standard prices (1000 output
-    tokens x $4.40/M = $0.0044), so the run only starts when reserved at flex prices."""
-    root = write_project(tmp_path / "project", {"agents.d/calc.yaml": FLEX_AGENT})
-    script = [
+def flex_script(second_served: str | None = None) -> list[dict[str, Any]]:
+    """A calculator call then the answer, each at :data:`USAGE`; the strict server says the tier
+    asked served them, or ``second_served`` served the answer."""
+    served = {"service_tier": second_served} if second_served else {}
+    return [
         {"when": {"last_role": "user"}, "times": 1, "reply": {**tool_call("calculator", expression="2+3"), "usage": USAGE}},
-        {"when": {"last_role": "tool"}, "reply": {"content": "5", "usage": USAGE}},
+        {"when": {"last_role": "tool"}, "reply": {"content": "5", "usage": USAGE, **served}},
     ]
-    with ScriptedServer(script, strict=True) as server:
+
+
+def test_flex_runs_a_tool_using_agent_billed_at_flex_prices(tmp_path: Path) -> None:
+    root = write_project(tmp_path / "project", {"agents.d/calc.yaml": FLEX_AGENT})
+    with ScriptedServer(flex_script(), strict=True) as server:
         done = run_cli(root, server, "run", "sum")
         bodies = chat_bodies(server)
     assert done.returncode == 0, done.stderr
@@ -136,13 +141,64 @@ def test_flex_runs_a_tool_using_agent_reserved_and_billed_at_flex_prices(tmp_pat
     assert model["cost_total"] == pytest.approx(total["cost_usd"])
 
 
-def test_without_flex_the_same_cap_stops_before_the_first_call(tmp_path: Path) -> None:
-    root = write_project(tmp_path / "project", {"agents.d/calc.yaml": FLEX_AGENT.replace(", service_tier: flex", "")})
+def test_a_flex_call_the_provider_served_at_the_default_tier_is_billed_at_standard_prices(tmp_path: Path) -> None:
+    root = write_project(tmp_path / "project", {"agents.d/calc.yaml": FLEX_AGENT})
+    with ScriptedServer(flex_script(second_served="default"), strict=True) as server:
+        done = run_cli(root, server, "run", "sum")
+        bodies = chat_bodies(server)
+    assert done.returncode == 0, done.stderr
+    assert [b["service_tier"] for b in bodies] == ["flex", "flex"]
+    flex, standard = (1000 * FLEX_IN + 200 * FLEX_OUT) / 1e6, (1000 * STANDARD_IN + 200 * STANDARD_OUT) / 1e6
+    assert report(root)["usage"]["total"]["cost_usd"] == pytest.approx(flex + standard)
+
+
+def test_a_call_served_at_a_dearer_tier_than_it_could_ask_for_is_billed_at_it_and_said(tmp_path: Path) -> None:
+    """auto reserves at standard rates; a Project whose auto tier is priority is billed at priority ones."""
+    root = write_project(tmp_path / "project", agent_file("o4-mini", ", max_tokens: 100, service_tier: auto"))
+    usage = {"prompt_tokens": 50, "completion_tokens": 100}  # within the worst case's tokens, above its standard price
+    with ScriptedServer([{"reply": {"content": "hi", "usage": usage, "service_tier": "priority"}}], strict=True) as server:
+        done = run_cli(root, server, "run", "t")
+        (body,) = chat_bodies(server)
+    assert done.returncode == 0, done.stderr
+    assert body["service_tier"] == "auto"
+    found = report(root)
+    assert found["usage"]["total"]["cost_usd"] == pytest.approx((50 * 2.0 + 100 * 8.0) / 1e6)  # o4-mini's priority rates
+    assert "billed at the service tier that served it ('priority')" in json.dumps(found["warnings"])
+
+
+@pytest.mark.parametrize("tier", [", service_tier: flex", ""])
+def test_a_cap_under_one_calls_standard_worst_case_stops_flex_too_before_the_first_call(tmp_path: Path, tier: str) -> None:
+    """max_cost_usd 0.0038 is below one call's worst case at standard prices (1000 output
+    tokens x $4.40/M = $0.0044): a flex call reserves at those, the rates the provider may
+    serve it at (and bill), so the cap is never passed."""
+    agent = FLEX_AGENT.replace(", service_tier: flex", tier).replace("max_cost_usd: 0.0075", "max_cost_usd: 0.0038")
+    root = write_project(tmp_path / "project", {"agents.d/calc.yaml": agent})
     with ScriptedServer([{"reply": {"content": "5", "usage": USAGE}}], strict=True) as server:
         done = run_cli(root, server, "run", "sum")
         bodies = chat_bodies(server)
     assert done.returncode == 3, done.stderr  # capped: the standard-price worst case is over the cap
     assert bodies == []
+
+
+@pytest.mark.parametrize("via", ["live", "batch-api"])
+def test_reasoning_and_cache_write_tokens_reach_the_batch_journal_summary_and_report(tmp_path: Path, via: str) -> None:
+    root = copy_shipped(tmp_path / "project")
+    source, out = tickets(root, 3), root / "out.jsonl"
+    usage = {"prompt_tokens": 1000, "completion_tokens": 200, "reasoning_tokens": 150, "cache_write_tokens": 400}
+    script = {"fallback": {"content": json.dumps(TRIAGE), "usage": usage}}
+    with ScriptedServer(script, strict=True) as server:
+        done = triage(root, server, *via_api(source, out, "--model", "o4-mini", "--via", via, "--json"))
+        again = triage(root, server, *via_api(source, out, "--model", "o4-mini", "--via", via, "--json"))  # all done: read back
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["reasoning_tokens"], summary["cache_write_tokens"], summary["output_tokens"]) == (450, 1200, 600)
+    report_md = Path(summary["report_path"])
+    batch_report = json.loads(report_md.with_suffix(".json").read_text())
+    assert (batch_report["reasoning_tokens"], batch_report["cache_write_tokens"]) == (450, 1200)
+    assert "Reasoning: 450 of 600 output tokens" in report_md.read_text()
+    assert "Cache writes: 1,200 input tokens" in report_md.read_text()
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["reasoning_tokens"] == 450  # as the journal keeps them
 
 
 def test_batch_api_lines_are_built_from_the_profile(tmp_path: Path) -> None:

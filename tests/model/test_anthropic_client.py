@@ -76,6 +76,18 @@ async def test_a_tool_round_trip_maps_tool_use_and_tool_result_and_reads_the_cac
     assert second.usage.input_tokens > second.usage.cached_input_tokens
 
 
+async def test_the_tier_that_served_a_call_is_read_from_its_usage() -> None:
+    script = {"rules": [{"when": {"last_message": "urgent"}, "reply": {"content": "ok", "service_tier": "priority"}}], "fallback": "ok"}
+    with AnthropicServer(script, api_key=KEY) as server:
+        model = AnthropicChatModel(MODEL, base_url=server.base_url, api_key=KEY)
+        try:
+            plain = await model.complete(_request(Message("user", "hello"), tools=()))
+            urgent = await model.complete(_request(Message("user", "urgent"), tools=()))
+        finally:
+            await model.aclose()
+    assert (plain.service_tier, urgent.service_tier) == ("standard", "priority")
+
+
 async def test_the_key_goes_in_x_api_key_only_and_a_wrong_one_is_an_auth_error_without_the_key() -> None:
     with AnthropicServer({"fallback": "hi"}, api_key=KEY) as server:
         good = AnthropicChatModel(MODEL, base_url=server.base_url, api_key=KEY)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.config.providers import Provider
 from runner.config.specs import ModelSpec
+from runner.core.providers import Provider
 from runner.errors import ConfigError
 from runner.model.endpoint import KeyRefused
 from runner.model.factory import resolve_endpoint

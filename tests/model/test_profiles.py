@@ -116,6 +116,27 @@ def test_cache_writes_and_tiers_are_priced_from_prices_yaml() -> None:
     assert cost_usd(claude_like, 1_000_000, 0, 200_000, 400_000) == pytest.approx((400_000 * 3 + 200_000 * 0.3 + 400_000 * 3.75) / 1e6)
 
 
+def test_a_call_reserves_at_the_dearest_tier_that_may_serve_it_and_bills_at_the_one_that_did() -> None:
+    from runner.caps.budget import Estimate
+    from runner.caps.pricing import Pricer
+    from runner.core.usage import Usage
+
+    profiles, prices = shipped_profiles(), default_prices()
+    flex = Pricer("o4-mini", prices["o4-mini"], "live", "flex", find_profile(profiles, "o4-mini"))
+    worst = flex.reprice(Estimate(1000, 1000, 0.0), "live")
+    assert worst.cost_usd == pytest.approx((1000 * 1.10 + 1000 * 4.40) / 1e6)  # standard: flex may be served at default
+    used = Usage(1000, 1000)
+    assert flex.cost(used, served="flex") == pytest.approx((1000 * 0.55 + 1000 * 2.20) / 1e6)
+    assert flex.cost(used, served="default") == pytest.approx(worst.cost_usd) and flex.cost(used) == flex.cost(used, served="flex")
+    priority = Pricer("o4-mini", prices["o4-mini"], "live", "priority", find_profile(profiles, "o4-mini"))
+    assert priority.reprice(Estimate(1000, 1000, 0.0), "live").cost_usd == pytest.approx((1000 * 2.0 + 1000 * 8.0) / 1e6)
+    assert priority.cost(used, served="default") == pytest.approx(worst.cost_usd)  # served at default: billed at default
+    claude = Pricer("claude-haiku-4-5", prices["claude-haiku-4-5"], "live", None, find_profile(profiles, "claude-haiku-4-5"))
+    # every prompt token may be a cache write, dearer than a plain input token
+    assert claude.reprice(Estimate(1000, 100, 0.0), "live").cost_usd == pytest.approx((1000 * 1.25 + 100 * 5.0) / 1e6)
+    assert claude.cost(Usage(1000, 100, cache_write_tokens=1000), served="standard") == pytest.approx((1000 * 1.25 + 100 * 5.0) / 1e6)
+
+
 def test_reasoning_and_cache_write_tokens_are_read_from_the_usage() -> None:
     usage = parse_usage({
         "prompt_tokens": 100, "completion_tokens": 80, "prompt_tokens_details": {"cached_tokens": 20, "cache_write_tokens": 30},

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from runner.config.project import load_project
-from runner.config.providers import Provider
 from runner.config.specs import AgentSpec, ModelSpec, ToolRef
+from runner.core.providers import Provider
 from runner.model.base import Message, ModelRequest
 from runner.model.prompt_cache import accepts_prompt_cache_key, derived_key, prompt_cache_key
 from runner.model.wire import parse_usage, request_body

@@ -53,6 +53,31 @@ def test_a_reservation_holds_its_worst_case_until_settled(ledger: CapLedger) -> 
     assert batch.spent == run.spent == scope.spent == Usage(40, 60, 5, 0.05, 1)  # every scope counted it once
 
 
+def test_reasoning_and_cache_write_tokens_are_part_of_the_shared_spend(ledger: CapLedger) -> None:
+    run, _, scope = chain(ledger, Caps(max_cost_usd=1.0))
+    run.reserve(Estimate(100, 400, 0.3)).settle(Usage(40, 60, 5, 0.05, reasoning_tokens=45, cache_write_tokens=30))
+    run.reserve(Estimate(100, 400, 0.3)).settle(Usage(40, 60, 0, 0.05, reasoning_tokens=10))
+    spent, _ = ledger.figures(scope.key)
+    assert (spent.reasoning_tokens, spent.cache_write_tokens, spent.output_tokens) == (55, 30, 120)
+    assert ledger.scope(scope.key).as_dict()["spent"]["reasoning_tokens"] == 55  # the batch report's ledger entry
+
+
+def test_a_ledger_from_before_reasoning_tokens_were_kept_gains_their_columns(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    old = CapLedger(open_database(path))
+    old.open("k", Caps(max_cost_usd=1.0), NOW)
+    for column in ("spent_reasoning_tokens", "spent_cache_write_tokens"):
+        old.db.execute(f"ALTER TABLE cap_scopes DROP COLUMN {column}")
+    old.close()
+    reopened = CapLedger(open_database(path))
+    try:
+        reopened.settle("k", Usage(), Usage(10, 20, 0, 0.01, 1, reasoning_tokens=15, cache_write_tokens=4))
+        spent, _ = reopened.figures("k")
+        assert (spent.reasoning_tokens, spent.cache_write_tokens, spent.cost_usd) == (15, 4, pytest.approx(0.01))
+    finally:
+        reopened.close()
+
+
 def test_a_refused_reservation_names_the_shared_cap_and_holds_nothing(ledger: CapLedger) -> None:
     run, batch, scope = chain(ledger, Caps(max_cost_usd=1.0))
     first = run.reserve(Estimate(10, 10, 0.6))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from runner.endpoints import ANTHROPIC_KEYS, AZURE_KEYS, OPENAI_KEYS, ProviderKeys
+
 
 class Provider(StrEnum):
     """How a model is reached. ``openai``: any OpenAI-compatible Chat Completions endpoint
@@ -38,6 +40,11 @@ class Provider(StrEnum):
     def configurable(self) -> bool:
         """Whether an agent's ``model.provider`` may name it."""
         return self is not Provider.FIXED
+
+    @property
+    def standard_keys(self) -> ProviderKeys | None:
+        """Its standard key and endpoint variables (``None``: a provider without a key)."""
+        return {Provider.OPENAI: OPENAI_KEYS, Provider.AZURE: AZURE_KEYS, Provider.ANTHROPIC: ANTHROPIC_KEYS}.get(self)
 
 
 AUTO = "auto"
