@@ -56,6 +56,32 @@ def test_the_recorder_redacts_every_part(store: RunStore) -> None:
     assert entries[0]["usage"]["cached_input_tokens"] == 4 and entries[0]["call_id"] is not None
 
 
+def test_a_secret_spelled_with_escapes_or_quoted_is_redacted(store: RunStore) -> None:
+    quoted = 'pa"ss\\word-0123'  # JSON text spells it escaped
+    store.start_run("r", "t", {}, "h", {})
+    recorder = RunRecorder(store, "r", 1, None, [SECRET, quoted])
+    escaped = SECRET.replace("t", "\\u0074", 1)  # a tool's JSON arguments may spell the key with escapes
+    model_call(recorder, 1, f"key {quoted}", f'{{"key": "{escaped}"}}')
+    text = repr(store.transcripts.read("r")) + repr(store.database.rows("SELECT * FROM transcript_blobs"))
+    assert SECRET not in text and escaped not in text and "ss\\\\word" not in text and "[REDACTED]" in text
+
+
+def test_a_run_writes_each_blob_once(store: RunStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder = recorder_for(store, "r")
+    model_call(recorder, 1, "first", "a")
+    written: list[tuple[str, list[tuple[object, ...]]]] = []
+    executemany = type(store.database).executemany
+
+    def recorded(self: object, sql: str, params: list[tuple[object, ...]], **kwargs: object) -> None:
+        written.append((sql, list(params)))
+        executemany(self, sql, params, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(store.database), "executemany", recorded)
+    model_call(recorder, 2, "second", "b")  # the system prompt and the tools list are written already
+    assert [len(rows) for _, rows in written] == [1, 1]
+    assert len(store.transcripts.read("r")[1]["messages"]) == 2
+
+
 def test_a_long_tool_output_is_cut_with_a_note(store: RunStore) -> None:
     recorder = recorder_for(store, "r")
     tool_call(recorder, 1, "x" * (TOOL_OUTPUT_LIMIT + 10))
