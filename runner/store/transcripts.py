@@ -63,6 +63,7 @@ CREATE INDEX IF NOT EXISTS transcript_refs_by_digest ON transcript_refs (digest)
 )
 """The transcript tables, for both backends (:mod:`runner.store.schema`)."""
 _CHUNK = 500  # digests per IN (...) query
+_ROWS_PER_INSERT = 200  # four values a blob: within the 999 parameters an older SQLite allows
 
 
 def digest_of(value: Any) -> str:
@@ -192,15 +193,8 @@ class RunTranscript:
 
         def write(db: Database) -> bool:  # the reference first: a prune in between keeps the blob
             if unique:
-                db.executemany(
-                    "INSERT INTO transcript_refs (run_id, digest) VALUES (?, ?) ON CONFLICT (run_id, digest) DO NOTHING",
-                    [(run_id, d) for d in unique],
-                )
-                db.executemany(
-                    "INSERT INTO transcript_blobs (digest, body, chars, created_at) VALUES (?, ?, ?, ?)"
-                    " ON CONFLICT (digest) DO NOTHING",
-                    [(d, body, len(body), now) for d, body in unique.items()],
-                )
+                _insert(db, "transcript_refs (run_id, digest)", [(run_id, d) for d in unique], "(run_id, digest)")
+                _insert(db, "transcript_blobs (digest, body, chars, created_at)", [(d, b, len(b), now) for d, b in unique.items()], "(digest)")
             if call_id is not None and not fresh and db.execute(  # the entry written when the call was reserved
                 "UPDATE transcript_entries SET entry_json = ?, token = ? WHERE run_id = ? AND call_id = ? AND kind = ?",
                 (text, token, run_id, call_id, kind),
@@ -219,6 +213,15 @@ class RunTranscript:
 
         self._db.atomic(write, check=written)
         self._stored.update(unique)  # only once written: a unit that failed stored none of them
+
+
+def _insert(db: Database, into: str, rows: list[tuple[Any, ...]], key: str) -> None:
+    """``rows`` into ``into`` (a table and its columns), those whose ``key`` is there already
+    left as they are: one statement per :data:`_ROWS_PER_INSERT` rows."""
+    for start in range(0, len(rows), _ROWS_PER_INSERT):
+        chunk = rows[start : start + _ROWS_PER_INSERT]
+        values = ", ".join(f"({', '.join('?' for _ in chunk[0])})" for _ in chunk)
+        db.execute(f"INSERT INTO {into} VALUES {values} ON CONFLICT {key} DO NOTHING", [v for row in chunk for v in row])
 
 
 def _canonical(value: Any) -> str:
