@@ -29,6 +29,12 @@ running, journaling), not interpreter start, imports or project loading; ``cli``
 whole. The project is compiled once before the modes run (as its first run would leave it),
 so each mode loads it from the cache. No mode imports what only the set-up needs (YAML).
 
+``--count`` runs ``hand`` and ``engine`` once each and prints, instead of timings, what the
+row phase did per row and per model call: SQLite statements by verb (from a trace callback
+on every connection the process opens; ``BEGIN``/``COMMIT`` depend on how many rows share a
+group commit, the rest do not) and JSON encodes (``json.JSONEncoder.encode`` calls, the
+SDK's request bodies included). These figures do not depend on the machine's load.
+
 The loopback server and the SDK's per-request connection handling (the server speaks
 HTTP/1.0, so every call opens a connection) can themselves stay well under the limit;
 the ratio to ``hand`` is the engine's figure of merit.
@@ -172,6 +178,7 @@ def run_mode(mode: str, args: argparse.Namespace, root: Path, base_url: str) -> 
     command += ["--rows", str(args.rows), "--concurrency", str(args.concurrency), "--calls", str(args.calls)]
     command += ["--latency", str(args.latency), "--run-rows", str(args.run_rows), "--task", args.task]
     command += ["--tracemalloc"] if args.tracemalloc else []
+    command += ["--count"] if args.count else []
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=checkout_env())
     if done.returncode != 0:
         raise SystemExit(f"mode {mode} failed:\n{done.stderr[-3000:]}")
@@ -216,6 +223,53 @@ def run_cli(args: argparse.Namespace, root: Path, base_url: str) -> dict[str, An
 
 
 # --- modes (child process) ----------------------------------------------------------------
+
+
+class WorkTally:
+    """SQLite statements (by verb) and JSON encodes in this process since :meth:`restart`:
+    ``--count`` installs one before the mode imports runner, the mode restarts it when its
+    clock starts."""
+
+    def __init__(self) -> None:
+        import sqlite3
+
+        self.statements: dict[str, int] = {}
+        self.json_encodes = 0
+        connect, encode = sqlite3.connect, json.JSONEncoder.encode
+
+        def traced_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+            connection = connect(*args, **kwargs)
+            connection.set_trace_callback(self._statement)
+            return connection
+
+        def counted_encode(encoder: json.JSONEncoder, value: Any) -> str:
+            self.json_encodes += 1
+            return encode(encoder, value)
+
+        sqlite3.connect = traced_connect  # type: ignore[assignment]
+        json.JSONEncoder.encode = counted_encode  # type: ignore[method-assign]
+
+    def _statement(self, sql: str) -> None:
+        verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else "?"
+        self.statements[verb] = self.statements.get(verb, 0) + 1
+
+    def restart(self) -> None:
+        self.statements, self.json_encodes = {}, 0
+
+    def figures(self) -> dict[str, Any]:
+        return {"statements": dict(self.statements), "json_encodes": self.json_encodes}
+
+
+TALLY: WorkTally | None = None
+"""Set by ``--count`` in a child process."""
+
+
+def clock() -> tuple[float, float]:
+    """Wall and CPU time now, where a mode's row phase starts (the tally, if any, starts there too)."""
+    if TALLY is not None:
+        TALLY.restart()
+    return time.perf_counter(), time.process_time()
+
 
 
 def sdk_call(base_url: str, calls: int, task: str = "triage") -> tuple[Callable[[str], Awaitable[str]], Any]:
@@ -276,7 +330,7 @@ async def hand_loop(
     """Rows done, seconds, CPU seconds, and RSS (MiB) before the first row."""
     row, client = sdk_call(base_url, calls, task)
     before = rss_mb()
-    started, cpu = time.perf_counter(), time.process_time()
+    started, cpu = clock()
     with (root / data).open(encoding="utf-8", newline="") as handle:
         rows = iter(csv.DictReader(handle))
         done = 0
@@ -350,7 +404,7 @@ async def engine_loop(
     import openai  # noqa: F401  (imported before the clock starts, as the hand loop's is)
 
     before = rss_mb()
-    started, cpu = time.perf_counter(), time.process_time()
+    started, cpu = clock()
     with journal:
         summary = await run_batch(
             read_rows(source, task.inputs),
@@ -381,7 +435,7 @@ def run_commands(root: Path, base_url: str, rows: int) -> tuple[int, float, floa
     with (root / "tickets.csv").open(encoding="utf-8", newline="") as handle:
         subjects = [item["subject"] for _, item in zip(range(rows), csv.DictReader(handle), strict=False)]
     before = rss_mb()
-    started, cpu = time.perf_counter(), time.process_time()
+    started, cpu = clock()
     for subject in subjects:
         argv = ["run", "triage", "--root", str(root), "--base-url", base_url, "-i", f"subject={subject}"]
         with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
@@ -394,6 +448,9 @@ def run_commands(root: Path, base_url: str, rows: int) -> tuple[int, float, floa
 
 
 def child(args: argparse.Namespace) -> None:
+    global TALLY
+    if args.count:
+        TALLY = WorkTally()
     if args.tracemalloc:
         tracemalloc.start()
     if args.child == "hand":
@@ -412,7 +469,7 @@ def child(args: argparse.Namespace) -> None:
     heap = tracemalloc.get_traced_memory()[1] / 2**20 if args.tracemalloc else None
     result = {
         "rows": done, "seconds": seconds, "cpu_seconds": cpu, "rss_before_mb": before, "peak_rss_mb": rss_mb(),
-        "heap_peak_mb": heap,
+        "heap_peak_mb": heap, **(TALLY.figures() if TALLY else {}),
     }
     print(json.dumps(result))
 
@@ -436,6 +493,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="every mode runs once per round; figures are medians")
     parser.add_argument("--run-rows", type=int, default=50, help="rows the 'run' mode runs, one `runner run` each")
     parser.add_argument("--tracemalloc", action="store_true", help="also report the Python heap peak (slower)")
+    parser.add_argument("--count", action="store_true",
+                        help="print SQLite statements and JSON encodes per row of 'hand' and 'engine' (one round), not timings")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
@@ -445,7 +504,8 @@ def main() -> None:
     args.calls = args.calls or CALLS[args.task]
     if args.child:
         return child(args)
-    modes = args.modes.split(",")
+    modes = ["hand", "engine"] if args.count else args.modes.split(",")
+    args.rounds = 1 if args.count else args.rounds
     if {"engine", "run", "cli"} & set(modes) and args.calls != CALLS[args.task]:
         raise SystemExit(f"--calls must be {CALLS[args.task]} with the 'engine', 'run' and 'cli' modes (the task's calls a row)")
     if {"run", "cli"} & set(modes) and args.task != "triage":
@@ -465,6 +525,8 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait(timeout=10)
+    if args.count:
+        return report_counts(args, {mode: samples[0] for mode, samples in rounds.items()})
     report(args, results)
 
 
@@ -473,7 +535,26 @@ def _median(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         key: statistics.median(s[key] for s in samples) if samples[0][key] is not None else None
         for key in samples[0]
+        if not isinstance(samples[0][key], dict)
     }
+
+
+def report_counts(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
+    """``--count``: statements and encodes per row and per model call, by mode."""
+    print(f"rows {args.rows}, {args.calls} call(s)/row, task {args.task}: per row (per call)")
+    for mode, r in results.items():
+        statements = r["statements"]
+        grouping = sum(statements.get(verb, 0) for verb in ("BEGIN", "COMMIT"))
+        steady = sum(statements.values()) - grouping
+        print(f"{mode:8s}: SQLite statements {_per_row(steady, r['rows'], args.calls)} + BEGIN/COMMIT "
+              f"{grouping / r['rows']:.2f}; JSON encodes {_per_row(r['json_encodes'], r['rows'], args.calls)}")
+        verbs = [f"{verb} {n / r['rows']:.2f}" for verb, n in sorted(statements.items()) if verb not in ("BEGIN", "COMMIT")]
+        if verbs:
+            print(f"          {', '.join(verbs)}")
+
+
+def _per_row(count: int, rows: int, calls: int) -> str:
+    return f"{count / rows:6.2f} ({count / rows / calls:5.2f})"
 
 
 def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:

@@ -9,6 +9,9 @@ base64-encoded (:func:`encoded_forms`, the forms the report screen looks for in 
 too), and behind JSON ``\\u`` escapes (``\\u0073k-…`` in a tool call's arguments is the
 key once decoded): a string that spells a secret with escapes is stored with those escapes
 decoded and the secret replaced.
+
+What is stored as JSON is redacted as it is serialised (:func:`redacted_json`): the text is
+searched for the forms, as JSON spells them, and the value walked only when one is there.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import base64
 import functools
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 REDACTED = "[REDACTED]"
@@ -89,13 +92,36 @@ def redact_secrets(value: Any, secrets: Iterable[str | None]) -> Any:
     only looks like a credential is left alone: this is for our own records and tool output.
     """
     forms = text_forms(secrets)
-    if not forms:
+    if not forms or value is None or isinstance(value, bool | int | float):
         return value
-    if not isinstance(value, str):
-        text = json.dumps(value, default=str, ensure_ascii=False)
-        if "\\u" not in text and not any(form in text for form in forms):
-            return value  # the common case: one serialisation instead of a walk
+    if not isinstance(value, str) and not _may_hold(json.dumps(value, default=str, ensure_ascii=False), forms):
+        return value  # the common case: one serialisation instead of a walk
     return _replace(value, forms)
+
+
+def redacted_json(value: Any, secrets: Iterable[str | None], dumps: Callable[[Any], str]) -> str:
+    """``dumps(value)`` as if ``value`` had gone through :func:`redact_secrets` first, serialised
+    once: the text is searched for the secrets' forms and walked and serialised again only when
+    one may be in it. For what is stored as JSON (``dumps`` is the store's serialisation)."""
+    forms = text_forms(secrets)
+    text = dumps(value)
+    if forms and _may_hold(text, forms):
+        return dumps(_replace(value, forms))
+    return text
+
+
+def _may_hold(text: str, forms: tuple[str, ...]) -> bool:
+    """Whether JSON ``text`` may have a string holding one of ``forms``: one is in it as JSON
+    writes it (a ``"`` or ``\\`` in a form is escaped there), or a ``\\u`` escape is (which may
+    spell one; it is also how ``ensure_ascii`` writes other characters)."""
+    return "\\u" in text or any(form in text for form in _json_spellings(forms))
+
+
+@functools.lru_cache(maxsize=64)
+def _json_spellings(forms: tuple[str, ...]) -> tuple[str, ...]:
+    """Each form as it is written inside a JSON string, and as it is when that differs."""
+    escaped = (json.dumps(form, ensure_ascii=False)[1:-1] for form in forms)
+    return tuple(dict.fromkeys((*forms, *escaped)))
 
 
 def _replace(value: Any, forms: Sequence[str]) -> Any:

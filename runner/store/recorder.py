@@ -1,7 +1,8 @@
 """Records what a run does: into the run store, and as events for the CLI or a log.
 
 Every value passes through :func:`~runner.redact.redact_secrets` first, so an API key that reached a message by
-accident never reaches the store, the event stream or a report.
+accident never reaches the store, the event stream or a report; the transcript redacts what it
+stores as it serialises it (:class:`~runner.store.transcripts.RunTranscript`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class RunRecorder:
     def __init__(self, store: RunStore, run_id: str, attempt: int, sink: EventSink | None, secrets: Sequence[str]):
         self.store, self.run_id, self.attempt = store, run_id, attempt
         self.sink, self.secrets = sink, tuple(s for s in secrets if s)
+        self.transcript = store.transcripts.for_run(run_id, attempt, self.secrets)
         self.tool_calls_by_step: dict[str, list[ToolCallSummary]] = defaultdict(list)
         self._sent: dict[int, SentRequest] = {}  # the transcript requests of the calls in flight, by ledger id
 
@@ -44,8 +46,7 @@ class RunRecorder:
         (durable: a ``kill -9`` mid-call leaves both; settling the call replaces the entry)."""
         ledger_id = self.store.add_model_call(self.run_id, self.attempt, call)
         if call.exchange is not None:
-            transcripts = self.store.transcripts
-            self._sent[ledger_id] = transcripts.add_model_call(self.run_id, self.attempt, ledger_id, call, self._redacted(call.exchange))
+            self._sent[ledger_id] = self.transcript.add_model_call(ledger_id, call, call.exchange)
         return ledger_id
 
     def model_call(self, call: ModelCallEntry, ledger_id: int | None = None) -> None:
@@ -58,10 +59,10 @@ class RunRecorder:
         if call.exchange is None:
             pass
         elif sent is not None:  # the request is in the transcript since the call was reserved
-            ended = Exchange((), (), redact_secrets(call.exchange.settings, self.secrets), redact_secrets(call.exchange.response, self.secrets))
-            self.store.transcripts.settle_model_call(self.run_id, self.attempt, ledger_id, call, ended, sent)
+            ended = Exchange((), (), call.exchange.settings, call.exchange.response)
+            self.transcript.settle_model_call(ledger_id, call, ended, sent)
         else:
-            self.store.transcripts.add_model_call(self.run_id, self.attempt, ledger_id, call, self._redacted(call.exchange))
+            self.transcript.add_model_call(ledger_id, call, call.exchange)
         self.emit(
             "model_call", step_id=call.step_id, agent=call.agent, model=call.model, seq=call.seq,
             input_tokens=call.usage.input_tokens, output_tokens=call.usage.output_tokens,
@@ -71,14 +72,6 @@ class RunRecorder:
             finish_reason=call.finish_reason, tool_calls=call.tool_calls, content_excerpt=(call.content or "")[:300], cached=call.cached,
         )
 
-    def _redacted(self, exchange: Exchange) -> Exchange:
-        return Exchange(
-            tuple(redact_secrets(list(exchange.messages), self.secrets)),
-            tuple(redact_secrets(list(exchange.tools), self.secrets)),
-            redact_secrets(exchange.settings, self.secrets),
-            redact_secrets(exchange.response, self.secrets),
-        )
-
     def tool_call(self, call: ToolCallEntry) -> None:
         call = replace(
             call, arguments=redact_secrets(call.arguments, self.secrets),
@@ -86,7 +79,7 @@ class RunRecorder:
         )
         self.store.add_tool_call(self.run_id, self.attempt, call)
         output = call.output if call.output is not None else call.output_excerpt
-        self.store.transcripts.add_tool_call(self.run_id, self.attempt, call, redact_secrets(output, self.secrets))
+        self.transcript.add_tool_call(call, redact_secrets(output, self.secrets))
         summary = ToolCallSummary.parsed(call.name, call.status, call.arguments, call.duration_seconds, call.output_excerpt)
         self.tool_calls_by_step[call.step_id].append(summary)
         self.emit(

@@ -86,7 +86,7 @@ def test_a_cut_inside_a_transaction_runs_the_whole_unit_again(postgres_url: str,
     try:
         store.start_run("r1", "t", {}, "h", {})
         proxy.cut_after("INSERT")  # the transcript entry's INSERT answered, then the line goes: nothing committed
-        store.transcripts.add_tool_call("r1", 1, ToolCallEntry("s", "agent", 1, "calc", "{}", "ok", 0.1, "2"), "2")
+        store.transcripts.for_run("r1", 1, ()).add_tool_call(ToolCallEntry("s", "agent", 1, "calc", "{}", "ok", 0.1, "2"), "2")
         assert proxy.cuts == 1
         assert count(postgres_url, "SELECT COUNT(*) FROM transcript_entries WHERE run_id = 'r1'") == 1
     finally:
@@ -116,7 +116,7 @@ STORE_WRITES: dict[str, tuple[Callable[[RunStore], Any], str, Any, str]] = {  # 
         lambda s: s.add_plan("r1", 1, {"steps": []}, None), "SELECT COUNT(*) FROM plans WHERE run_id = 'r1'", 1, "INSERT",
     ),
     "transcript entry": (
-        lambda s: s.transcripts.add_tool_call("r1", 1, ToolCallEntry("s", "agent", 1, "calc", "{}", "ok", 0.1, "2"), "2"),
+        lambda s: s.transcripts.for_run("r1", 1, ()).add_tool_call(ToolCallEntry("s", "agent", 1, "calc", "{}", "ok", 0.1, "2"), "2"),
         "SELECT COUNT(*) FROM transcript_entries WHERE run_id = 'r1'", 1, "COMMIT",
     ),
     "unsettled_calls": (  # a call a crash left reserved (a lone INSERT, not cut), then the marking is cut

@@ -3,7 +3,7 @@ tool outputs, content addressing, reading back, and retention's edges."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,6 +13,7 @@ from runner.core.ages import parse_age
 from runner.core.calls import Exchange, ModelCallEntry, ToolCallEntry
 from runner.core.usage import Usage
 from runner.reports.transcript import as_text
+from runner.store.database import Database
 from runner.store.recorder import RunRecorder
 from runner.store.retention import prune
 from runner.store.runstore import RunStore
@@ -54,6 +55,37 @@ def test_the_recorder_redacts_every_part(store: RunStore) -> None:
     assert SECRET not in text and "use [REDACTED]" in text and "file says [REDACTED]" in text
     assert entries[0]["response"]["content"] == "I saw [REDACTED]" and entries[1]["arguments"] == '{"key": "[REDACTED]"}'
     assert entries[0]["usage"]["cached_input_tokens"] == 4 and entries[0]["call_id"] is not None
+
+
+def test_a_secret_spelled_with_escapes_or_quoted_is_redacted(store: RunStore) -> None:
+    quoted = 'pa"ss\\word-0123'  # JSON text spells it escaped
+    store.start_run("r", "t", {}, "h", {})
+    recorder = RunRecorder(store, "r", 1, None, [SECRET, quoted])
+    escaped = SECRET.replace("t", "\\u0074", 1)  # a tool's JSON arguments may spell the key with escapes
+    model_call(recorder, 1, f"key {quoted}", f'{{"key": "{escaped}"}}')
+    text = repr(store.transcripts.read("r")) + repr(store.database.rows("SELECT * FROM transcript_blobs"))
+    assert SECRET not in text and escaped not in text and "ss\\\\word" not in text and "[REDACTED]" in text
+
+
+def test_a_run_writes_each_blob_once_in_one_statement(store: RunStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder = recorder_for(store, "r")
+    model_call(recorder, 1, "first", "a")
+    written: list[tuple[str, int]] = []  # (table, values) of each blob or reference insert
+    execute = type(store.database).execute
+
+    def recorded(self: Database, sql: str, params: Sequence[object] = (), **kwargs: bool) -> int:
+        if sql.startswith(("INSERT INTO transcript_refs", "INSERT INTO transcript_blobs")):
+            written.append((sql.split()[2], len(params)))
+        return execute(self, sql, params, **kwargs)
+
+    monkeypatch.setattr(type(store.database), "execute", recorded)
+    model_call(recorder, 2, "second", "b")  # the system prompt and the tools list are written already
+    model_call(recorder, 3, "third", "c")
+    assert written == [("transcript_refs", 2), ("transcript_blobs", 4)] * 2  # one row each: the new question
+    written.clear()
+    model_call(recorder_for(store, "other"), 1, "fourth", "d")  # another run: its three blobs in one statement each
+    assert written == [("transcript_refs", 6), ("transcript_blobs", 12)]
+    assert len(store.transcripts.read("r")[2]["messages"]) == 2 and len(store.database.rows("SELECT * FROM transcript_blobs")) == 6
 
 
 def test_a_long_tool_output_is_cut_with_a_note(store: RunStore) -> None:
