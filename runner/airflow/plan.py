@@ -79,14 +79,14 @@ class ShardSpec:
         return f"{self.name} (rows {self.first_row}-{self.last_row})"
 
     def as_xcom(self) -> dict[str, Any]:
-        """A small JSON value (the split's XCom, one per mapped shard)."""
+        """A small JSON value (the split's XCom, one per mapped shard; ``gen``: the split's generation)."""
         return {
             "index": self.index,
             "count": self.count,
             "first_row": self.first_row,
             "last_row": self.last_row,
             "input_sha256": self.input_sha256,
-            "split_generation": self.split_generation,
+            "gen": self.split_generation,  # a short key: 10,000 of these are one XCom value
         }
 
     @classmethod
@@ -94,7 +94,7 @@ class ShardSpec:
         """The inverse of :meth:`as_xcom`; anything else is refused."""
         try:
             shard = cls(**{k: value[k] for k in ("index", "count", "first_row", "last_row", "input_sha256")},
-                        split_generation=value.get("split_generation", 1))  # fmt: skip
+                        split_generation=value.get("gen", 1))  # fmt: skip
         except (KeyError, TypeError, AttributeError) as exc:
             raise UsageError(f"not a shard from the split task: {value!r} ({exc})") from None
         numbers = (shard.index, shard.count, shard.first_row, shard.last_row, shard.split_generation)
