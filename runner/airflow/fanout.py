@@ -17,8 +17,8 @@
   input's rows the way ``runner batch`` reads them, and returns one row range per shard
   (:class:`~runner.airflow.plan.ShardSpec`). A bad value fails it without retries.
 * :class:`RunnerShardOperator` is mapped over those ranges. It runs the batch over its rows
-  of the input, resuming its own journal (the same for every try, in the shared store, so
-  on any worker), so a retried shard pays for no finished row again; try *n* gives each row
+  of the input, resuming its own journal (the same for every try until one succeeds, in the
+  shared store, so on any worker), so a retried shard pays for no finished row again; try *n* gives each row
   up to ``n * max_attempts`` attempts, so rows whose attempts an earlier try used up run
   again. Its model calls reserve in the fan-out's shared cap scope (its batch caps, held
   across every shard: see :mod:`runner.caps.shared`).
@@ -26,6 +26,16 @@
   numbers and ids) and the batch report of :mod:`runner.batch.summary`, from the shard
   journals, with the cap ledger's figures; a missing shard result, journal, output or row
   fails it.
+
+Clearing: a retry after a failed try resumes, paying for nothing twice; a try after a
+*successful* one (the task cleared after it succeeded) computes again, as that task's next
+generation (:mod:`runner.airflow.generations`). Clearing the whole fan-out computes every
+shard again in a new journal (the split's next generation gives it fresh shared caps);
+clearing one shard and the merge computes that shard again and merges it with the others'
+last results; clearing only the merge merges again and computes nothing: the merge reads the
+journal of the generation each shard's result names. To resume a failed dag run, clear only
+its failed tasks (``airflow tasks clear --only-failed``): clearing its successful tasks too
+computes them again.
 
 Where the state lives: see :mod:`runner.airflow.store` (the PostgreSQL store) and
 :mod:`runner.airflow.plan` (the work directory, a shared path or a URL).
@@ -44,6 +54,7 @@ gives the counts by error kind, with example row ids, and the cap that stopped t
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -150,6 +161,7 @@ class RunnerSplitOperator(_FanoutStep):
         self.strict_conf = strict_conf
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
+        from runner.airflow.generations import current_generation, record_success
         from runner.airflow.plan import count_input_rows, plan_shards
 
         with fail_without_retry("runner batch fan-out"):
@@ -161,14 +173,20 @@ class RunnerSplitOperator(_FanoutStep):
             project, spec = plan.load()
             plan.check_merged_output(plan.merged_output_path(optional_text(self.output_path, "output_path")))
             total, sha256 = count_input_rows(project, spec, plan)
-            shards = plan_shards(total, sha256, num_shards=num, shard_size=size)
+            generation = current_generation(plan.successes())  # the fan-out cleared after a success: fresh caps
+            shards = [replace(s, split_generation=generation.number)
+                      for s in plan_shards(total, sha256, num_shards=num, shard_size=size)]  # fmt: skip
             _open_shared_caps(plan, shards)  # before any shard: a store that cannot be reached fails here
-        self.log.info("%s: %d row(s) in %d shard(s); work directory %s", plan.input_path, total, len(shards), plan.work)
+            record_success(plan.successes(), generation, context["ti"].try_number, {})
+        self.log.info(
+            "%s: %d row(s) in %d shard(s); work directory %s; the fan-out's computation %d", plan.input_path, total,
+            len(shards), plan.work, generation.number,
+        )  # fmt: skip
         return [shard.as_xcom() for shard in shards]
 
 
 class RunnerShardOperator(_FanoutStep):
-    """Run (resuming) the batch over one shard's rows; map it over the split's output.
+    """Run (resuming, or after a success again) the batch over one shard's rows; map it over the split's output.
 
     Args:
         shard: One row range from the split task (``expand(shard=split.output)``).
@@ -192,6 +210,7 @@ class RunnerShardOperator(_FanoutStep):
         self.store_path = store_path
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from runner.airflow.generations import current_generation, record_success
         from runner.batch.inputs import file_sha256
         from runner.errors import UsageError
 
@@ -200,17 +219,19 @@ class RunnerShardOperator(_FanoutStep):
             plan, shard = self.plan(context), ShardSpec.from_xcom(self.shard)
             if file_sha256(plan.input_path) != shard.input_sha256:
                 raise UsageError(f"{plan.input_path} changed since the split task read it; trigger a new dag run")
+            generation = current_generation(plan.successes(shard))  # cleared after a success: a new journal
+            plan = plan.for_generation(generation.number)
             base_url, api_key = model_credentials(self.conn_id)
             store = optional_text(self.store_path, "store_path")
             request = plan.request(
-                shard, try_number=ti.try_number, model_base_url=base_url, api_key=api_key,
+                shard, try_number=generation.try_here(ti.try_number), model_base_url=base_url, api_key=api_key,
                 store_path=Path(store) if store else None,
             )  # fmt: skip
             manifest = run_batch_for_airflow(
                 plan.task, root=plan.root, request=request, trace_carrier=getattr(ti, "context_carrier", None)
             )
         manifest = {"shard": shard.name, "index": shard.index, "rows": [shard.first_row, shard.last_row],
-                    "try_number": ti.try_number, **manifest}  # fmt: skip
+                    "try_number": ti.try_number, "generation": generation.number, **manifest}  # fmt: skip
         self.last_manifest = manifest
         self.log.info(
             "%s: %s done, %s failed, %s invalid, %s not run; %.6f USD; output %s",
@@ -219,6 +240,7 @@ class RunnerShardOperator(_FanoutStep):
         )  # fmt: skip
         if manifest["done"] < shard.rows:
             self._rows_not_done(context, shard, plan, manifest)
+        record_success(plan.successes(shard), generation, ti.try_number, manifest)  # the merge merges this generation
         return manifest
 
     def on_kill(self) -> None:
@@ -289,9 +311,11 @@ class RunnerMergeOperator(_FanoutStep):
             shards = [ShardSpec.from_xcom(s) for s in _items(self.shards)]
             results = {int(r["index"]): r for r in _items(self.shard_results) if isinstance(r, Mapping)}
             project, spec = plan.load()
+            split_generation = shards[0].split_generation if shards else 1
+            batch_id = f"{self.fanout_id}-{plan.work.parent.name}" + (f"-g{split_generation}" if split_generation > 1 else "")
             try:
                 manifest, left, report = merge_fanout(
-                    project, spec, plan, shards, results, batch_id=f"{self.fanout_id}-{plan.work.parent.name}",
+                    project, spec, plan, shards, results, batch_id=batch_id,
                     output_path=plan.merged_output_path(optional_text(self.output_path, "output_path")),
                     report_dir=plan.merged_report_dir(optional_text(self.report_dir, "report_dir")),
                 )  # fmt: skip

@@ -3,7 +3,10 @@
 The shard journals are the record (not the shard output files), so the merged output is
 written by :func:`runner.batch.output.write_output` and the report by
 :func:`runner.batch.summary.batch_report` exactly as ``runner batch`` writes them: one
-record per input row, in input order, with the input's row numbers and ids.
+record per input row, in input order, with the input's row numbers and ids. Each shard's
+journal is the one of the generation its result names (a shard computed again after a success
+writes a new one: :mod:`runner.airflow.plan`), so merging again, after only the merge was
+cleared, merges what the shards last made and computes nothing.
 
 The merge refuses to write a merged output that would lie: a shard that returned no
 result, a missing shard journal or output file, or a journal whose rows are not exactly its
@@ -91,12 +94,21 @@ def check_shard_results(
     for shard in shards:
         if shard.index not in results:
             problems.append(f"{shard.describe()}: the shard task returned no result")
-        if not batch_journal_exists(plan.journal_path(shard), database_url=plan.store_url):
-            problems.append(f"{shard.describe()}: its journal {plan.journal_path(shard)} is missing")
+        journal = shard_plan(plan, results.get(shard.index)).journal_path(shard)
+        if not batch_journal_exists(journal, database_url=plan.store_url):
+            problems.append(f"{shard.describe()}: its journal {journal} is missing")
         if not plan.output_path(shard).is_file():
             problems.append(f"{shard.describe()}: its output {plan.output_path(shard)} is missing")
     if problems:
         raise ShardOutputMissing("cannot merge, shard output missing:\n" + "\n".join(problems))
+
+
+def shard_plan(plan: FanoutPlan, result: Mapping[str, Any] | None) -> FanoutPlan:
+    """``plan`` for the generation a shard's ``result`` says it computed (1 for a result that names none)."""
+    generation = (result or {}).get("generation", 1)
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 1:
+        raise ShardOutputMissing(f"a shard result names no generation a shard makes: {generation!r}")
+    return plan.for_generation(generation)
 
 
 def merge_fanout(
@@ -119,14 +131,15 @@ def merge_fanout(
     plan.check_merged_output(output_path)
     with contextlib.ExitStack() as stack:
         hold = stack.enter_context(_output_lock(task, plan, output_path))
-        parts = [(s, stack.enter_context(open_journal(project, task, plan.request(s))[0])) for s in shards]
+        requests = [shard_plan(plan, results[s.index]).request(s) for s in shards]
+        parts = [(s, stack.enter_context(open_journal(project, task, r)[0])) for s, r in zip(shards, requests, strict=True)]
         merged = MergedJournals(batch_id, parts, _meta(task, plan, shards))
         hold.check()  # still this merge's output, right before it is written
         records = write_output(merged, output_path, format=plan.options["output_format"], kept=plan.kept_columns())
         left = rows_left(merged)
         report = batch_report(merged, merged_summary(merged, results))
         report["shards"] = [_shard_entry(s, results[s.index], plan) for s in shards]
-        ledger = shared_ledger_figures(plan)
+        ledger = shared_ledger_figures(plan, shards[0].split_generation if shards else 1)
         if ledger is not None:
             report["ledger"] = ledger
         markdown, data = write_reports(report, report_dir)
@@ -147,11 +160,11 @@ def merge_fanout(
     return manifest, left, report
 
 
-def shared_ledger_figures(plan: FanoutPlan) -> dict[str, Any] | None:
-    """The fan-out's shared cap scope as the ledger holds it (caps, spent, held), or ``None``."""
+def shared_ledger_figures(plan: FanoutPlan, split_generation: int = 1) -> dict[str, Any] | None:
+    """The shared cap scope of the split's ``split_generation`` as the ledger holds it (caps, spent, held), or ``None``."""
     from runner.store.cap_ledger import open_cap_ledger
 
-    scope = plan.shared_scope()
+    scope = plan.shared_scope(split_generation)
     if scope is None:
         return None
     target = plan.store_url or scope.sqlite_path
@@ -202,6 +215,7 @@ def _shard_entry(shard: ShardSpec, result: Mapping[str, Any], plan: FanoutPlan) 
         "counts": result.get("counts"),
         "cost_usd": result.get("cost_usd"),
         "try_number": result.get("try_number"),
+        "generation": result.get("generation", 1),
         "output_path": str(plan.output_path(shard)),
         "report_path": result.get("report_path"),
     }

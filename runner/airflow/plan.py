@@ -7,13 +7,18 @@ operator arguments, so they agree on every path without passing them around:
   each shard runs the batch over the whole input file restricted to its rows
   (``BatchRequest.rows``), so row numbers, ids and duplicate-id checks are exactly those
   of ``runner batch`` over the whole file;
-* a shard's journal is the same for every try, so a retry resumes it and pays for no
-  finished row again: with a PostgreSQL store (``store_url``) it lives there, named
-  ``<run key>/<shard>``, so a retry on any worker finds it; else it is the file
-  ``<work>/journals/<shard>.sqlite3``;
+* a shard's journal is the same for every try of one *generation*, so a retry resumes it and
+  pays for no finished row again: with a PostgreSQL store (``store_url``) it lives there,
+  named ``<run key>/<shard>``, so a retry on any worker finds it; else it is the file
+  ``<work>/journals/<shard>.sqlite3``. A try after a successful one (the shard cleared) starts
+  the shard's next generation, a new journal ``<shard>-g2``, ``-g3``, ...: the split and each
+  shard record their successes in ``<work>/split/`` and ``<work>/shards/<shard>/``
+  (:mod:`runner.airflow.generations`), and a shard's result names the generation it made,
+  which the merge merges;
 * the fan-out's batch caps (``max_cost_usd``, ``max_tokens``, every summed cap) are one
-  shared scope, ``fanout:<run key>``, held across every shard in the cap ledger (in the
-  PostgreSQL store, else ``<work>/caps.sqlite3``): see :mod:`runner.caps.shared`;
+  shared scope, ``fanout:<run key>`` (``.../g<n>`` for the split's generation *n* > 1), held
+  across every shard in the cap ledger (in the PostgreSQL store, else ``<work>/caps.sqlite3``):
+  see :mod:`runner.caps.shared`;
 * ``<work>/outputs/<shard>.jsonl`` and ``<work>/reports/<shard>/`` are a shard's own output
   and batch report; the merge writes ``<work>/output.<format>`` and ``<work>/batch_report.*``
   unless told otherwise.
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,13 +56,15 @@ PROGRESS_LOG_SECONDS = 60.0
 
 @dataclass(frozen=True)
 class ShardSpec:
-    """Rows ``first_row..last_row`` (1-based, inclusive) of the input: shard ``index`` of ``count``."""
+    """Rows ``first_row..last_row`` (1-based, inclusive) of the input: shard ``index`` of ``count``,
+    planned by the split's generation ``split_generation`` (which names the fan-out's shared cap scope)."""
 
     index: int
     count: int
     first_row: int
     last_row: int
     input_sha256: str
+    split_generation: int = 1
 
     @property
     def name(self) -> str:
@@ -72,24 +79,26 @@ class ShardSpec:
         return f"{self.name} (rows {self.first_row}-{self.last_row})"
 
     def as_xcom(self) -> dict[str, Any]:
-        """A small JSON value (the split's XCom, one per mapped shard)."""
+        """A small JSON value (the split's XCom, one per mapped shard; ``gen``: the split's generation)."""
         return {
             "index": self.index,
             "count": self.count,
             "first_row": self.first_row,
             "last_row": self.last_row,
             "input_sha256": self.input_sha256,
+            "gen": self.split_generation,  # a short key: 10,000 of these are one XCom value
         }
 
     @classmethod
     def from_xcom(cls, value: Any) -> ShardSpec:
         """The inverse of :meth:`as_xcom`; anything else is refused."""
         try:
-            shard = cls(**{k: value[k] for k in ("index", "count", "first_row", "last_row", "input_sha256")})
-        except (KeyError, TypeError) as exc:
+            shard = cls(**{k: value[k] for k in ("index", "count", "first_row", "last_row", "input_sha256")},
+                        split_generation=value.get("gen", 1))  # fmt: skip
+        except (KeyError, TypeError, AttributeError) as exc:
             raise UsageError(f"not a shard from the split task: {value!r} ({exc})") from None
-        numbers = (shard.index, shard.count, shard.first_row, shard.last_row)
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers) or shard.rows < 1:
+        numbers = (shard.index, shard.count, shard.first_row, shard.last_row, shard.split_generation)
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers) or min(shard.rows, numbers[-1]) < 1:
             raise UsageError(f"not a shard from the split task: {value!r}")
         return shard
 
@@ -149,7 +158,7 @@ class FanoutPlan:
     options: BatchOptions
     key: str = ""
     store_url: str | None = None
-    generation: int = 1  # RunnerBatchOperator: the n-th computation of its batch (a try after a success starts the next)
+    generation: int = 1  # the n-th computation of a batch (RunnerBatchOperator's, a shard's): names its journal
 
     @property
     def run_key(self) -> str:
@@ -161,6 +170,14 @@ class FanoutPlan:
 
         project = load_project_or_raise(self.root)
         return project, project.task_for(self.task)
+
+    def for_generation(self, generation: int) -> FanoutPlan:
+        """This plan for the ``generation``-th computation of a batch (a shard's, whose journal it names)."""
+        return replace(self, generation=generation)
+
+    def successes(self, shard: ShardSpec | None = None) -> Location:
+        """Where the split's (or ``shard``'s) successful tries are recorded (:mod:`runner.airflow.generations`)."""
+        return self.work / "split" if shard is None else self.work / "shards" / shard.name
 
     def journal_path(self, shard: ShardSpec) -> Path:
         """The shard's journal: its name in the PostgreSQL store, or its file in the work directory
@@ -176,15 +193,17 @@ class FanoutPlan:
     def report_dir(self, shard: ShardSpec) -> Location:
         return self.work / "reports" / shard.name
 
-    def shared_scope(self) -> SharedScope | None:
-        """The fan-out's batch caps as one scope every shard reserves in (``None`` without summed caps)."""
+    def shared_scope(self, split_generation: int = 1) -> SharedScope | None:
+        """The fan-out's batch caps as one scope every shard of the split's ``split_generation``
+        reserves in (``None`` without summed caps): a fan-out computed again gets fresh caps."""
         from runner.batch.request import SharedScope
         from runner.caps.shared import shared_caps
 
         if not shared_caps(self.options.batch_caps).as_dict():
             return None
         ledger = None if self.store_url else self._local("caps.sqlite3")
-        return SharedScope(f"fanout:{self.run_key}", self.options.batch_caps, ledger)
+        key = f"fanout:{self.run_key}" + (f"/g{split_generation}" if split_generation > 1 else "")
+        return SharedScope(key, self.options.batch_caps, ledger)
 
     def merged_output_path(self, explicit: str | None) -> Location:
         """``explicit`` (a URL, or a path relative to the project root), or ``<work>/output.<output_format or jsonl>``."""
@@ -246,7 +265,7 @@ class FanoutPlan:
         options = self.options.shard_share(shard.count) if shard else self.options
         if shard:
             options = options.but(**{name: None for name, option in OPTIONS.items() if option.fanout == MERGE})
-        shared = self.shared_scope() if shard else None
+        shared = self.shared_scope(shard.split_generation) if shard else None
         where = shard or ShardSpec(0, 1, 1, 1, "")
         fields = options.request_fields()
         fields.update(

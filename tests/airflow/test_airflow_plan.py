@@ -91,6 +91,26 @@ def test_a_shard_shares_the_rates_and_reserves_the_summed_caps_in_one_shared_sco
     assert plan.request().shared_scope is None  # the whole-input request (counting rows) spends nothing
 
 
+def test_a_fanout_computed_again_has_new_journals_and_a_fresh_shared_scope(tmp_path: Path) -> None:
+    """A shard's generation names its journal; the split's generation, carried on each shard, its cap scope."""
+    from dataclasses import replace
+
+    work = run_work_dir(tmp_path, "dag", "manual__1", "fanout")
+    plan = FanoutPlan("t", tmp_path, tmp_path / "in.csv", work, BatchOptions({"max_cost_usd": 1.0}), key="dag/abc/fanout")
+    shard = replace(plan_shards(4, "x", num_shards=2, shard_size=None)[1], split_generation=3)
+    assert ShardSpec.from_xcom(shard.as_xcom()) == shard
+    older = {k: v for k, v in shard.as_xcom().items() if k != "gen"}  # pushed before generations: the first
+    assert ShardSpec.from_xcom(older).split_generation == 1
+    with pytest.raises(UsageError, match="not a shard"):
+        ShardSpec.from_xcom({**shard.as_xcom(), "gen": 0})
+    scope = plan.request(shard).shared_scope
+    assert scope is not None and scope.key == "fanout:dag/abc/fanout/g3"
+    assert plan.journal_path(shard).name == "shard-00001-of-00002.sqlite3"
+    assert plan.for_generation(2).journal_path(shard).name == "shard-00001-of-00002-g2.sqlite3"
+    assert plan.for_generation(2).request(shard).journal_path == plan.for_generation(2).journal_path(shard)
+    assert plan.successes() == work / "split" and plan.successes(shard) == work / "shards" / "shard-00001-of-00002"
+
+
 def test_with_a_postgresql_store_journals_and_the_ledger_are_named_by_the_dag_run(tmp_path: Path) -> None:
     options = BatchOptions({"caps": Caps(max_cost_usd=1.0)})
     plan = FanoutPlan("t", tmp_path, tmp_path / "in.csv", location("memory://bucket/work"), options,

@@ -11,7 +11,8 @@ triggered, an unknown conf key (a typo) when the split task starts. Needs on the
 a URL such as ``s3://bucket/runner-airflow``; default ``/tmp/runner-airflow``, fine for one
 machine only), the runner's shared store (``RUNNER_STORE_CONN_ID`` naming a postgres
 connection, or ``RUNNER_STORE_URL``) and the model connection as in ``daily_report``. Each
-shard resumes from its journal when retried, on any worker; ``max_cost_usd`` and
+shard resumes from its journal when retried, on any worker; a task cleared after it succeeded
+computes again (clearing only ``merge`` merges again, computing nothing); ``max_cost_usd`` and
 ``max_tokens`` hold across all shards. The merged output
 (one record per input row, with its row number and id) and ``batch_report.json``/``.md``
 are written under ``<work dir>/runner_batch_fanout/<hash of the dag run id>/fanout/``

@@ -1,13 +1,14 @@
 """What an operator of the deployment does besides triggering DAGs, for the deployment test:
 restart the triggerer while a provider batch is waited for, mark a deferred batch task failed,
 trigger with a param value only the runner can refuse, backfill two logical dates, clear a
-finished task, run ``airflow tasks test``. Each step records what it saw in :class:`Operations`.
+finished task, clear parts of a finished fan-out, run ``airflow tasks test``. Each step records what it saw in :class:`Operations`.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,8 @@ class Operations:
     cli_cleared: Any = None  # `airflow tasks clear -s -e` of the second backfilled run's task
     tasks_test: Any = None  # `airflow tasks test`
     bad_row_run: str = ""  # a fan-out with a row the endpoint always refuses
+    cleared_fanout_run: str = ""  # a fan-out whose merge, then one shard and merge, are cleared after it succeeded
+    cleared_fanout_calls: dict[str, int] = field(default_factory=dict)  # its rows' model calls after each step
 
 
 def task_state(deployment: Deployment, dag_id: str, run_id: str, task_id: str, index: int = -1) -> tuple[Any, int]:
@@ -134,3 +137,29 @@ def clear_second_backfilled_with_cli(deployment: Deployment) -> tuple[subprocess
     deployment.wait(ran_again, 300, "the task cleared by `airflow tasks clear` to run again")
     deployment.wait_for_run("runner_daily_report", run["dag_run_id"], 120)
     return done, str(run["dag_run_id"]), before
+
+
+def clear_fanout_parts(deployment: Deployment, run_id: str, calls: Callable[[], int]) -> dict[str, int]:
+    """Clear the successful fan-out's ``merge`` alone, then its shard 1 with its downstream merge,
+    as the UI's Clear does (the REST API, by dag run), waiting for each to run again; the
+    model calls of the fan-out's rows before the clears and after each."""
+    seen = {"before": calls()}
+    _clear_and_rerun(deployment, run_id, ["merge"], include_downstream=False)
+    seen["merge_only"] = calls()
+    _clear_and_rerun(deployment, run_id, [["run_shard", 1]], include_downstream=True)
+    seen["one_shard"] = calls()
+    return seen
+
+
+def _clear_and_rerun(deployment: Deployment, run_id: str, task_ids: list[Any], *, include_downstream: bool) -> None:
+    _, before = task_state(deployment, "runner_batch_fanout", run_id, "merge")
+    body = {"dry_run": False, "dag_run_id": run_id, "task_ids": task_ids, "only_failed": False,
+            "include_downstream": include_downstream}  # fmt: skip
+    deployment.api("dags/runner_batch_fanout/clearTaskInstances", method="POST", body=body)
+
+    def merged_again() -> bool:
+        state, attempt = task_state(deployment, "runner_batch_fanout", run_id, "merge")
+        return state in ("success", "failed") and attempt > before
+
+    deployment.wait(merged_again, 300, f"the fan-out's merge to run again after clearing {task_ids}")
+    deployment.wait_for_run("runner_batch_fanout", run_id, 120)

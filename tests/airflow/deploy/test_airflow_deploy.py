@@ -25,7 +25,9 @@ reached through fsspec. Each test asserts on one part of what it did:
 * an operator's actions (:mod:`tests.airflow.deploy.operations`): a param only the runner can
   refuse, a backfill of two logical dates, clearing a successful task (as the UI does, and with ``airflow
   tasks clear``: each recomputes its report as a new run), ``airflow tasks test``,
-  and a fan-out with a row no retry can fix (its DAG run fails).
+  a fan-out with a row no retry can fix (its DAG run fails), and a successful fan-out whose
+  merge is cleared (it merges again, computing nothing), then one shard and the merge (that
+  shard computes its rows again, in a new journal the merge merges).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,7 @@ BATCH_POLLS = 8  # ... whose batches end at the 8th retrieve: about 20 s of poll
 RESUME_DATE = "2026-03-02"
 REJECTED = "ALWAYS-REJECTED"  # a ticket body the endpoint refuses every time (400): a row no retry can fix
 BAD_ROWS = 5  # the fan-out with that row: 4 tickets no other run sends, then the refused one
+CLEARED_ROWS = 4  # the fan-out cleared after it succeeded: two shards of two tickets no other run sends
 RESUME_AGENT = """\
 apiVersion: runner/v1
 kind: Agent
@@ -153,9 +156,15 @@ class Outcome:
     stop_calls: dict[str, tuple[list[Any], list[Any]]] = field(default_factory=dict)  # by server: (requests, billed)
 
 
-def _bad_rows(project: Path) -> list[dict[str, str]]:
-    with (project / "tickets_bad.csv").open(newline="") as handle:
+def _bad_rows(project: Path, name: str = "tickets_bad.csv") -> list[dict[str, str]]:
+    with (project / name).open(newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+def _calls_for(server: Any, tickets: list[dict[str, str]]) -> Callable[[], int]:
+    """How many model calls ``server`` has had for ``tickets``' prompts, when called."""
+    prompts = {_prompt(t) for t in tickets}
+    return lambda: sum(1 for r in server.requests if r.method == "POST" and r.body["messages"][-1]["content"] in prompts)
 
 
 def _project(base: Path) -> tuple[Path, list[dict[str, str]], list[dict[str, str]]]:
@@ -182,6 +191,8 @@ def _project(base: Path) -> tuple[Path, list[dict[str, str]], list[dict[str, str
     bad = paid[CAPPED_PAID : CAPPED_PAID + BAD_ROWS - 1]
     bad.append({**bad[0], "id": "B-REJECTED", "body": f"{REJECTED}: this ticket is refused by the endpoint"})
     _write(root / "tickets_bad.csv", columns, bad)
+    first_cleared = CAPPED_PAID + BAD_ROWS - 1
+    _write(root / "tickets_cleared.csv", columns, paid[first_cleared : first_cleared + CLEARED_ROWS])
     return root, rows, capped
 
 
@@ -343,6 +354,14 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
                 deployment.wait_for_run("runner_batch_api", run_id, 600)
             stops_.finish(deployment, stops)
             deployment.timed("the stop DAGs, triggered to finished", stops.started)
+            # after the stops, whose deadlines a busy machine could miss: a fan-out cleared in parts once it succeeded
+            ops.cleared_fanout_run = _trigger(deployment, "runner_batch_fanout", "--conf", json.dumps(
+                {"input_path": "tickets_cleared.csv", "id_column": "id", "num_shards": 2}))  # fmt: skip
+            deployment.wait_for_run("runner_batch_fanout", ops.cleared_fanout_run, 300)
+            ops.cleared_fanout_calls = ops_.clear_fanout_parts(
+                deployment, ops.cleared_fanout_run, _calls_for(server, _bad_rows(project, "tickets_cleared.csv"))
+            )
+            deployment.timed("a fan-out cleared in parts, run again", stops.started)
             stops_.wait_billed(stop_apis["deadline"], 3)
             deployment.timed("every DAG run, triggered to finished", started)
             runs = {dag_id: deployment.runs(dag_id) for dag_id in (*DAG_IDS, *stops_.DAG_IDS)}
@@ -499,10 +518,10 @@ def test_the_merged_output_has_one_record_per_input_row_with_its_id(outcome: Out
     assert not (work / "journals").exists()  # the journals are in the shared store
     found = dict(_store("SELECT journal, COUNT(*) FROM journal_rows GROUP BY journal"))
     journals = {name: rows for name, rows in found.items() if name.startswith("runner_batch_fanout/")}
-    assert len(journals) == 8  # 3 + 3 + 2 shards
+    assert len(journals) == 11  # 3 + 3 + 2 shards, and the cleared fan-out's 2 and its recomputed shard's
     others = {name.split("/")[0] for name in found} - {"runner_batch_fanout", "runner_batch_api", "runner_pooled_fanout"}
     assert others == set(), found
-    assert sum(journals.values()) == len(outcome.tickets) + len(outcome.capped) + len(outcome.bad_rows)
+    assert sum(journals.values()) == len(outcome.tickets) + len(outcome.capped) + len(outcome.bad_rows) + CLEARED_ROWS + 2
 
 
 def test_the_model_server_saw_each_row_once_plus_the_retried_one(outcome: Outcome) -> None:
@@ -514,7 +533,8 @@ def test_the_model_server_saw_each_row_once_plus_the_retried_one(outcome: Outcom
     resume = [p for p in prompts if p.startswith(("DRAFT", "FINAL"))]
     capped_calls = [p for p in prompts if p in capped]
     bad = [p for p in prompts if p in {_prompt(t) for t in outcome.bad_rows}]
-    assert len(triage) + len(daily) + len(resume) + len(capped_calls) + len(bad) == len(prompts)
+    recomputed = [p for p in prompts if p in {_prompt(t) for t in _bad_rows(outcome.project, "tickets_cleared.csv")}]
+    assert len(triage) + len(daily) + len(resume) + len(capped_calls) + len(bad) + len(recomputed) == len(prompts)
     flaky = next(t for t in outcome.tickets if t["id"] == FLAKY)
     assert sum(flaky["body"] in p for p in triage) == FLAKY_CALLS + 1
     assert len(triage) == 40 + FLAKY_CALLS, "no row is paid for twice, not even after the disk was wiped"
@@ -582,7 +602,7 @@ def test_a_trigger_without_input_path_is_refused(outcome: Outcome) -> None:
     assert refused.returncode != 0
     assert "input_path" in refused.stdout + refused.stderr
     assert sorted(r["dag_run_id"] for r in outcome.runs["runner_batch_fanout"]) == sorted(
-        [outcome.fanout_run, outcome.capped_run, outcome.ops.bad_row_run]
+        [outcome.fanout_run, outcome.capped_run, outcome.ops.bad_row_run, outcome.ops.cleared_fanout_run]
     )
 
 
@@ -737,6 +757,31 @@ def test_a_fanout_with_a_row_no_retry_can_fix_fails_its_dag_run(outcome: Outcome
     assert next(r for r in outcome.runs["runner_batch_fanout"] if r["dag_run_id"] == run_id)["state"] == "failed"
     log = _task_log(outcome, "runner_batch_fanout", "merge", -1, 1, run_id)
     assert f"1 of {BAD_ROWS} row(s) not done" in log and "B-REJECTED" in log and "max_failed_rows=0" in log
+
+
+def test_clearing_a_successful_fanouts_merge_merges_again_and_one_shard_computes_it_again(outcome: Outcome) -> None:
+    run_id = outcome.ops.cleared_fanout_run
+    assert outcome.ops.cleared_fanout_calls == {
+        "before": CLEARED_ROWS, "merge_only": CLEARED_ROWS, "one_shard": CLEARED_ROWS + 2,
+    }  # fmt: skip  # merging again computes nothing; the cleared shard computes its two rows again, shard 0 nothing
+    states = outcome.states[run_id]
+    assert states[("split", -1)] == ("success", 1) and states[("run_shard", 0)] == ("success", 1)
+    assert states[("run_shard", 1)] == ("success", 2) and states[("merge", -1)] == ("success", 3)
+    work = _merged(outcome, run_id)
+    report = json.loads((work / "batch_report.json").read_text())
+    assert [(s["shard"], s["generation"]) for s in report["shards"]] == [
+        ("shard-00000-of-00002", 1), ("shard-00001-of-00002", 2),
+    ]  # fmt: skip
+    assert report["counts"]["done"] == CLEARED_ROWS
+    records = [json.loads(line) for line in (work / "output.jsonl").read_text().splitlines()]
+    cleared = _bad_rows(outcome.project, "tickets_cleared.csv")
+    assert [(r["id"], r["status"]) for r in records] == [(t["id"], "done") for t in cleared]
+    from runner.airflow.plan import run_key
+
+    key = run_key("runner_batch_fanout", run_id, "fanout")
+    journals = dict(_store("SELECT journal, COUNT(*) FROM journal_rows WHERE journal LIKE %s GROUP BY journal", key + "/%"))
+    assert journals == {f"{key}/shard-00000-of-00002": 2, f"{key}/shard-00001-of-00002": 2,
+                        f"{key}/shard-00001-of-00002-g2": 2}  # fmt: skip
 
 
 def test_the_task_log_shows_the_runs_progress_and_summary(outcome: Outcome) -> None:
