@@ -21,6 +21,12 @@ from typing import IO, Any
 
 MAX_REPLY_BYTES = 1 << 20
 """All the replies of one conversation together (an EHLO answer is a few hundred bytes)."""
+SOCKET_MARGIN_SECONDS = 5.0
+"""How much longer than the deadline a single socket operation may wait: the watchdog is the
+conversation's one clock. With the same timeout on both, a read's own timeout could fire first
+on a loaded machine, and ``smtplib`` reports it as a disconnection
+(``SMTPServerDisconnected``), not as the deadline it is. Only a connect, which the watchdog
+cannot cut (there is no socket to shut down yet), lasts up to this much past the deadline."""
 
 
 class ConversationExpired(OSError):
@@ -102,17 +108,19 @@ def conversation(
     must end within ``timeout`` seconds. Raises :class:`ConversationExpired` when it did not."""
     watchdog = _Watchdog(timeout)
     watchdog.start()
+    each = timeout + SOCKET_MARGIN_SECONDS
     try:
         if implicit_tls:
-            client: smtplib.SMTP = BoundedSMTPSSL(host, port, timeout=timeout, watchdog=watchdog, context=context)
+            client: smtplib.SMTP = BoundedSMTPSSL(host, port, timeout=each, watchdog=watchdog, context=context)
         else:
-            client = BoundedSMTP(host, port, timeout=timeout, watchdog=watchdog)
+            client = BoundedSMTP(host, port, timeout=each, watchdog=watchdog)
+        if watchdog.expired:  # the connect outlasted the deadline: the watchdog found no socket to cut
+            client.close()
+            raise ConversationExpired(f"no connection within {timeout:g} s (timeout_seconds)")
         with client:
             yield client
     except (OSError, smtplib.SMTPException) as error:
-        # A socket operation's own timeout is the same deadline seen from this thread: the
-        # watchdog's timer may not have run yet on a loaded machine.
-        if watchdog.expired or isinstance(error, TimeoutError):
+        if watchdog.expired:
             raise ConversationExpired(f"no complete answer within {timeout:g} s (timeout_seconds)") from error
         raise
     finally:
