@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from runner.errors import StoreDamaged
 from runner.locations import Location, read_text, write_text
 
 MAX_GENERATIONS = 10_000
@@ -41,11 +42,16 @@ def current_generation(work: Location) -> Generation:
     """The first generation of the batch in ``work`` whose success is not recorded."""
     tries_before = 0
     for number in range(1, MAX_GENERATIONS + 1):
+        path = _record(work, number)
         try:
-            record = json.loads(read_text(_record(work, number)))
+            tries_before = int(json.loads(read_text(path))["try_number"])
         except FileNotFoundError:
             return Generation(number, tries_before)
-        tries_before = int(record["try_number"])
+        except (ValueError, TypeError, KeyError) as error:  # truncated, hand-edited, or not this file at all
+            raise StoreDamaged(
+                f"{path}: not a record of a successful try ({error.__class__.__name__}: {error}); it says which "
+                "computation of this batch task comes next. Delete it to compute that generation again"
+            ) from None
     raise RuntimeError(f"{MAX_GENERATIONS} successful computations of one batch task")  # pragma: no cover
 
 

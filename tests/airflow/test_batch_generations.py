@@ -42,3 +42,12 @@ def test_a_try_that_fails_before_it_returns_leaves_no_record_so_its_retry_resume
     assert current_generation(tmp_path) == Generation(1, 0)
     assert operator._succeed({"ti": SimpleNamespace(try_number=2)}, batch, {"batch_id": "a"}) == {"batch_id": "a"}  # type: ignore[arg-type]
     assert current_generation(tmp_path) == Generation(2, 2)
+
+
+@pytest.mark.parametrize("text", ["", "{\"try_number\": ", "[]", "{\"try_number\": \"two\"}", "{}"])
+def test_a_damaged_success_record_is_refused_naming_the_file(tmp_path: Path, text: str) -> None:
+    from runner.errors import StoreDamaged
+
+    (tmp_path / "succeeded-g1.json").write_text(text)
+    with pytest.raises(StoreDamaged, match=r"succeeded-g1\.json: not a record of a successful try.*Delete it"):
+        current_generation(tmp_path)
