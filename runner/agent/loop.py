@@ -267,7 +267,7 @@ class _AgentRun:
             usage, time.monotonic() - started, tool_calls=len(response.tool_calls), content=response.content,
             finish_reason=response.finish_reason, reply=_reply(response),
         )
-        self._flag_excess(usage, binding.pricer.reprice(estimate, response.tariff), response.service_tier)
+        self._flag_excess(usage, binding.pricer.reprice(estimate, response.tariff), binding.pricer.tier, response.service_tier)
         if env.call_cache is not None:
             env.call_cache.keep_response(request, response, binding.endpoint_identity)
         return replace(response, usage=usage)
@@ -285,10 +285,11 @@ class _AgentRun:
         ))
         return cached
 
-    def _flag_excess(self, usage: Usage, estimate: Estimate, served: str | None) -> None:
+    def _flag_excess(self, usage: Usage, estimate: Estimate, asked: str | None, served: str | None) -> None:
         """Usage above the reservation already counts in every scope (no new call starts in a
         scope now over its cap); say so in the record: tokens beyond the worst case, or a price
-        above it (a tier dearer than any the call could ask for served it, e.g. ``auto`` at priority)."""
+        above it (a tier dearer than the one reserved served it: ``auto`` at priority, or flex at
+        default where the profile declares no ``tier_fallback``)."""
         excess = max(usage.input_tokens - estimate.input_tokens, 0) + max(usage.output_tokens - estimate.output_tokens, 0)
         where = f"(step '{self.env.step_id}', call {self.model_seq})"
         if excess > 0:
@@ -297,9 +298,10 @@ class _AgentRun:
                 "spend can pass a cap by what such calls report"
             )
         elif usage.cost_usd > estimate.cost_usd * (1 + 1e-9) + 1e-12:
+            declare = f"declare it in the model profile's tier_fallback ({{{asked}: {served}}})" if asked else "ask for that tier in model.service_tier"
             self.outcome.warnings.append(
                 f"the call cost ${usage.cost_usd:.6f}, above its reserved worst case ${estimate.cost_usd:.6f}, billed at "
-                f"the service tier that served it ('{served}') {where}; ask for that tier in model.service_tier so calls are reserved at it"
+                f"the service tier that served it ('{served}') {where}; {declare} so calls are reserved at it"
             )
 
     async def act_all(self, calls: tuple[ToolCall, ...], messages: list[Message], stuck: StuckDetector) -> AgentOutcome | None:

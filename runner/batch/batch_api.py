@@ -28,7 +28,7 @@ from runner.batch.inputs import Row
 from runner.batch.journal import BatchJournal
 from runner.batch.provider_api import PollPolicy
 from runner.batch.round_model import RoundRows, RoundTransport
-from runner.batch.rounds import RoundCollector
+from runner.batch.rounds import RoundCollector, endpoint_key
 from runner.batch.summary import BatchSummary
 from runner.caps.budget import Budget
 from runner.caps.pricing import Pricer
@@ -56,12 +56,15 @@ def check_batch_api(
     """The endpoints the task's agents call, each with its Batch API (flavour and limits,
     :mod:`runner.batch.batch_flavours`), or :class:`UsageError` (exit 2, before any call) when
     one of them has none: the embedded local model, a provider runner does not batch through,
-    or a model whose profile says ``batch_api: null``."""
+    or a model whose profile says ``batch_api: null``; or when two agents calling one endpoint
+    differ in ``model.extra_headers`` (:func:`_one_header_set`)."""
     from runner.batch.batch_flavours import batch_target
 
     targets: list[BatchTarget] = []
+    callers: dict[str, tuple[AgentSpec, Endpoint]] = {}
     for agent in _agents(project, task):
         endpoint = resolve_endpoint(agent.model, model_override=model_override, base_url_override=base_url_override, api_key=api_key)
+        _one_header_set(task, callers, agent, endpoint)
         if endpoint.provider is Provider.LOCAL:
             raise UsageError(
                 f"task '{task.name}' cannot run with --via batch-api: its agent '{agent.name}' uses the embedded local "
@@ -79,6 +82,23 @@ def check_batch_api(
             raise UsageError(f"task '{task.name}' cannot run with --via batch-api: {no_batch_api_message(what)}")
         targets.append(target)
     return targets
+
+
+def _one_header_set(task: TaskSpec, callers: dict[str, tuple[AgentSpec, Endpoint]], agent: AgentSpec, endpoint: Endpoint) -> None:
+    """Refuse (exit 2, before any call) a second agent calling ``endpoint`` with other
+    ``model.extra_headers`` than the first: headers go with each HTTP request, and the Batch API
+    carries every agent's calls to one endpoint in the same requests (one upload, one create,
+    the same polls), so one set of headers must do for all of them."""
+    key = endpoint_key(endpoint)
+    first = callers.setdefault(key, (agent, endpoint))
+    if first[1].headers == endpoint.headers:
+        return
+    other = first[0]
+    raise UsageError(
+        f"task '{task.name}' cannot run with --via batch-api: its agents '{other.name}' ({other.source}: /model/extra_headers) "
+        f"and '{agent.name}' ({agent.source}: /model/extra_headers) both call {key} but with different extra_headers, and a "
+        "provider batch sends all their calls in the same requests; give them the same extra_headers, or run it live (--via live)"
+    )
 
 
 def provider_endpoints(project: Project, task: TaskSpec, request: BatchRequest) -> list[Endpoint]:

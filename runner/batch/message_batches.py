@@ -100,8 +100,10 @@ class MessageBatchesClient:
 
     def __init__(self, endpoint: Endpoint, timeout_seconds: float = 120.0):
         from runner.model.anthropic_client import make_client
+        from runner.model.sdk_faults import header_secrets
 
-        self._client = make_client(endpoint.base_url, endpoint.api_key, timeout_seconds, max_retries=3)
+        self._client = make_client(endpoint.base_url, endpoint.api_key, timeout_seconds, max_retries=3, headers=dict(endpoint.headers))
+        self._secrets = (endpoint.api_key, *header_secrets(dict(endpoint.headers)))  # never repeated in a fault's message
 
     def call_id(self, run_id: str, batch_id: str, fingerprint: str) -> str:
         """The ``custom_id`` of a call: 1-64 of ``[a-zA-Z0-9_-]``, as the API requires (a row id may
@@ -227,5 +229,5 @@ class MessageBatchesClient:
                 return await self._client.get(path, cast_to=HttpResponse, options=options)
             return await self._client.post(path, body=body, cast_to=HttpResponse)
         except ENDPOINT_EXCEPTIONS as exc:
-            fault = classify(exc, (self._client.api_key,))
+            fault = classify(exc, self._secrets)
         raise fault.to_error(1)

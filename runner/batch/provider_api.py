@@ -51,7 +51,11 @@ class ProviderClient:
     files = True  # a round's requests are uploaded as a file, then the batch made of it
 
     def __init__(self, endpoint: Endpoint, timeout_seconds: float = 120.0):
+        """Every request (upload, create, poll, cancel, download) carries ``endpoint.headers``."""
+        from runner.model.sdk_faults import header_secrets
+
         self._client = _sdk_client(endpoint, timeout_seconds)
+        self._secrets = (endpoint.api_key, *header_secrets(dict(endpoint.headers)))  # never repeated in a fault's message
 
     def call_id(self, run_id: str, batch_id: str, fingerprint: str) -> str:
         """A call's ``custom_id``: ``<row id>.<request fingerprint>``."""
@@ -187,7 +191,7 @@ class ProviderClient:
         try:
             return await pending
         except ENDPOINT_EXCEPTIONS as exc:
-            fault = classify(exc, (self._client.api_key,))
+            fault = classify(exc, self._secrets)
         raise fault.to_error(1)
 
 
@@ -195,7 +199,10 @@ def _sdk_client(endpoint: Endpoint, timeout_seconds: float) -> Any:
     import openai
 
     try:
-        return openai.AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=3, timeout=timeout_seconds)
+        return openai.AsyncOpenAI(
+            base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=3, timeout=timeout_seconds,
+            default_headers=dict(endpoint.headers),  # model.extra_headers (no key: config/profile_checks.py)
+        )  # fmt: skip
     except openai.OpenAIError:
         pass
     # raised outside the except block: no SDK exception chained to ours

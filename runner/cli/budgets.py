@@ -42,8 +42,9 @@ _SPENDER_HEADERS = ("task", "agent", "model", "spent", "tokens", "calls", "reser
 )
 @click.option(
     "--json", "as_json", is_flag=True,
-    help="JSON output: {ledger, budgets: [{name, window, current, last}]}; each window has spent, reserved, left and "
-    "spenders: [{task, agent, model, spent, reserved}], every spender, the largest spend first.",
+    help="JSON output: {ledger, budgets: [{name, window, current, last}]}; each window has spent (with its reasoning_tokens "
+    "and cache_write_tokens), reserved, left and spenders: [{task, agent, model, spent, reserved}], every spender, the largest "
+    "spend first.",
 )  # fmt: skip
 def budgets(root: Path, store_url: str | None, as_json: bool) -> None:
     """Per budget: its limits, and spent, reserved (calls in flight) and left in the current
@@ -87,7 +88,7 @@ def budgets(root: Path, store_url: str | None, as_json: bool) -> None:
             w = item[label]
             left = ", ".join(f"{k} {_fmt(k, v)}" for k, v in w["left"].items())
             echo(f"  {label:8} {w['start']} .. {w['end']}: spent ${w['spent']['cost_usd']:.6f} "
-                 f"({w['spent']['tokens']} tokens, {w['spent']['model_calls']} calls), "
+                 f"({w['spent']['tokens']} tokens{_token_parts(w['spent'])}, {w['spent']['model_calls']} calls), "
                  f"reserved ${w['reserved']['cost_usd']:.6f}; left: {left}")  # fmt: skip
             for line in _spender_table(w["spenders"]):
                 echo(f"{'':11}{line}")
@@ -150,14 +151,25 @@ def _window(db: Database | None, spec: BudgetSpec, window: Window) -> dict[str, 
         left["max_tokens"] = max(spec.max_tokens - used, 0)
     return {
         "key": window.key, "start": window.start.isoformat(), "end": window.end.isoformat(),
-        "spent": _amounts(spent), "reserved": _amounts(reserved), "left": left,
+        "spent": _amounts(spent, parts=True), "reserved": _amounts(reserved), "left": left,
         "spenders": [{**s.spender.as_dict(), "spent": _amounts(s.spent), "reserved": _amounts(s.reserved)} for s in who],
     }  # fmt: skip
 
 
-def _amounts(usage: Usage) -> dict[str, Any]:
-    """A window's or a spender's spent or reserved figures, as the JSON shows them."""
-    return {"cost_usd": round(usage.cost_usd, 8), "tokens": usage.total_tokens, "model_calls": usage.model_calls}
+def _amounts(usage: Usage, *, parts: bool = False) -> dict[str, Any]:
+    """A window's or a spender's spent or reserved figures, as the JSON shows them; with ``parts``
+    (a window's spend: the ledger keeps them per scope, not per entry) the reasoning tokens (of
+    the output tokens) and the cache-write tokens (of the input tokens, billed at the cache-write rate)."""
+    amounts = {"cost_usd": round(usage.cost_usd, 8), "tokens": usage.total_tokens, "model_calls": usage.model_calls}
+    if parts:
+        amounts |= {"reasoning_tokens": usage.reasoning_tokens, "cache_write_tokens": usage.cache_write_tokens}
+    return amounts
+
+
+def _token_parts(spent: dict[str, Any]) -> str:
+    """``: 300 reasoning, 1200 cache writes`` for the parts of a window's tokens that are not zero."""
+    parts = [f"{spent[key]} {label}" for key, label in (("reasoning_tokens", "reasoning"), ("cache_write_tokens", "cache writes")) if spent.get(key)]
+    return ": " + ", ".join(parts) if parts else ""
 
 
 def _fmt(cap: str, value: float) -> str:

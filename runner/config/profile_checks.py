@@ -57,16 +57,17 @@ def key_problems(doc: Document, spec: ModelSpec, environ: Mapping[str, str] | No
 def check_tier_price(
     doc: Document, agent: AgentSpec, profile: ModelProfile, prices: Mapping[str, Price], *, at: str = "/model"
 ) -> list[Problem]:
-    """A money-capped agent at a tier billed at priority rates needs them in its price (``at``:
-    its ``/model``, or its ``/fallback_model``)."""
+    """A money-capped agent at a tier billed, or reserved (its ``tier_fallback``), at priority rates
+    needs them in its price (``at``: its ``/model``, or its ``/fallback_model``)."""
     spec = agent.fallback_model if at == "/fallback_model" else agent.model
-    if spec is None or agent.caps.max_cost_usd is None or profile.tier_billing(spec.service_tier) != "priority":
+    if spec is None or agent.caps.max_cost_usd is None or profile.reserved_billing(spec.service_tier) != "priority":
         return []
     price = find_price(dict(prices), spec.id)
     if price is None or priority_price(price) is not None:
         return []  # no price at all is reported at /caps/max_cost_usd
+    fallback = "" if profile.tier_billing(spec.service_tier) == "priority" else f" (served at its tier_fallback '{profile.tier_fallback.get(str(spec.service_tier))}')"
     return [doc.problem(f"{at}/service_tier", (
-        f"service_tier '{spec.service_tier}' bills model '{spec.id}' at priority rates, which its price does not give, so "
+        f"service_tier '{spec.service_tier}'{fallback} bills model '{spec.id}' at priority rates, which its price does not give, so "
         "max_cost_usd cannot be enforced; add priority_input_per_mtok and priority_output_per_mtok to its kind: Prices entry"
     ))]  # fmt: skip
 

@@ -9,7 +9,9 @@ refuses what it does not accept (:mod:`runner.config.profile_checks`), and the p
 service tier the way it says (:func:`runner.config.prices.tier_price`).
 
 Prices stay in one place: every USD rate is in ``prices.yaml`` / ``kind: Prices``; a profile
-only says which of a price's rates a tier bills at (``standard``, ``batch`` or ``priority``).
+only says which of a price's rates a tier bills at (``standard``, ``batch`` or ``priority``), and
+which tier the provider may serve a tier's request at instead (``tier_fallback``): a call is
+reserved against the caps at the dearer of the two (:meth:`ModelProfile.reserved_billing`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ SERVED_TIERS: Mapping[str, TierBilling] = {
 ``flex``, ``scale``, ``priority``), Anthropic's ``usage.service_tier`` (``standard``, ``priority``,
 ``batch``)."""
 
+BILLING_ORDER: tuple[TierBilling, ...] = ("batch", "standard", "priority")
+"""The tiers' billings, cheapest first (a price's batch rates are below its standard ones, its
+priority rates above)."""
+
 DEFAULT_PROFILE = "default"
 """The profile of a model no other profile matches (any OpenAI-compatible model)."""
 
@@ -75,6 +81,7 @@ class ModelProfile:
     service_tiers: Mapping[str, TierBilling] = field(default_factory=dict)  # empty: model.service_tier is refused
     strict_json_schema: bool = False  # response_format {type: json_schema, strict: true}
     batch_api: BatchApiProfile | None = None  # None: --via batch-api is refused (see providers.no_batch_api_message)
+    tier_fallback: Mapping[str, str] = field(default_factory=dict)  # tier asked -> the tier the provider may serve it at instead
 
     def tier_billing(self, tier: str | None) -> TierBilling:
         """How a call at ``tier`` bills (``None``: no tier sent, the standard price)."""
@@ -90,10 +97,17 @@ class ModelProfile:
 
     def reserved_billing(self, asked: str | None) -> TierBilling:
         """What a call asked at tier ``asked`` reserves at: the dearer of the tier asked and the
-        standard tier, the one a provider falls back to (a flex call reserves at standard rates and
-        is billed at flex ones when flex served it). A Project whose ``auto`` tier is priority
-        should ask for ``priority``: ``auto`` reserves at standard rates."""
-        return "priority" if self.tier_billing(asked) == "priority" else "standard"  # batch rates < standard < priority
+        one ``tier_fallback`` says the provider may serve it at instead. With no fallback (what
+        OpenAI and Azure document for flex: a request flex cannot serve is refused with 429
+        "Resource Unavailable", unbilled), a flex call reserves at flex rates, so the caps let a
+        flex agent spend its budget at flex prices. ``auto`` (and no tier) reserves at standard
+        rates unless the profile says ``tier_fallback: {auto: priority}``; an answer served at a
+        dearer tier than reserved is still billed at it, and named in the run's warnings."""
+        billing = self.tier_billing(asked)
+        fallback = self.tier_fallback.get(asked) if asked is not None else None
+        if fallback is None:
+            return billing
+        return max(billing, self.tier_billing(fallback), key=BILLING_ORDER.index)
 
 
 def shipped_profiles() -> dict[str, ModelProfile]:
@@ -143,7 +157,7 @@ def _fields(entry: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in entry.items():
         if key in ("match", "reasoning_efforts"):
             out[key] = tuple(value)
-        elif key == "service_tiers":
+        elif key in ("service_tiers", "tier_fallback"):
             out[key] = dict(value)
         elif key == "batch_api":
             out[key] = None if value is None else BatchApiProfile(
@@ -160,7 +174,8 @@ def profile_entry(profile: ModelProfile) -> dict[str, Any]:
     return {
         "match": list(profile.match), "tokens_field": profile.tokens_field, "temperature": profile.temperature,
         "top_p": profile.top_p, "reasoning_efforts": list(profile.reasoning_efforts),
-        "service_tiers": dict(profile.service_tiers), "strict_json_schema": profile.strict_json_schema,
+        "service_tiers": dict(profile.service_tiers), "tier_fallback": dict(profile.tier_fallback),
+        "strict_json_schema": profile.strict_json_schema,
         "batch_api": None if batch is None else {
             "flavour": batch.flavour, "max_requests": batch.limits.max_requests, "max_file_bytes": batch.limits.max_file_bytes,
         },

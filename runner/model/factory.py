@@ -56,12 +56,18 @@ def resolve_endpoint(
     api_key: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Endpoint:
-    """Decide provider, model id, base URL and key for one agent.
+    """Decide provider, model id, base URL, key and headers (``model.extra_headers``) for one agent.
 
     The key is one that belongs to the chosen endpoint (see :mod:`runner.endpoints`);
     an agent whose own ``base_url`` would receive another endpoint's key is refused.
     """
-    env = os.environ if environ is None else environ
+    endpoint = _resolve(spec, model_override, base_url_override, api_key, os.environ if environ is None else environ)
+    return replace(endpoint, headers=tuple(sorted(spec.extra_headers.items())))
+
+
+def _resolve(
+    spec: ModelSpec, model_override: str | None, base_url_override: str | None, api_key: str | None, env: Mapping[str, str]
+) -> Endpoint:
     model_id = model_override or spec.id
     if spec.provider is Provider.LOCAL:
         return Endpoint(Provider.LOCAL, LOCAL_MODEL_ID)

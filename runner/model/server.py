@@ -86,10 +86,14 @@ class ScriptedServer:
         batch: BatchBehaviour | None = None,
         api_key: str | None = None,
         strict: bool = False,
+        flex_unavailable: int = 0,
     ) -> None:
         """``strict``: also refuse what OpenAI refuses per model (:func:`~runner.model.strict_openai.model_error`);
-        every body is checked against the API's request types either way."""
+        every body is checked against the API's request types either way. ``flex_unavailable``: the
+        first so many chat requests asking for ``service_tier: flex`` are answered as OpenAI answers
+        one flex processing has no capacity for: 429 "Resource Unavailable" (not billed, no rule used)."""
         self.strict = strict
+        self._flex_refusals_left = flex_unavailable
         self.script = script if isinstance(script, Script) else Script.from_obj(script or [])
         self.api_key = api_key  # when set, any other key (or none) is answered 401, as OpenAI answers a bad key
         self._address = (host, port)
@@ -140,6 +144,18 @@ class ScriptedServer:
         from runner.model.strict_openai import conformance_error, model_error
 
         return conformance_error(body) or (model_error(body) if self.strict else None)
+
+    def flex_refusal(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The 429 body for a flex request flex processing cannot serve now, or ``None`` (see ``flex_unavailable``)."""
+        from runner.model.strict_openai import FLEX_UNAVAILABLE
+
+        if body.get("service_tier") != "flex":
+            return None
+        with self._lock:
+            if self._flex_refusals_left <= 0:
+                return None
+            self._flex_refusals_left -= 1
+        return FLEX_UNAVAILABLE
 
     @staticmethod
     def key_fingerprint(key: str) -> str:
@@ -273,6 +289,10 @@ class _Handler(BaseHTTPRequestHandler):
         if refused is not None:
             owner.record(self, body, "refused")
             return self._send_json(400, refused)
+        unavailable = owner.flex_refusal(body)
+        if unavailable is not None:
+            owner.record(self, body, "flex-unavailable")
+            return self._send_json(429, unavailable)
         try:
             match = owner.script.next(body)
         except NoRuleMatched as exc:
@@ -440,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-polls", type=int, default=2, help="retrieves before a batch ends (at least 1)")
     parser.add_argument("--batch-outcome", choices=["completed", "expired", "cancelled"], default="completed")
     parser.add_argument("--strict", action="store_true", help="answer 400 to what OpenAI refuses per model (max_tokens, temperature on o-series ...)")
+    parser.add_argument("--flex-unavailable", type=int, default=0, metavar="N",
+                        help="answer the first N flex requests 429 Resource Unavailable, as OpenAI does when flex has no capacity")
     args = parser.parse_args(argv)
     try:
         script = Script.load(args.script) if args.script else Script()
@@ -452,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --batch-polls must be at least 1", file=sys.stderr)
         return 2
     batch = BatchBehaviour(polls=args.batch_polls, outcome=args.batch_outcome)
-    with ScriptedServer(script, host=args.host, port=args.port, record_path=args.record, batch=batch, strict=args.strict) as server:
+    with ScriptedServer(script, host=args.host, port=args.port, record_path=args.record, batch=batch, strict=args.strict,
+                        flex_unavailable=args.flex_unavailable) as server:
         print(server.base_url, flush=True)
         try:
             while not stop.wait(0.2):

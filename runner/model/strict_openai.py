@@ -37,6 +37,15 @@ def api_error(message: str, param: str | None, code: str | None) -> dict[str, An
     return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
 
 
+FLEX_UNAVAILABLE: dict[str, Any] = {"error": {
+    "message": "Resource Unavailable: flex processing has no capacity for this request now; retry later, or send it "
+               "with service_tier 'default'. You are not charged for this request.",
+    "type": "rate_limit_error", "param": None, "code": "resource_unavailable",
+}}  # fmt: skip
+"""The 429 body a flex request gets when flex processing cannot serve it (OpenAI's flex guide:
+"429 Resource Unavailable", not billed, never served at the default tier instead)."""
+
+
 def conformance_error(body: Mapping[str, Any]) -> dict[str, Any] | None:
     """The API's 400 for a body the specification does not allow, else ``None``."""
     from pydantic import ValidationError

@@ -37,6 +37,7 @@ class Item:
     tokens: int = 0
     cap: str | None = None
     reasoning: int = 0  # the part of the output tokens spent reasoning
+    cache_write: int = 0  # the part of the input tokens written to the prompt cache
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Summary:
     tool_failure_rate: float | None = None
     cap_hits: dict[str, int] = field(default_factory=dict)
     reasoning_tokens: int = 0  # of the tokens, output spent reasoning (reasoning models), in total
+    cache_write_tokens: int = 0  # of the tokens, input written to the prompt cache (billed at the cache-write rate), in total
 
 
 @dataclass(frozen=True)
@@ -142,7 +144,7 @@ def summarise(name: str, items: list[Item], tool_items: list[Item] | None = None
         tool_calls=len(tool_items) if tool_items is not None else None,
         tool_failure_rate=_rate(failures, len(tool_items)) if tool_items is not None else None,
         cap_hits=dict(Counter(i.cap for i in items if i.cap).most_common()),
-        reasoning_tokens=sum(i.reasoning for i in items),
+        reasoning_tokens=sum(i.reasoning for i in items), cache_write_tokens=sum(i.cache_write for i in items),
     )
 
 
@@ -200,7 +202,7 @@ def _run_item(row: Row) -> Item:
     return Item(
         row["status"], row["status"] == "completed" if finished else None, duration, float(row["cost_usd"] or 0),
         int(row["input_tokens"] or 0) + int(row["output_tokens"] or 0), row["error_kind"] if row["status"] == "capped" else None,
-        int(row.get("reasoning_tokens") or 0),
+        *_token_parts(row),
     )
 
 
@@ -209,14 +211,19 @@ def _step_item(row: Row) -> Item:
     return Item(
         row["status"], row["status"] == "completed" if finished else None, row["duration_seconds"],
         float(row["cost_usd"] or 0), int(row["input_tokens"] or 0) + int(row["output_tokens"] or 0),
-        row["error_kind"] if row["status"] == "capped" else None, int(row.get("reasoning_tokens") or 0),
+        row["error_kind"] if row["status"] == "capped" else None, *_token_parts(row),
     )
 
 
 def _call_item(row: Row) -> Item:
     ok = None if row["status"] == "reserved" else row["status"] == "ok"
     return Item(row["status"], ok, row["latency_seconds"], float(row["cost_usd"] or 0),
-                int(row["input_tokens"] or 0) + int(row["output_tokens"] or 0), reasoning=int(row.get("reasoning_tokens") or 0))
+                int(row["input_tokens"] or 0) + int(row["output_tokens"] or 0), None, *_token_parts(row))
+
+
+def _token_parts(row: Row) -> tuple[int, int]:
+    """``(reasoning, cache writes)``: the parts of a row's output and input tokens :class:`Item` keeps."""
+    return int(row.get("reasoning_tokens") or 0), int(row.get("cache_write_tokens") or 0)
 
 
 def _tool_item(row: Row) -> Item:

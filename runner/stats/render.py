@@ -49,14 +49,16 @@ def _table(title: str, unit: str, rows: list[Summary]) -> list[str]:
         lines.append(
             f"{s.name[:24]:<24} {s.count:>11} {_pct(s.success_rate):>11} {_secs(s.duration_median):>11} "
             f"{_secs(s.duration_p95):>11} {_usd(s.cost_per):>11} {_num(s.tokens_per):>11} "
-            f"{_pct(s.tool_failure_rate):>11}  {mix}{caps}{_reasoning(s)}"
+            f"{_pct(s.tool_failure_rate):>11}  {mix}{caps}{_token_parts(s)}"
         )
     return lines
 
 
-def _reasoning(summary: Summary) -> str:
-    """``; reasoning 1,234 tokens`` when the group's models reasoned (part of its output tokens)."""
-    return f"; reasoning {summary.reasoning_tokens:,} tokens" if summary.reasoning_tokens else ""
+def _token_parts(summary: Summary) -> str:
+    """``; reasoning 1,234 tokens; cache writes 800 tokens`` when the group's models reasoned
+    (part of its output tokens) or wrote to the prompt cache (part of its input tokens)."""
+    parts = [(label, count) for label, count in (("reasoning", summary.reasoning_tokens), ("cache writes", summary.cache_write_tokens)) if count]
+    return "".join(f"; {label} {count:,} tokens" for label, count in parts)
 
 
 def _changes(stats: Stats) -> Iterator[str]:

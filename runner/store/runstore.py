@@ -489,7 +489,7 @@ class RunStore:
         """Runs started in ``[since, until)`` (ISO-8601 UTC), oldest first, without their records."""
         return self._window(
             "SELECT r.run_id, r.task, r.status, r.started_at, r.finished_at, r.attempts, r.cost_usd, r.input_tokens,"
-            " r.output_tokens, r.cached_input_tokens, r.reasoning_tokens, r.model_calls, r.tool_calls, r.error_kind FROM runs r",
+            " r.output_tokens, r.cached_input_tokens, r.reasoning_tokens, r.cache_write_tokens, r.model_calls, r.tool_calls, r.error_kind FROM runs r",
             since, until, task, order="r.started_at",
         )
 
@@ -497,7 +497,8 @@ class RunStore:
         """The steps of the runs started in ``[since, until)``, with their run's task."""
         return self._window(
             "SELECT s.run_id, r.task, s.step_id, s.kind, s.agent, s.tool, s.model, s.status, s.error_kind,"
-            " s.duration_seconds, s.cost_usd, s.input_tokens, s.output_tokens, s.reasoning_tokens, s.model_calls, s.tool_calls"
+            " s.duration_seconds, s.cost_usd, s.input_tokens, s.output_tokens, s.reasoning_tokens, s.cache_write_tokens,"
+            " s.model_calls, s.tool_calls"
             " FROM steps s JOIN runs r ON r.run_id = s.run_id",
             since, until, task, order="s.started_at",
         )
@@ -505,8 +506,8 @@ class RunStore:
     def model_calls_between(self, since: str, until: str, task: str | None = None) -> list[dict[str, Any]]:
         """The model calls of the runs started in ``[since, until)``, with their run's task."""
         return self._window(
-            "SELECT m.run_id, r.task, m.agent, m.model, m.status, m.input_tokens, m.output_tokens, m.reasoning_tokens, m.cost_usd,"
-            " m.latency_seconds FROM model_calls m JOIN runs r ON r.run_id = m.run_id",
+            "SELECT m.run_id, r.task, m.agent, m.model, m.status, m.input_tokens, m.output_tokens, m.reasoning_tokens,"
+            " m.cache_write_tokens, m.cost_usd, m.latency_seconds FROM model_calls m JOIN runs r ON r.run_id = m.run_id",
             since, until, task, order="m.id",
         )
 

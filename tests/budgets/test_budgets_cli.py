@@ -47,7 +47,7 @@ def test_budgets_show_current_and_last_windows(tmp_path: Path, store_target: str
     yesterday = current.start - timedelta(hours=1)
     for clock, spend in ((lambda: yesterday, 1.25), (lambda: now, 0.5)):
         run = window_scope(DAILY, ledger, None, clock).child(Caps(), "task", owner=Owner("r1"))
-        run.reserve(Estimate(1000, 500, 1.0)).settle(Usage(800, 200, 0, spend))
+        run.reserve(Estimate(1000, 500, 1.0)).settle(Usage(800, 200, 0, spend, reasoning_tokens=150, cache_write_tokens=300))
     window_scope(DAILY, ledger, None, lambda: now).child(Caps(), "task").reserve(Estimate(1000, 500, 0.75))  # in flight
     env = {"RUNNER_STORE_URL": store_target} if isinstance(store_target, str) else {}
 
@@ -57,12 +57,12 @@ def test_budgets_show_current_and_last_windows(tmp_path: Path, store_target: str
     daily = shown["daily"]
     assert daily["limits"] == {"max_cost_usd": 2.0, "max_tokens": 10000} and daily["scope"] == "tasks digest"
     assert daily["current"]["key"] == current.key and daily["current"]["start"].endswith(("+01:00", "+02:00"))
-    assert daily["current"]["spent"] == {"cost_usd": 0.5, "tokens": 1000, "model_calls": 1}
+    assert daily["current"]["spent"] == {"cost_usd": 0.5, "tokens": 1000, "model_calls": 1, "reasoning_tokens": 150, "cache_write_tokens": 300}
     assert daily["current"]["reserved"] == {"cost_usd": 0.75, "tokens": 1500, "model_calls": 1}
     assert daily["current"]["left"] == {"max_cost_usd": 0.75, "max_tokens": 7500}
     assert daily["last"]["spent"]["cost_usd"] == 1.25 and daily["last"]["left"]["max_cost_usd"] == 0.75
     assert daily["current"]["spenders"] == [  # reserved with no task, agent or model: an unknown spender
-        {"task": None, "agent": None, "model": None, "spent": daily["current"]["spent"],
+        {"task": None, "agent": None, "model": None, "spent": {"cost_usd": 0.5, "tokens": 1000, "model_calls": 1},
          "reserved": daily["current"]["reserved"]}
     ]  # fmt: skip
     assert shown["monthly"]["current"]["spent"]["cost_usd"] == 0 and shown["monthly"]["scope"] == "the whole project"
@@ -71,7 +71,8 @@ def test_budgets_show_current_and_last_windows(tmp_path: Path, store_target: str
     assert text.returncode == 0, text.stderr
     assert "budget daily  (day in Europe/Berlin; max_cost_usd=2.0, max_tokens=10000; tasks digest)" in text.stdout
     assert (
-        "spent $0.500000 (1000 tokens, 1 calls), reserved $0.750000; left: max_cost_usd $0.750000, max_tokens 7500 tokens"
+        "spent $0.500000 (1000 tokens: 150 reasoning, 300 cache writes, 1 calls), reserved $0.750000; left: max_cost_usd $0.750000, "
+        "max_tokens 7500 tokens"
         in text.stdout
     )
     assert ["-", "-", "-", "$0.500000", "1000", "1", "$0.750000"] in [line.split() for line in text.stdout.splitlines()]

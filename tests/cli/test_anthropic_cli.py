@@ -73,6 +73,19 @@ def test_extra_headers_reach_the_anthropic_endpoint_and_a_key_header_is_refused(
     assert "triage.yaml" in refused.stdout + refused.stderr and "/model/extra_headers/x-api-key" in refused.stdout + refused.stderr
 
 
+def test_extra_headers_go_with_every_message_batches_request(tmp_path: Path) -> None:
+    model = "{id: claude-haiku-4-5, provider: anthropic, max_tokens: 200, extra_headers: {anthropic-beta: files-api-2025-04-14}}"
+    root = copy_shipped(tmp_path / "beta", files={"agents.d/triage.yaml": triage_agent(model)})
+    source, out = tickets(root, 2), root / "out.jsonl"
+    with AnthropicServer(SCRIPT, api_key=ANTHROPIC_KEY, batch=BatchBehaviour(polls=1)) as server:
+        result = runner(root, anthropic_env(server), *_via_api(source, out))
+        assert result.returncode == 0, result.stderr
+        sent = server.requests
+    assert len(server.message_batches) == 1 and all(r["status"] == "done" for r in records(out).values())
+    assert sent and all(r.path.startswith("/v1/messages/batches") for r in sent)  # create, polls, results: nothing live
+    assert all(r.headers.get("anthropic-beta") == "files-api-2025-04-14" for r in sent), [(r.path, r.headers) for r in sent]
+
+
 def test_the_triage_batch_goes_out_as_one_message_batch_at_half_price(project: Path) -> None:
     source, out = tickets(project, 5), project / "out.jsonl"
     with AnthropicServer(SCRIPT, api_key=ANTHROPIC_KEY, batch=BatchBehaviour(polls=2)) as server:

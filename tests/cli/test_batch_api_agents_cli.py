@@ -102,3 +102,32 @@ def test_dedupe_sends_identical_rows_once(tmp_path: Path) -> None:
     out = records(root / "out.jsonl")
     assert out["a"]["output"] == out["b"]["output"] == "worth it" and out["b"]["cost_usd"] == 0
     assert json.loads(result.stdout)["counts"]["done"] == 3
+
+
+def test_extra_headers_go_with_every_batch_api_request_of_the_agents_that_share_them(tmp_path: Path) -> None:
+    headers = ", extra_headers: {X-Team: pricing, OpenAI-Project: proj_batch}}"
+    text = JUDGED.replace("{id: gpt-4o, max_tokens: 100}", "{id: gpt-4o, max_tokens: 100" + headers)
+    root = write_project(tmp_path, {"agents.d/all.yaml": text.replace("{id: gpt-4o-mini, max_tokens: 100}", "{id: gpt-4o-mini, max_tokens: 100" + headers)})
+    source = write_rows(root / "plans.jsonl", [{"id": p, "plan": p.title()} for p in ("solo", "pro")])
+    with ScriptedServer(JUDGE_SCRIPT, batch=BatchBehaviour(polls=1)) as server:
+        result = run(root, server, "price", *via_api(source, root / "out.jsonl"))
+        assert result.returncode == 0, result.stderr
+        sent = server.requests
+    assert chat_calls(server) == [] and {r.rule for r in sent} >= {"files", "batches", "files/content"}
+    assert all((r.headers.get("x-team"), r.headers.get("openai-project")) == ("pricing", "proj_batch") for r in sent), [
+        (r.method, r.path, r.headers) for r in sent
+    ]
+
+
+def test_agents_calling_one_endpoint_with_different_extra_headers_are_refused_before_any_batch(tmp_path: Path) -> None:
+    """Headers go with each HTTP request, and one upload and one create carry both agents' calls."""
+    root = write_project(tmp_path, {"agents.d/all.yaml": JUDGED.replace(
+        "{id: gpt-4o-mini, max_tokens: 100}", "{id: gpt-4o-mini, max_tokens: 100, extra_headers: {X-Team: writers}}"
+    )})  # fmt: skip
+    source = write_rows(root / "plans.jsonl", [{"id": "solo", "plan": "Solo"}])
+    with ScriptedServer(JUDGE_SCRIPT, batch=BatchBehaviour(polls=1)) as server:
+        result = run(root, server, "price", *via_api(source, root / "out.jsonl"))
+        sent = server.requests
+    assert result.returncode == 2 and sent == [], result.stderr
+    assert "its agents 'writer' (agents.d/all.yaml: /model/extra_headers) and 'reviewer' (agents.d/all.yaml: /model/extra_headers)" in result.stderr
+    assert "give them the same extra_headers, or run it live (--via live)" in result.stderr

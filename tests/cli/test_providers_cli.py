@@ -114,13 +114,13 @@ FLEX_IN, FLEX_OUT = 0.55, 2.20  # o4-mini at batch prices (half of 1.10 / 4.40)
 STANDARD_IN, STANDARD_OUT = 1.10, 4.40
 
 
-def flex_script(second_served: str | None = None) -> list[dict[str, Any]]:
-    """A calculator call then the answer, each at :data:`USAGE`; the strict server says the tier
+def flex_script(second_served: str | None = None, usage: dict[str, int] = USAGE) -> list[dict[str, Any]]:
+    """A calculator call then the answer, each at ``usage``; the strict server says the tier
     asked served them, or ``second_served`` served the answer."""
     served = {"service_tier": second_served} if second_served else {}
     return [
-        {"when": {"last_role": "user"}, "times": 1, "reply": {**tool_call("calculator", expression="2+3"), "usage": USAGE}},
-        {"when": {"last_role": "tool"}, "reply": {"content": "5", "usage": USAGE, **served}},
+        {"when": {"last_role": "user"}, "times": 1, "reply": {**tool_call("calculator", expression="2+3"), "usage": usage}},
+        {"when": {"last_role": "tool"}, "reply": {"content": "5", "usage": usage, **served}},
     ]
 
 
@@ -152,6 +152,22 @@ def test_a_flex_call_the_provider_served_at_the_default_tier_is_billed_at_standa
     assert report(root)["usage"]["total"]["cost_usd"] == pytest.approx(flex + standard)
 
 
+def test_a_flex_call_served_at_default_above_its_flex_reservation_counts_in_full_and_is_named(tmp_path: Path) -> None:
+    """Reserved at flex rates (the shipped profile has no tier_fallback), billed at default ones:
+    the whole cost counts against the caps (a scope it takes over its cap starts no new call) and
+    the run's warnings name the tier and the profile setting that would have reserved for it."""
+    root = write_project(tmp_path / "project", {"agents.d/calc.yaml": FLEX_AGENT})
+    usage = {"prompt_tokens": 50, "completion_tokens": 900}  # within the worst case's tokens, above its flex price at default
+    with ScriptedServer(flex_script(second_served="default", usage=usage), strict=True) as server:
+        done = run_cli(root, server, "run", "sum")
+    assert done.returncode == 0, done.stderr
+    found = report(root)
+    flex, standard = (50 * FLEX_IN + 900 * FLEX_OUT) / 1e6, (50 * STANDARD_IN + 900 * STANDARD_OUT) / 1e6
+    assert found["usage"]["total"]["cost_usd"] == pytest.approx(flex + standard)
+    warnings = json.dumps(found["warnings"])
+    assert "billed at the service tier that served it ('default')" in warnings and "tier_fallback ({flex: default})" in warnings
+
+
 def test_a_call_served_at_a_dearer_tier_than_it_could_ask_for_is_billed_at_it_and_said(tmp_path: Path) -> None:
     """auto reserves at standard rates; a Project whose auto tier is priority is billed at priority ones."""
     root = write_project(tmp_path / "project", agent_file("o4-mini", ", max_tokens: 100, service_tier: auto"))
@@ -166,18 +182,58 @@ def test_a_call_served_at_a_dearer_tier_than_it_could_ask_for_is_billed_at_it_an
     assert "billed at the service tier that served it ('priority')" in json.dumps(found["warnings"])
 
 
-@pytest.mark.parametrize("tier", [", service_tier: flex", ""])
-def test_a_cap_under_one_calls_standard_worst_case_stops_flex_too_before_the_first_call(tmp_path: Path, tier: str) -> None:
+FLEX_FALLS_BACK = "apiVersion: runner/v1\nkind: ModelProfiles\nprofiles:\n  o-series: {tier_fallback: {flex: default}}\n"
+
+
+@pytest.mark.parametrize(
+    ("tier", "profiles", "runs"),
+    [(", service_tier: flex", None, True), (", service_tier: flex", FLEX_FALLS_BACK, False), ("", None, False)],
+    ids=["flex", "flex-with-a-fallback", "standard"],
+)
+def test_a_cap_under_one_calls_standard_worst_case_lets_flex_run_at_flex_prices(
+    tmp_path: Path, tier: str, profiles: str | None, runs: bool
+) -> None:
     """max_cost_usd 0.0038 is below one call's worst case at standard prices (1000 output
-    tokens x $4.40/M = $0.0044): a flex call reserves at those, the rates the provider may
-    serve it at (and bill), so the cap is never passed."""
+    tokens x $4.40/M = $0.0044) and above two flex calls: a flex call reserves at flex rates
+    (OpenAI refuses a flex request it cannot serve rather than serve it at default), unless
+    the profile says the provider may fall back (tier_fallback), when it reserves at those."""
     agent = FLEX_AGENT.replace(", service_tier: flex", tier).replace("max_cost_usd: 0.0075", "max_cost_usd: 0.0038")
-    root = write_project(tmp_path / "project", {"agents.d/calc.yaml": agent})
-    with ScriptedServer([{"reply": {"content": "5", "usage": USAGE}}], strict=True) as server:
+    files = {"agents.d/calc.yaml": agent} | ({"agents.d/profiles.yaml": profiles} if profiles else {})
+    root = write_project(tmp_path / "project", files)
+    with ScriptedServer(flex_script(), strict=True) as server:
         done = run_cli(root, server, "run", "sum")
         bodies = chat_bodies(server)
-    assert done.returncode == 3, done.stderr  # capped: the standard-price worst case is over the cap
-    assert bodies == []
+    if runs:
+        assert done.returncode == 0, done.stderr
+        assert len(bodies) == 2 and report(root)["usage"]["total"]["cost_usd"] == pytest.approx(2 * (1000 * FLEX_IN + 200 * FLEX_OUT) / 1e6)
+    else:
+        assert done.returncode == 3, done.stderr  # capped: the standard-price worst case is over the cap
+        assert bodies == []
+
+
+def test_a_flex_request_refused_for_capacity_is_not_billed_and_is_retried(tmp_path: Path) -> None:
+    """OpenAI answers a flex request it has no capacity for with 429 Resource Unavailable, unbilled:
+    runner retries it as any 429, releasing the refused attempt's reservation."""
+    root = write_project(tmp_path / "project", {"agents.d/calc.yaml": FLEX_AGENT.replace("retries: 0", "retries: 2")})
+    with ScriptedServer(flex_script(), strict=True, flex_unavailable=1) as server:
+        done = run_cli(root, server, "run", "sum")
+        rules, billed = [r.rule for r in server.requests if r.path.endswith("/chat/completions")], server.billed
+    assert done.returncode == 0, done.stderr
+    assert rules[0] == "flex-unavailable" and len(rules) == 3 and len(billed) == 2
+    total = report(root)["usage"]["total"]
+    assert total["cost_usd"] == pytest.approx(2 * (1000 * FLEX_IN + 200 * FLEX_OUT) / 1e6)  # the refusal costs nothing
+    stats = json.loads(run_cli(root, None, "stats", "--json").stdout)
+    assert stats["models"][0]["cost_total"] == pytest.approx(total["cost_usd"])
+
+
+def test_a_flex_request_refused_for_capacity_with_no_retries_left_fails_the_run_saying_so(tmp_path: Path) -> None:
+    root = write_project(tmp_path / "project", {"agents.d/calc.yaml": FLEX_AGENT})  # retries: 0
+    with ScriptedServer(flex_script(), strict=True, flex_unavailable=1) as server:
+        done = run_cli(root, server, "run", "sum")
+        billed = server.billed
+    assert done.returncode != 0 and billed == []
+    assert "HTTP 429: Resource Unavailable" in done.stderr, done.stderr
+    assert report(root)["usage"]["total"]["cost_usd"] == 0
 
 
 @pytest.mark.parametrize("via", ["live", "batch-api"])

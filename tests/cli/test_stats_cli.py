@@ -154,3 +154,20 @@ def test_names_a_model_wrote_cannot_drive_the_terminal(project: Path) -> None:
     data = runner(project, "stats", "--json").stdout
     assert "\u001b" not in data and "\u202e" not in data
     assert [t["name"] for t in json.loads(data)["tools"]] == [evil]
+
+
+def test_reasoning_and_cache_write_tokens_are_shown_per_task_agent_and_model(project: Path) -> None:
+    rules = script(100, 20)
+    for rule in rules["rules"]:
+        rule["reply"]["usage"] |= {"reasoning_tokens": 15, "cache_write_tokens": 60}
+    with ScriptedServer(rules) as server:
+        run_sums(project, server, 2)
+    done = runner(project, "stats", "--since", "7d", "--json")
+    assert done.returncode == 0, done.stderr
+    stats = json.loads(done.stdout)
+    for group in ("tasks", "agents", "models"):
+        (summary,) = stats[group]
+        assert (summary["reasoning_tokens"], summary["cache_write_tokens"]) == (60, 240), (group, summary)  # 2 runs x 2 calls
+    text = runner(project, "stats", "--since", "7d")
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.count("; reasoning 60 tokens; cache writes 240 tokens") == 3, text.stdout

@@ -124,17 +124,36 @@ def test_a_call_reserves_at_the_dearest_tier_that_may_serve_it_and_bills_at_the_
     profiles, prices = shipped_profiles(), default_prices()
     flex = Pricer("o4-mini", prices["o4-mini"], "live", "flex", find_profile(profiles, "o4-mini"))
     worst = flex.reprice(Estimate(1000, 1000, 0.0), "live")
-    assert worst.cost_usd == pytest.approx((1000 * 1.10 + 1000 * 4.40) / 1e6)  # standard: flex may be served at default
+    assert worst.cost_usd == pytest.approx((1000 * 0.55 + 1000 * 2.20) / 1e6)  # flex: OpenAI refuses (429) rather than serve it at default
     used = Usage(1000, 1000)
-    assert flex.cost(used, served="flex") == pytest.approx((1000 * 0.55 + 1000 * 2.20) / 1e6)
-    assert flex.cost(used, served="default") == pytest.approx(worst.cost_usd) and flex.cost(used) == flex.cost(used, served="flex")
+    assert flex.cost(used, served="flex") == pytest.approx(worst.cost_usd) and flex.cost(used) == flex.cost(used, served="flex")
+    standard = (1000 * 1.10 + 1000 * 4.40) / 1e6
+    assert flex.cost(used, served="default") == pytest.approx(standard)  # served at default all the same: billed at default
     priority = Pricer("o4-mini", prices["o4-mini"], "live", "priority", find_profile(profiles, "o4-mini"))
     assert priority.reprice(Estimate(1000, 1000, 0.0), "live").cost_usd == pytest.approx((1000 * 2.0 + 1000 * 8.0) / 1e6)
-    assert priority.cost(used, served="default") == pytest.approx(worst.cost_usd)  # served at default: billed at default
+    assert priority.cost(used, served="default") == pytest.approx(standard)  # served at default: billed at default
     claude = Pricer("claude-haiku-4-5", prices["claude-haiku-4-5"], "live", None, find_profile(profiles, "claude-haiku-4-5"))
     # every prompt token may be a cache write, dearer than a plain input token
     assert claude.reprice(Estimate(1000, 100, 0.0), "live").cost_usd == pytest.approx((1000 * 1.25 + 100 * 5.0) / 1e6)
     assert claude.cost(Usage(1000, 100, cache_write_tokens=1000), served="standard") == pytest.approx((1000 * 1.25 + 100 * 5.0) / 1e6)
+
+
+def test_a_tier_fallback_reserves_at_the_dearer_of_the_tier_and_its_fallback() -> None:
+    from runner.caps.budget import Estimate
+    from runner.caps.pricing import Pricer
+    from runner.config.profiles import merge_profiles, profile_entry
+
+    profiles = merge_profiles(shipped_profiles(), {"o-series": {"tier_fallback": {"flex": "default", "auto": "priority"}}})
+    o_series, price = profiles["o-series"], default_prices()["o4-mini"]
+    assert shipped_profiles()["o-series"].tier_fallback == {}  # shipped: no fallback, as OpenAI documents
+    assert [o_series.reserved_billing(tier) for tier in ("flex", "auto", "default", "priority", None)] == [
+        "standard", "priority", "standard", "priority", "standard"
+    ]
+    worst = Pricer("o4-mini", price, "live", "flex", o_series).reprice(Estimate(1000, 1000, 0.0), "live")
+    assert worst.cost_usd == pytest.approx((1000 * 1.10 + 1000 * 4.40) / 1e6)  # flex may be served at default: its rates
+    cheaper = merge_profiles(profiles, {"o-series": {"tier_fallback": {"priority": "flex"}}})["o-series"]
+    assert cheaper.reserved_billing("priority") == "priority"  # a cheaper fallback never lowers the reservation
+    assert profile_entry(cheaper)["tier_fallback"] == {"priority": "flex"}
 
 
 def test_reasoning_and_cache_write_tokens_are_read_from_the_usage() -> None:
