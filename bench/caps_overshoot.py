@@ -99,16 +99,6 @@ def script(behaviour: str) -> dict[str, object]:
     ]}
 
 
-def billed(server: ScriptedServer) -> float:
-    prices = default_prices()
-    total = 0.0
-    for model, usage in server.billed:
-        price = find_price(prices, model)
-        assert price is not None, model
-        total += cost_usd(price, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)), 0)
-    return total
-
-
 def project(root: Path, content: str, rows: int) -> Path:
     (root / "agents.d").mkdir(parents=True)
     (root / "tasks.d").mkdir()
@@ -153,7 +143,7 @@ def cell(concurrency: int, content: str, behaviour: str) -> tuple[float, str]:
         took = time.monotonic() - started
         if result.returncode not in (0, 1, 3):
             raise SystemExit(f"{behaviour}/{content}/{concurrency}: exit {result.returncode}\n{result.stderr[-2000:]}")
-        spent = billed(server)
+        spent = server.billed_usd()
         note = f"billed ${spent:.5f} of ${CAP_USD}"
         if behaviour == "hang":
             elapsed = json.loads(next((root / "reports/read").glob("batch-*/batch_report.json")).read_text())["run"]
@@ -325,7 +315,7 @@ def _budget_cell(store_url: str) -> tuple[float, str]:
             details = "\n".join(err[-1500:] for _, _, err in ended)
             raise SystemExit(f"budget: exits {codes} (expected 3, 3 for the runs and 0, 0 for the shards)\n{details}")
         shards = [json.loads(out.splitlines()[-1]) for _, out, _ in ended[2:]]
-        spent = billed(server)
+        spent = server.billed_usd()
         done, not_run = sum(s["done"] for s in shards), sum(s["skipped"] for s in shards)
         runs_spent = sum(json.loads(out.splitlines()[-1])["cost_usd"] for _, out, _ in ended[:2])
         note = (f"billed ${spent:.5f} of a ${BUDGET_USD} daily budget; 2 runs capped (${runs_spent:.5f}), 2 shards: "

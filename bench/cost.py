@@ -47,7 +47,6 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runner.config.prices import batch_price, cost_usd, default_prices, find_price  # noqa: E402
 from runner.model.batch_endpoints import BatchBehaviour  # noqa: E402
 from runner.model.server import ScriptedServer  # noqa: E402
 
@@ -83,20 +82,6 @@ def make_project(work: Path, rows: int) -> Path:
     return project
 
 
-def billed_usd(billed: list[tuple[str, dict[str, Any]]], *, batch: bool = False) -> float:
-    """What ``billed`` (the server's ``(model, usage)`` list) costs at the published prices
-    (their Batch API rates with ``batch``)."""
-    prices = default_prices()
-    total = 0.0
-    for model, usage in billed:
-        price = find_price(prices, model)
-        assert price is not None, f"no published price for {model}"
-        price = batch_price(price) if batch else price
-        cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-        total += cost_usd(price, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)), cached)
-    return total
-
-
 def run_mode(project: Path, server: ScriptedServer, name: str, flags: tuple[str, ...], concurrency: int) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "RUNNER_"))}
     env.update(PYTHONPATH=str(ROOT), OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-bench-cost")
@@ -112,9 +97,9 @@ def run_mode(project: Path, server: ScriptedServer, name: str, flags: tuple[str,
     if done.returncode != 0:
         raise SystemExit(f"{name}: runner batch exited {done.returncode}\n{done.stderr[-2000:]}")
     summary = json.loads(done.stdout)
-    billed = server.billed[before:]
     return {
-        "mode": name, "calls": len(billed), "usd": billed_usd(billed, batch="batch-api" in flags), "wall": wall,
+        "mode": name, "calls": len(server.billed) - before, "usd": server.billed_usd(batch="batch-api" in flags, since=before),
+        "wall": wall,
         "records": summary["records_written"], "rows": summary["total"], "runner_usd": summary["cost_usd"],
     }
 
@@ -137,9 +122,9 @@ def run_estimate(project: Path, server: ScriptedServer, concurrency: int) -> dic
     if full.returncode != 0:
         raise SystemExit(f"full run after the estimate: exited {full.returncode}\n{full.stderr[-2000:]}")
     figures = json.loads(forecast.stdout)
-    billed = server.billed[before:]
     return {
-        "mode": "estimate+full", "calls": len(billed), "sample_calls": sampled, "usd": billed_usd(billed), "wall": wall,
+        "mode": "estimate+full", "calls": len(server.billed) - before, "sample_calls": sampled,
+        "usd": server.billed_usd(since=before), "wall": wall,
         "records": json.loads(full.stdout)["records_written"], "rows": figures["rows"], "projected": figures["total"],
     }
 

@@ -3,7 +3,7 @@
 ``mkdocs build --strict`` fails on a broken link or anchor and on a page left out of the nav;
 the references are generated from the code at build time (docs/gen/), so these tests check what
 they must contain: every built-in tool, every configuration kind, every operator argument with
-a description, every CLI command.
+a description, every batch option, every CLI command.
 """
 
 from __future__ import annotations
@@ -70,7 +70,19 @@ def test_every_operator_argument_is_documented(site: Path) -> None:
         docs = argument_docs(*documented(value))
         for argument, _, _ in arguments(value):
             assert f"<code>{argument}</code>" in text, (name, argument)
-            assert docs.get(argument), f"{name}: argument {argument!r} has no description in an Args: section"
+            assert docs.get(argument.lstrip("*")), f"{name}: argument {argument!r} has no description in an Args: section"
+
+
+def test_every_batch_option_is_in_the_airflow_reference(site: Path) -> None:
+    """The operators' batch options are generated from runner/batch/options.py: a new option
+    appears in the reference, with how a fan-out takes it or why the operators refuse it."""
+    from runner.batch.options import BATCH_OPTIONS
+
+    text = page(site, "reference/airflow")
+    options = text[text.index('id="batch-options"'):]
+    for option in BATCH_OPTIONS:
+        assert f"<code>{option.name}</code>" in options, option.name
+        assert (option.elsewhere if option.fanout is None else option.help.split(" (")[0]) in options, option.name
 
 
 def test_every_command_is_in_the_cli_reference(site: Path) -> None:

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from option_table import section as batch_options_section
 from schema_pages import _cell
 
 # What a DAG author imports, in the order the guide introduces them.
@@ -43,8 +44,9 @@ def page() -> str:
     lines = [
         "# Airflow reference",
         "",
-        "Operators, the fan-out builder and the model connection's hook, with every argument. Each",
-        "operator also takes BaseOperator's arguments (`task_id`, `retries`, `pool`, `execution_timeout`, ...).",
+        "Operators, the fan-out builder and the model connection's hook, with every argument, then the",
+        "[batch options](#batch-options) the operators take in `options`. Each operator also takes",
+        "BaseOperator's arguments (`task_id`, `retries`, `pool`, `execution_timeout`, ...).",
         "",
     ]
     for module_name, name, value in public_objects():
@@ -57,11 +59,13 @@ def page() -> str:
         if rows:
             lines += ["| argument | type | default | description |", "|---|---|---|---|"]
             for arg, annotation, default in rows:
-                lines.append(f"| `{arg}` | {_cell(annotation)} | {_cell(default)} | {_cell(described.get(arg, ''))} |")
+                description = described.get(arg.lstrip("*"), "")
+                lines.append(f"| `{arg}` | {_cell(annotation)} | {_cell(default)} | {_cell(description)} |")
             lines.append("")
         fields = getattr(value, "template_fields", None)
         if fields:
             lines += ["Templated: " + ", ".join(f"`{field}`" for field in fields) + ".", ""]
+    lines += batch_options_section()
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -80,15 +84,19 @@ def documented(value: Any) -> list[Any]:
 
 
 def arguments(value: Any) -> Iterator[tuple[str, str, str]]:
-    """``(name, annotation, default)`` of each argument ``value`` takes (but ``self`` and ``**kwargs``),
-    its own first, then its runner base classes'."""
+    """``(name, annotation, default)`` of each argument ``value`` takes (but ``self`` and the
+    ``**kwargs`` passed on to Airflow), its own first, then its runner base classes'; other keywords
+    as ``**name`` (``batch_fanout``'s batch options)."""
     seen: set[str] = set()
     parameters = (p for function in constructors(value) for p in inspect.signature(function).parameters.values())
     for parameter in parameters:
-        if parameter.name in _INHERITED or parameter.kind is parameter.VAR_KEYWORD or parameter.name in seen:
+        if parameter.name in _INHERITED or parameter.name in seen:
             continue
         seen.add(parameter.name)
         annotation = "" if parameter.annotation is parameter.empty else _annotation(parameter.annotation)
+        if parameter.kind is parameter.VAR_KEYWORD:
+            yield f"**{parameter.name}", annotation, ""
+            continue
         default = "required" if parameter.default is parameter.empty else f"`{parameter.default!r}`"
         yield parameter.name, annotation, default
 

@@ -384,6 +384,7 @@ def batch_fanout(
         strict_conf: The split refuses dag run conf keys that are not DAG params (a typo).
         outlets: Assets (see :mod:`runner.airflow.assets`) of the merge task: updated when the merged output and report are written.
         options: ``runner batch`` options: a mapping, or one template (``options="{{ params.options }}"``) rendered to a mapping or its JSON, checked when the tasks run.
+        more_options: Any batch option by name, as a keyword (``concurrency=4``): the options ``options`` takes.
     """
     from runner.errors import UsageError
 

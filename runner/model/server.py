@@ -43,16 +43,19 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.errors import ConfigError
 from runner.model.batch_endpoints import BatchBehaviour, BatchEndpoints
 from runner.model.replies import INVALID_JSON_BODY, HttpFault, completion_chunks
 from runner.model.script_rules import Match, NoRuleMatched, Script
+
+if TYPE_CHECKING:
+    from runner.config.specs import Price
 
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key", "cookie"})
 
@@ -138,6 +141,30 @@ class ScriptedServer:
     def bill(self, completion: dict[str, Any]) -> None:
         with self._lock:
             self._billed.append((str(completion.get("model")), dict(completion.get("usage") or {})))
+
+    def billed_costs(self, prices: Mapping[str, Price] | None = None, *, batch: bool = False) -> list[tuple[str, float]]:
+        """``(model, USD)`` of every completion in :attr:`billed`, at ``prices`` (default: the
+        shipped prices; with ``batch``, their Batch API rates), cached and cache-write prompt
+        tokens at their rates. A model without a price raises ``LookupError``."""
+        from runner.config.prices import batch_price, cost_usd, default_prices, find_price
+        from runner.model.wire import parse_usage
+
+        table = dict(default_prices() if prices is None else prices)
+        costs = []
+        for model, usage in self.billed:
+            price = find_price(table, model)
+            if price is None:
+                raise LookupError(f"no price for the model {model!r} the server billed")
+            used = parse_usage(usage)
+            rates = batch_price(price) if batch else price
+            costs.append((model, cost_usd(rates, used.input_tokens, used.output_tokens, used.cached_input_tokens,
+                                          used.cache_write_tokens)))  # fmt: skip
+        return costs
+
+    def billed_usd(self, prices: Mapping[str, Price] | None = None, *, batch: bool = False, since: int = 0) -> float:
+        """What the completions billed cost in USD, from the ``since``-th on (:meth:`billed_costs`):
+        what a provider would charge, to hold against a cap or a recorded cost."""
+        return sum(usd for _, usd in self.billed_costs(prices, batch=batch)[since:])
 
     def refusal(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """The API's 400 error body for ``body`` (a chat request or a batch line's body), or ``None``."""

@@ -6,11 +6,18 @@ PostgreSQL implementation, which builds on that interface, is not imported by it
 
 from __future__ import annotations
 
+import math
+import os
 import sqlite3
 from pathlib import Path
 
 from runner.errors import UsageError
-from runner.store.database import Database, SqliteDatabase, is_postgres_url
+from runner.store.database import DEFAULT_BUSY_SECONDS, Database, SqliteDatabase, is_postgres_url
+
+BUSY_SECONDS_ENV = "RUNNER_STORE_BUSY_SECONDS"
+"""How many seconds a command waits for another process's lock on an SQLite store (the run
+store, a cap ledger) before it stops with exit 1."""
+MAX_BUSY_SECONDS = 86_400.0
 
 
 def open_database(target: str | Path, *, read_only: bool = False, role: str = "run store") -> Database:
@@ -27,6 +34,24 @@ def open_database(target: str | Path, *, read_only: bool = False, role: str = "r
             database.on_reconnect(lambda again: again.execute("SET default_transaction_read_only = on"))
         return database
     try:
-        return SqliteDatabase(Path(target), read_only=read_only, role=role)
+        return SqliteDatabase(Path(target), busy_seconds=store_busy_seconds(), read_only=read_only, role=role)
     except (OSError, sqlite3.Error) as exc:
         raise UsageError(f"cannot open the store {target}: {exc}") from None
+
+
+def store_busy_seconds() -> float:
+    """``$RUNNER_STORE_BUSY_SECONDS`` as a number of seconds (default :data:`DEFAULT_BUSY_SECONDS`);
+    :class:`UsageError` naming the variable for a value that is not a number of seconds."""
+    text = os.environ.get(BUSY_SECONDS_ENV, "").strip()
+    if not text:
+        return DEFAULT_BUSY_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (0 <= seconds <= MAX_BUSY_SECONDS):  # NaN fails too
+        raise UsageError(
+            f"{BUSY_SECONDS_ENV}={text[:40]!r} is not a number of seconds between 0 and {MAX_BUSY_SECONDS:g}; "
+            f"write e.g. {BUSY_SECONDS_ENV}=30, or unset it for the default ({DEFAULT_BUSY_SECONDS:g})"
+        )
+    return seconds

@@ -48,6 +48,9 @@ PAGE_CACHE_KIB = 256
 batch journal write far more than they read back, and the operating system caches the file
 anyway: a smaller cache is 1.75 MiB less resident memory per connection at the same speed."""
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
+DEFAULT_BUSY_SECONDS = 30.0
+"""How long an SQLite store waits for another process's lock before it gives up (the run store:
+``$RUNNER_STORE_BUSY_SECONDS``, :func:`runner.store.connect.store_busy_seconds`)."""
 T = TypeVar("T")
 
 
@@ -372,7 +375,7 @@ class SqliteDatabase(Database):
     groupable = True
 
     def __init__(
-        self, path: Path, *, busy_seconds: float = 30, synchronous: str = "NORMAL", read_only: bool = False, role: str = "run store"
+        self, path: Path, *, busy_seconds: float = DEFAULT_BUSY_SECONDS, synchronous: str = "NORMAL", read_only: bool = False, role: str = "run store"
     ) -> None:
         super().__init__()
         self.path = path

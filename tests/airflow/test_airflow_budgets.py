@@ -21,7 +21,6 @@ import pytest
 
 from runner.caps.windows import window_at
 from runner.config.budgets import BudgetSpec
-from runner.config.prices import cost_usd, default_prices, find_price
 from runner.model.server import ScriptedServer
 from tests.support.project import runner_env, write_project
 from tests.support.services import import_or_missing
@@ -80,16 +79,6 @@ def reopens_at(before: datetime, after: datetime) -> set[str]:
     """The end of the daily window at either instant (a test run across midnight meets both)."""
     spec = BudgetSpec("daily", "day", max_cost_usd=LIMIT, timezone=ZONE)
     return {window_at(spec, when).end.isoformat() for when in (before, after)}
-
-
-def billed_usd(server: ScriptedServer) -> float:
-    prices = default_prices()
-    total = 0.0
-    for model, usage in server.billed:
-        price = find_price(prices, model)
-        assert price is not None, model
-        total += cost_usd(price, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
-    return total
 
 
 def _state(dag_run: Any, task_id: str, map_index: int = -1) -> tuple[str, int]:
@@ -173,7 +162,7 @@ def test_two_runs_and_a_two_shard_fanout_at_once_never_bill_above_one_daily_budg
             for run in runs:
                 run.kill()
         finished = [(out.read_text(), err.read_text()) for out, err in logs]
-        billed, calls = billed_usd(server), len(server.billed)
+        billed, calls = server.billed_usd(), len(server.billed)
     after = datetime.now(UTC)
     assert billed <= LIMIT, f"billed {billed:.6f} USD against a {LIMIT} USD daily budget in {calls} calls"
     assert billed > LIMIT / 2  # the budget, not something else, stopped them

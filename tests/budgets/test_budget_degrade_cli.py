@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from runner.config.prices import cost_usd, default_prices, find_price
 from runner.model.batch_endpoints import BatchBehaviour
 from runner.model.server import ScriptedServer
 from tests.cli.batch_api_project import batch_inputs, chat_calls, row_of
@@ -65,17 +64,6 @@ def figures(seed: int, chars: int = 3000) -> str:
     return ",".join(rnd.choice("0123456789") for _ in range(chars // 2))[:chars]
 
 
-def billed(server: ScriptedServer) -> list[tuple[str, float]]:
-    """Each completion the server answered: the model asked for, and its price at the shipped rates."""
-    prices = default_prices()
-    found = []
-    for model, usage in server.billed:
-        price = find_price(prices, model)
-        assert price is not None
-        found.append((model, cost_usd(price, int(usage["prompt_tokens"]), int(usage["completion_tokens"]))))
-    return found
-
-
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = write_project(tmp_path / "p", {"agents.d/a.yaml": AGENTS, "tasks.d/t.yaml": TASKS, "budgets.d/daily.yaml": BUDGET})
@@ -88,7 +76,7 @@ def test_degrade_at_80_percent_switches_to_the_fallback_model_for_the_rest_of_th
     with ScriptedServer(script()) as server:
         result = run_cli(project, server, "batch", "summarise", "--input", str(project / "rows.jsonl"), "--concurrency", "1", "--id-column", "id",
                          "--progress", "none", "--output", str(out / "rows.jsonl"), "--report-dir", str(out))  # fmt: skip
-        calls = billed(server)
+        calls = server.billed_costs()
         asked = [r.body["model"] for r in server.requests]
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert asked == [model for model, _ in calls] and len(asked) == ROWS  # one call per row, in row order

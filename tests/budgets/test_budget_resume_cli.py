@@ -63,17 +63,6 @@ def row_data(number: int) -> str:
     return f"row{number:02d} {FIGURES}"
 
 
-def usd(billed: list[tuple[str, dict[str, Any]]]) -> float:
-    """What the server billed for these completions, at the shipped prices."""
-    prices = default_prices()
-    total = 0.0
-    for model, usage in billed:
-        price = find_price(prices, model)
-        assert price is not None
-        total += cost_usd(price, int(usage["prompt_tokens"]), int(usage["completion_tokens"]))
-    return total
-
-
 def call_of(request: RecordedRequest) -> tuple[int, str]:
     """(row, which call) of a chat request: the row from its goal, the call from its last message."""
     messages = request.body["messages"]
@@ -94,17 +83,15 @@ def limit_stopping_a_row_half_way(root: Path, server: ScriptedServer) -> float:
     done = run_cli(calibration, server, "run", "add", "--input", f"data={row_data(99)}", "--no-report", drop=("RUNNER_",))
     assert done.returncode == 0, done.stderr
     (_, first), (_, second) = server.billed[seen:]
+    (_, first_usd), (_, second_usd) = server.billed_costs()[seen:]
     price = find_price(default_prices(), "gpt-4o-mini")
     assert price is not None
-
-    def billed(usage: dict[str, Any]) -> float:
-        return usd([("gpt-4o-mini", usage)])
 
     def worst(usage: dict[str, Any]) -> float:
         return cost_usd(price, int(usage["prompt_tokens"]), 100)
 
-    spent = STOPPED_ROW * (billed(first) + billed(second))
-    fits, refused = spent + worst(first), spent + billed(first) + worst(second)
+    spent = STOPPED_ROW * (first_usd + second_usd)
+    fits, refused = spent + worst(first), spent + first_usd + worst(second)
     assert refused - fits > 2e-5  # room for the estimate to differ from the billed prompt by many tokens
     return (fits + refused) / 2
 
@@ -133,7 +120,7 @@ def test_a_batch_stopped_by_a_budget_resumes_after_the_limit_is_raised_and_bills
         (root / "budgets.d" / "daily.yaml").write_text(budget(limit * 10))
         finished = run_cli(root, server, *batch, env=env, drop=("RUNNER_STORE",))
         calls = [call_of(r) for r in server.requests[calibration_calls:]]
-        billed = server.billed[2:]  # the calibration's two calls aside
+        billed, billed_usd = server.billed[2:], server.billed_usd(since=2)  # the calibration's two calls aside
 
     assert stopped.returncode == 3, stopped.stdout[-2000:] + stopped.stderr[-2000:]
     summary = json.loads(stopped.stdout)
@@ -150,7 +137,7 @@ def test_a_batch_stopped_by_a_budget_resumes_after_the_limit_is_raised_and_bills
     assert done["counts"]["done"] == ROWS and done["exit_code"] == 0
     assert Counter(calls) == {(i, call): 1 for i in range(ROWS) for call in ("first", "second")}, calls
     assert len(billed) == 2 * ROWS  # every call billed once: none paid twice, none lost
-    assert done["cost_usd"] == pytest.approx(usd(billed), rel=1e-6)  # and the journal counts what was billed
+    assert done["cost_usd"] == pytest.approx(billed_usd, rel=1e-6)  # and the journal counts what was billed
     records = [json.loads(line) for line in (root / "out.jsonl").read_text().splitlines()]
     assert [r["status"] for r in records] == ["done"] * ROWS
     store = RunStore(store_target if isinstance(store_target, str) else root / ".runner" / "runs.sqlite3", read_only=True)

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from runner.config.prices import cost_usd, default_prices, find_price
 from runner.model.server import ScriptedServer
 from tests.support.project import run_cli, write_project
 
@@ -88,16 +87,6 @@ def goal(chars: int = 3000, seed: int = 1) -> str:
     return ",".join(rnd.choice("0123456789") for _ in range(chars // 2))[:chars]
 
 
-def billed_usd(server: ScriptedServer) -> float:
-    prices = default_prices()
-    total = 0.0
-    for model, usage in server.billed:
-        price = find_price(prices, model)
-        assert price is not None
-        total += cost_usd(price, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
-    return total
-
-
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     return write_project(
@@ -122,7 +111,7 @@ def test_two_runs_at_once_never_bill_above_the_daily_budget(project: Path, store
             thread.start()
         for thread in threads:
             thread.join()
-        billed, calls = billed_usd(server), len(server.billed)
+        billed, calls = server.billed_usd(), len(server.billed)
     assert [r.returncode for r in results] == [3, 3], [r.stderr[-2000:] for r in results]
     assert 4 <= calls < CALLS
     assert billed <= LIMIT, f"billed {billed:.6f} USD against a {LIMIT} USD budget in {calls} calls"
@@ -139,7 +128,7 @@ def test_two_runs_at_once_never_bill_above_the_daily_budget(project: Path, store
         again = run_cli(project, server, "run", "add", "--input", "data=1,2", "--no-report", "--json",
                         env=env_for(store_target), drop=("RUNNER_STORE",))  # fmt: skip
         assert again.returncode == 3, again.stderr
-        assert billed + billed_usd(server) <= LIMIT
+        assert billed + server.billed_usd() <= LIMIT
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])
@@ -149,7 +138,7 @@ def test_a_batch_at_concurrency_32_never_bills_above_the_budget(project: Path, s
     with ScriptedServer(script()) as server:
         result = run_cli(project, server, "batch", "add", "--input", str(rows), "--concurrency", "32", "--progress", "none", "--output", str(project / "out.jsonl"),
                          timeout=280)  # fmt: skip
-        billed = billed_usd(server)
+        billed = server.billed_usd()
     assert result.returncode == 3, result.stdout[-2000:] + result.stderr[-2000:]
     assert billed <= LIMIT, f"billed {billed:.6f} USD against a {LIMIT} USD budget"
     assert "budget 'daily'" in result.stdout + result.stderr

@@ -16,7 +16,6 @@ import pytest
 from runner.caps.budget import Estimate, Owner
 from runner.caps.windows import window_at
 from runner.config.budgets import BudgetSpec
-from runner.config.prices import cost_usd, default_prices, find_price
 from runner.config.specs import Caps
 from runner.core.usage import Usage
 from runner.model.server import ScriptedServer
@@ -133,14 +132,10 @@ SPEND_SCRIPT = {  # the writer calls the calculator, then answers; the reviewer 
 
 def billed_by_model(server: ScriptedServer) -> dict[str, dict[str, Any]]:
     """What the loopback server billed, per model: cost at the shipped prices, tokens, calls."""
-    prices = default_prices()
     found: dict[str, dict[str, Any]] = defaultdict(lambda: {"cost_usd": 0.0, "tokens": 0, "model_calls": 0})
-    for model, usage in server.billed:
-        price = find_price(prices, model)
-        assert price is not None
-        prompt, completion = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
-        found[model]["cost_usd"] += cost_usd(price, prompt, completion)
-        found[model]["tokens"] += prompt + completion
+    for (model, usage), (_, usd) in zip(server.billed, server.billed_costs(), strict=True):
+        found[model]["cost_usd"] += usd
+        found[model]["tokens"] += int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
         found[model]["model_calls"] += 1
     return dict(found)
 

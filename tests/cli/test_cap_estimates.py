@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 
-from runner.config.prices import cost_usd, default_prices, find_price
-from runner.model.replies import usage_counter
 from runner.model.server import ScriptedServer
 from tests.support.project import run_cli, write_project
 
@@ -75,22 +73,6 @@ def calculator_script(tokenizer: str) -> dict[str, Any]:
     return {"tokenizer": tokenizer, "rules": rules, "fallback": "Done."}
 
 
-def billed_usd(server: ScriptedServer, tokenizer: str) -> float:
-    """What the endpoint billed: its reported usage of every request, at the model's price."""
-    prices = default_prices()
-    total = 0.0
-    for recorded in server.requests:
-        body = recorded.body
-        counter = usage_counter(tokenizer, body["model"])
-        reply = next(r["reply"] for r in calculator_script(tokenizer)["rules"] if r["name"] == recorded.rule)
-        call = reply["tool_calls"][0]
-        completion = counter.completion_tokens(None, [(call["name"], json.dumps(call["arguments"]))])
-        price = find_price(prices, body["model"])
-        assert price is not None
-        total += cost_usd(price, counter.prompt_tokens(body), completion)
-    return total
-
-
 def runner(root: Path, server: ScriptedServer, *args: str) -> subprocess.CompletedProcess[str]:
     return run_cli(root, server, *args, key="sk-test-estimates", timeout=240)
 
@@ -106,7 +88,7 @@ def test_a_numeric_goal_never_bills_above_the_money_cap(project: Path, task: str
     with ScriptedServer(calculator_script(tokenizer)) as server:
         result = runner(project, server, "run", task, "--input", f"data={numeric_goal()}", "--max-cost-usd", str(cap),
                         "--no-report", "--json")  # fmt: skip
-        billed = billed_usd(server, tokenizer)
+        billed = server.billed_usd()
         calls = len(server.requests)
     assert result.returncode == 3, result.stderr  # the cap, not the script, ended the run
     assert 2 <= calls < CALLS
@@ -124,12 +106,7 @@ def test_a_numeric_batch_never_bills_above_the_batch_cap(project: Path) -> None:
         result = runner(project, server, "batch", "sum_openai", "--input", str(rows), "--output",
                         str(project / "out.jsonl"), "--id-column", "id", "--concurrency", "8",
                         "--max-cost-usd", "0.004", "--progress", "none", "--json")  # fmt: skip
-        prices = default_prices()
-        counter = usage_counter("o200k_base", "gpt-4o-mini")
-        billed = sum(
-            cost_usd(find_price(prices, "gpt-4o-mini"), counter.prompt_tokens(r.body), counter.completion_tokens("Done."))  # type: ignore[arg-type]
-            for r in server.requests
-        )
+        billed = server.billed_usd()
     assert result.returncode == 3, result.stderr
     summary = json.loads(result.stdout)
     assert summary["counts"]["not_run"] > 0

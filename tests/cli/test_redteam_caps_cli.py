@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from runner.config.prices import cost_usd, default_prices, find_price
 from runner.model.server import ScriptedServer
 from tests.support.project import run_cli, write_project
 
@@ -37,12 +36,6 @@ goal: "Say what this is about: {{ inputs.text }}"
 TEXT = " ".join(["The committee met and agreed to review the quarterly plan."] * 18)
 
 
-def billed(server: ScriptedServer) -> float:
-    price = find_price(default_prices(), "gpt-4o-mini")
-    assert price is not None
-    return sum(cost_usd(price, int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0)), 0) for _, u in server.billed)
-
-
 def script(failures: int | None) -> dict[str, object]:
     fault = {"reply": {"fault": {"status": 502, "billed": True}, "usage": {"completion_tokens": 100}}}
     if failures is not None:
@@ -58,7 +51,7 @@ def test_a_batch_never_pays_more_than_its_cap_when_5xx_answers_were_billed(tmp_p
             "--max-cost-usd", str(CAP_USD), "--progress", "none"]  # fmt: skip
     with ScriptedServer(script(failures)) as server:
         done = run_cli(root, server, *args)
-        paid = billed(server)
+        paid = server.billed_usd()
     assert done.returncode == 3, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     assert 0 < paid <= CAP_USD, f"billed ${paid:.5f} for a ${CAP_USD} cap"

@@ -182,3 +182,21 @@ def test_a_server_that_wants_a_key_answers_401_to_any_other(sent: str | None) ->
         rules = [r.rule for r in srv.requests]
     assert (status, json.loads(payload)["error"]["code"]) == (401, "invalid_api_key") and good == 200
     assert rules[0] == "unauthorized" and rules[1] != "unauthorized"
+
+
+def test_what_the_server_billed_is_priced_at_the_shipped_rates() -> None:
+    from runner.config.prices import batch_price, cost_usd, default_prices, find_price
+
+    server = ScriptedServer({"fallback": "Done."})
+    usage = {"prompt_tokens": 1000, "completion_tokens": 200, "prompt_tokens_details": {"cached_tokens": 400}}
+    server.bill({"model": "gpt-4o-mini", "usage": usage})
+    server.bill({"model": "gpt-4o-mini-2024-07-18", "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
+    price = find_price(default_prices(), "gpt-4o-mini")
+    assert price is not None
+    first, second = cost_usd(price, 1000, 200, 400), cost_usd(price, 10, 5)
+    assert server.billed_costs() == [("gpt-4o-mini", first), ("gpt-4o-mini-2024-07-18", second)]  # cached input at its rate
+    assert server.billed_usd() == first + second and server.billed_usd(since=1) == second
+    assert server.billed_usd(batch=True, since=1) == cost_usd(batch_price(price), 10, 5)
+    server.bill({"model": "no-such-model", "usage": {"prompt_tokens": 1}})
+    with pytest.raises(LookupError, match="no-such-model"):
+        server.billed_usd()

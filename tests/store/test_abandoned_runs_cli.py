@@ -103,7 +103,8 @@ def test_a_run_of_another_machine_stays_running(project: Path) -> None:
 
 def test_a_run_that_found_its_store_locked_is_recorded_when_the_store_comes_back(project: Path) -> None:
     store = project / ".runner" / "runs.sqlite3"
-    with ScriptedServer({"fallback": {"hang_seconds": 2}}) as server, running(project, server, {}) as process:
+    brief_wait = {"RUNNER_STORE_BUSY_SECONDS": "2"}  # how long it waits for the lock (default 30 s)
+    with ScriptedServer({"fallback": {"hang_seconds": 2}}) as server, running(project, server, brief_wait) as process:
         holder = sqlite3.connect(store, isolation_level=None)
         holder.execute("BEGIN EXCLUSIVE")  # the call fails while another process holds the store
         try:
@@ -112,7 +113,7 @@ def test_a_run_that_found_its_store_locked_is_recorded_when_the_store_comes_back
             holder.rollback()
             holder.close()
     assert process.returncode == 1 and "Traceback" not in err, err
-    assert str(store) in err and "locked by another process" in err
+    assert str(store) in err and "locked by another process" in err and "(waited 2 s:" in err
     shown = listed(project, {})
     assert shown["status"] == "failed", shown  # not 'running' for ever
     assert shown["error"].startswith("interrupted:") and f"pid {process.pid}" in shown["error"], shown

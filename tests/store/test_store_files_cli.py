@@ -28,6 +28,7 @@ from tests.support.services import requires
 
 pytestmark = pytest.mark.timeout(240)
 TRIAGE = '{"category": "bug", "urgency": "high", "summary": "It crashes."}'
+BRIEF_WAIT = {"RUNNER_STORE_BUSY_SECONDS": "2"}  # how long a command waits for the lock (default 30 s)
 
 
 @pytest.fixture
@@ -53,8 +54,10 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "dir"
 
 
-def runner(root: Path, *args: str, server: ScriptedServer | None = None) -> subprocess.CompletedProcess[str]:
-    return run_cli(root, server, *args, drop=("RUNNER_",), timeout=200)
+def runner(
+    root: Path, *args: str, server: ScriptedServer | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return run_cli(root, server, *args, env=env, drop=("RUNNER_",), timeout=200)
 
 
 def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
@@ -158,9 +161,19 @@ def held(project: Path) -> Iterator[Path]:
 
 def test_a_store_locked_by_another_process_is_a_clear_retryable_error(held: Path) -> None:
     assert runner(held.parents[1], "runs").returncode == 0  # a command that only reads opens it read-only: no lock needed
-    done = runner(held.parents[1], "runs", "prune", "--older-than", "30d")
+    done = runner(held.parents[1], "runs", "prune", "--older-than", "30d", env=BRIEF_WAIT)
     line = one_error_line(done)
     assert done.returncode == 1 and str(held) in line and "is locked by another process" in line and "run again" in line
+    assert "(waited 2 s:" in line  # how long it waited: $RUNNER_STORE_BUSY_SECONDS
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan"])
+def test_a_bad_store_wait_is_refused_naming_the_variable(project: Path, value: str) -> None:
+    (project / ".runner").mkdir()
+    store_with_rows(project / ".runner" / "runs.sqlite3", runs=1)
+    done = runner(project, "runs", "prune", "--older-than", "30d", env={"RUNNER_STORE_BUSY_SECONDS": value})
+    line = one_error_line(done)
+    assert done.returncode == 2 and f"RUNNER_STORE_BUSY_SECONDS={value!r} is not a number of seconds" in line, line
 
 
 NOBODY = system_user("nobody")
