@@ -246,13 +246,14 @@ class _AgentRun:
             exchange=_exchange(request),
         )
         cached = env.call_cache.model_response(request, binding.endpoint_identity) if env.call_cache is not None else None
-        if cached is not None:
+        if cached is not None and cached.recorded:
             return self._served_from_cache(cached, template)
+        # A call, or a stored answer its record lost (a provider batch's, a retry elsewhere): reserved and recorded as one.
         ledger = CallLedger(env.budget, estimate, env.recorder, template, reprice=binding.pricer.reprice)
         await ledger.open_in_group()
         started = time.monotonic()
         try:
-            response = await binding.model.complete(request, ledger)
+            response = cached if cached is not None else await binding.model.complete(request, ledger)
         except ModelError as exc:
             ledger.failed(exc.kind, str(exc))
             raise

@@ -75,10 +75,10 @@ class ReplayCache:
 
     def model_response(self, request: ModelRequest, endpoint: str) -> ModelResponse | None:
         self._last = request_fingerprint(request)
-        body = self.answers.answer(self.run_id, self._last) if self.replay else None
-        if body is not None:
+        kept = self.answers.answer(self.run_id, self._last) if self.replay else None
+        if kept is not None:
             try:
-                return replace(parse_answer(body), tariff="batch")
+                return replace(parse_answer(kept.body), tariff="batch", recorded=kept.recorded)
             except InvalidResponse:
                 pass  # never stored so (only answers that parsed are kept); ask again
         return self.inner.model_response(request, endpoint) if self.inner is not None else None

@@ -17,18 +17,18 @@ candidate still running is taken as the intent's batch, and its results are chec
 is collected: a line for a call the part does not hold is ignored, and the call it should
 have answered gets a per-row ``batch_unknown_ids`` error (never a second bill).
 
-What this flavour cannot do that the OpenAI one does: keep the answers of a batch whose record of
-calls (the run store's ``provider_answers.batch_part``) is gone while its journal is not. OpenAI's
-``custom_id`` is ``<row>.<fingerprint>``, decoded back to the call; here it must be at most 64 of
-``[a-zA-Z0-9_-]`` and the request fingerprint alone is 64 hex digits, so it is a hash, and a
-Message Batch has no metadata to carry the mapping (``MessageBatch``: id, created_at, ended_at,
-expires_at, processing_status, request_counts, results_url...; its create takes ``requests``
-only). Such lines are ignored (never billed to a row) and the calls are sent again.
+A batch whose record of calls (the run store's ``provider_answers.batch_part``) is gone while
+its journal is not: OpenAI's ``custom_id`` is ``<row>.<fingerprint>``, decoded back to the call;
+here it must be at most 64 of ``[a-zA-Z0-9_-]`` and the request fingerprint alone is 64 hex
+digits, so it is a hash, and a Message Batch has no metadata to carry the mapping
+(``MessageBatch``: id, created_at, ended_at, expires_at, processing_status, request_counts,
+results_url...; its create takes ``requests`` only). Its answers are kept unclaimed, under the
+hash, and each resumed call whose hash it is takes its own
+(:class:`~runner.store.provider_answers.ProviderAnswers`): nothing is sent or paid twice.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +37,7 @@ from runner.batch.provider_state import BatchPart
 from runner.errors import ModelError
 from runner.model.base import ModelRequest
 from runner.model.endpoint import Endpoint
+from runner.store.provider_answers import hashed_call_id
 
 MAX_REQUESTS = 100_000
 MAX_BYTES = 256_000_000
@@ -106,12 +107,13 @@ class MessageBatchesClient:
         self._secrets = (endpoint.api_key, *header_secrets(dict(endpoint.headers)))  # never repeated in a fault's message
 
     def call_id(self, run_id: str, batch_id: str, fingerprint: str) -> str:
-        """The ``custom_id`` of a call: 1-64 of ``[a-zA-Z0-9_-]``, as the API requires (a row id may
-        hold dots and be long), so a hash of the run id and the request fingerprint."""
-        return "c" + hashlib.sha256(f"{run_id}\0{fingerprint}".encode()).hexdigest()[:40]
+        """The ``custom_id`` of a call: 1-64 of ``[a-zA-Z0-9_-]``, as the API requires, so a hash
+        of the run id and the request fingerprint (:func:`~runner.store.provider_answers.hashed_call_id`)."""
+        return hashed_call_id(run_id, fingerprint)
 
     def decode_call_id(self, custom_id: str, batch_id: str) -> tuple[str, str] | None:
-        """A hashed ``custom_id`` names no call by itself: only the record of the batch's calls does."""
+        """A hashed ``custom_id`` names no call by itself: only the record of the batch's calls does
+        (without it, its answer is kept unclaimed, for the call whose hash it is)."""
         return None
 
     def line(self, call_id: str, request: ModelRequest, model_id: str) -> bytes:

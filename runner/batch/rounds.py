@@ -52,7 +52,7 @@ from runner.model.faults import RETRYABLE_KINDS
 from runner.model.fingerprint import request_fingerprint
 from runner.model.wire import InvalidResponse
 from runner.redact import redact_secrets
-from runner.store.provider_answers import ProviderAnswers
+from runner.store.provider_answers import ProviderAnswers, hashed_call_id
 from runner.store.provider_tools import ProviderToolResults
 from runner.store.runstore import RunStore
 
@@ -525,9 +525,11 @@ class RoundCollector:
             return  # still out: a rerun collects it
         lines = {str(line.get("custom_id")): line for line in found}
         calls = self._calls_of(client, part)
-        if not calls:  # the record of this part's calls is gone (a retry on a worker without this disk)
-            decoded = {custom_id: client.decode_call_id(custom_id, self.journal.batch_id) for custom_id in lines}
-            calls = {custom_id: call for custom_id, call in decoded.items() if call is not None}
+        if not calls and members is None:  # the record of this part's calls is gone (a retry on a worker without this disk)
+            for custom_id, line in lines.items():  # kept unclaimed: each for the call whose hash it is
+                decoded = client.decode_call_id(custom_id, self.journal.batch_id)
+                self._keep_unclaimed(custom_id if decoded is None else hashed_call_id(*decoded), client.outcome(line, batch))
+            lines = {}
         unknown = sorted(set(lines) - set(calls))
         if unknown:  # not this part's calls: never kept, never billed to a row
             self._notice(f"provider batch {batch.id} answered {len(unknown)} request(s) it was not sent ({', '.join(unknown[:3])}"
@@ -543,6 +545,20 @@ class RoundCollector:
             self._answer(call, answer)
         self.state.collected(batch.id, getattr(batch, "input_file_id", None))
         self._say(f"provider batch {batch.id}: {batch.status}{_answered(batch)}, collected")
+
+    def _keep_unclaimed(self, call_id: str, outcome: dict[str, Any] | ModelError) -> None:
+        """Keep (redacted) an answer no record of this store names, under its call's hashed id, for
+        that call to claim, and be recorded by, when it runs again
+        (:class:`~runner.store.provider_answers.ProviderAnswers`); a failed line is not kept: its
+        call is sent again."""
+        if isinstance(outcome, ModelError):
+            return
+        body: dict[str, Any] = redact_secrets(outcome, self.secrets)
+        try:
+            parse_answer(body)
+        except InvalidResponse:
+            return
+        self.answers.answered_unclaimed(call_id, body)
 
     def _keep(
         self, run_id: str, fingerprint: str, model: str, outcome: dict[str, Any] | ModelError, waited: bool, *, keep_failure: bool

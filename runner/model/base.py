@@ -84,6 +84,7 @@ class ModelResponse:
     latency_seconds: float = 0.0
     tariff: Tariff = "live"  # a provider batch's answer is billed at the batch price
     service_tier: str | None = None  # the tier the answer says served it (OpenAI's service_tier, Anthropic's usage.service_tier)
+    recorded: bool = True  # False: a stored answer no record holds yet (a provider batch's, its record lost): served, it is recorded
 
 
 class AttemptHook(Protocol):

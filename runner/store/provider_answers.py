@@ -9,11 +9,23 @@ is collected. A resumed run whose request matches a stored answer is served from
 (:class:`runner.agent.replay.ReplayCache`) instead of being sent again. A failed line whose
 caller had gone is kept too, until the resumed call takes it (it fails as the caller would
 have: once). Bodies are redacted before they are written, like everything else in the store.
+
+When this record of a batch's calls is lost while its journal is not (a retry on a worker
+without the disk that held the run store, the journal elsewhere), the batch's answers are
+collected all the same, but no reservation of theirs is left to settle, and a Message Batch's
+``custom_id`` is a hash (:func:`hashed_call_id`) that names no call by itself. Such answers are
+kept *unclaimed*: under the hash of their call alone (run id :data:`UNCLAIMED`). A resumed call
+whose hash is one of them is served it and claims it (:meth:`ProviderAnswers.answer`: keyed by
+its run from then on, so it is pruned with the run); being recorded nowhere yet, the call is
+recorded then, at the batch price (:attr:`Kept.recorded`), so the spend is neither lost nor
+counted twice. Never-claimed ones are pruned by age.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from runner.store.database import Database
@@ -35,6 +47,24 @@ CREATE TABLE IF NOT EXISTS provider_answers (
 )
 """)
 """The table, for both backends (:mod:`runner.store.schema`)."""
+
+UNCLAIMED = ""
+"""The run id of an answer kept by its call's :func:`hashed_call_id` alone."""
+
+
+def hashed_call_id(run_id: str, fingerprint: str) -> str:
+    """A call's id as 1-64 of ``[a-zA-Z0-9_-]`` (a Message Batch's ``custom_id``: a row id may hold
+    dots and be long, the fingerprint alone is 64 hex digits): a hash of both, the same in any process."""
+    return "c" + hashlib.sha256(f"{run_id}\0{fingerprint}".encode()).hexdigest()[:40]
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A stored answer, and whether its spend is recorded in this store already (an unclaimed
+    one's is not: its caller records the call when it is served)."""
+
+    body: dict[str, Any]
+    recorded: bool = True
 
 
 class ProviderAnswers:
@@ -104,14 +134,31 @@ class ProviderAnswers:
             (kind, message, run_id, fingerprint),
         )
 
-    def answer(self, run_id: str, fingerprint: str) -> dict[str, Any] | None:
-        """The completion body stored for this call, if it was answered."""
+    def answered_unclaimed(self, call_id: str, body: dict[str, Any]) -> None:
+        """Keep the body of a completion known only by its call's :func:`hashed_call_id` (see the module doc)."""
+        self.answered(UNCLAIMED, call_id, body)
+
+    def answer(self, run_id: str, fingerprint: str) -> Kept | None:
+        """The completion stored for this call, if it was answered; an unclaimed answer to it is
+        claimed, and comes back not :attr:`~Kept.recorded` (see the module doc)."""
+        hashed = hashed_call_id(run_id, fingerprint)
         row = self._db.row(
-            "SELECT body_json FROM provider_answers WHERE run_id = ? AND fingerprint = ? AND body_json IS NOT NULL",
-            (run_id, fingerprint),
+            "SELECT run_id, body_json FROM provider_answers WHERE body_json IS NOT NULL"
+            " AND ((run_id = ? AND fingerprint = ?) OR (run_id = ? AND fingerprint = ?)) ORDER BY run_id DESC LIMIT 1",
+            (run_id, fingerprint, UNCLAIMED, hashed),
         )
         body = json.loads(row["body_json"]) if row is not None else None
-        return body if isinstance(body, dict) else None
+        if row is None or not isinstance(body, dict):
+            return None
+        if row["run_id"] != UNCLAIMED:
+            return Kept(body)
+        self._db.atomic(lambda db: self._claim(db, run_id, fingerprint, hashed, body))
+        return Kept(body, recorded=False)
+
+    @staticmethod
+    def _claim(db: Database, run_id: str, fingerprint: str, hashed: str, body: dict[str, Any]) -> None:
+        ProviderAnswers(db, create=False).answered(run_id, fingerprint, body)
+        db.execute("DELETE FROM provider_answers WHERE run_id = ? AND fingerprint = ?", (UNCLAIMED, hashed))
 
     def forget(self, run_id: str) -> None:
         """Drop the answers kept for a live run (an attempt that starts over keeps its own)."""

@@ -14,12 +14,14 @@ from typing import Any
 
 from runner.core.ages import before
 from runner.store.database import Database
+from runner.store.provider_answers import UNCLAIMED
 
 RUN_TABLES = ("steps", "model_calls", "tool_calls", "plans", "transcript_entries", "transcript_refs", "budget_warnings", "runs")
 PROVIDER_TABLES = ("provider_answers", "provider_tool_results")
 """What a run sent through provider batches kept (made on first use: a store may not have them)."""
 _OLD = "u.status != 'running' AND COALESCE(u.finished_at, u.started_at) < ?"  # a run the prune deletes
 _CHUNK = 500
+_UNCLAIMED_OLD = "run_id = ? AND sent_at < ?"
 
 
 @dataclass(frozen=True)
@@ -56,10 +58,16 @@ def _prune(db: Database, cutoff: str, dry_run: bool) -> Pruned:
     total = db.row("SELECT COUNT(*) AS n FROM runs")
     tables = [*RUN_TABLES[:-1], *(t for t in PROVIDER_TABLES if db.columns(t)), RUN_TABLES[-1]]
     rows = {table: _count(db, table, old) for table in tables if table != "runs"}
+    unclaimed = "provider_answers" in tables  # answers no run claimed (runner.store.provider_answers): by age
+    if unclaimed:
+        found = db.row(f"SELECT COUNT(*) AS n FROM provider_answers WHERE {_UNCLAIMED_OLD}", (UNCLAIMED, cutoff))
+        rows["provider_answers"] += int(found["n"]) if found else 0
     blobs = _orphans(db, cutoff)
     if not dry_run:
         for table in tables:
             _delete(db, table, old)
+        if unclaimed:
+            db.execute(f"DELETE FROM provider_answers WHERE {_UNCLAIMED_OLD}", (UNCLAIMED, cutoff))
         db.execute("DELETE FROM transcript_blobs WHERE NOT EXISTS"
                    " (SELECT 1 FROM transcript_refs r WHERE r.digest = transcript_blobs.digest)")  # fmt: skip
     assert running is not None and total is not None

@@ -147,6 +147,33 @@ def test_kill_9_with_a_message_batch_out_then_the_same_command_resumes_onto_it(p
     assert all(r["cost_usd"] == pytest.approx(LIVE_COST / 2) for r in rows.values())
 
 
+def test_a_retry_that_lost_the_run_store_but_kept_the_journal_takes_the_message_batchs_answers(project: Path) -> None:
+    """A retry on a worker without the disk that held the run store (the journal elsewhere): the
+    batch's hashed ``custom_id``s name no call, yet each resumed call takes its own answer: no
+    second batch, nothing paid twice."""
+    source, out = tickets(project, 3), project / "out.jsonl"
+    journal = project.parent / "shared" / "journal.sqlite3"
+    journal.parent.mkdir()
+    with AnthropicServer(SCRIPT, api_key=ANTHROPIC_KEY, batch=BatchBehaviour(polls=1, hold=frozenset({"output"}))) as server:
+        env = anthropic_env(server)
+        argv = [sys.executable, "-m", "runner", *_via_api(source, out, "--journal", str(journal))]
+        process = subprocess.Popen(argv, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert _wait_until(lambda: server.holding("output") > 0), "the batch's results were never read"
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=30)
+        server.release()
+        for stale in (project / ".runner").glob("runs.sqlite3*"):
+            stale.unlink()  # the run store, and with it the record of which call each line answers
+        resumed = runner(project, env, *_via_api(source, out, "--journal", str(journal)))
+        assert resumed.returncode == 0, resumed.stderr
+        assert len(server.message_batches) == 1 and len(server.billed) == 3  # no second batch: each row paid once
+    rows = records(out)
+    assert sorted(rows) == ["t1", "t2", "t3"] and all(r["status"] == "done" and r["output"] == TRIAGE for r in rows.values())
+    assert all(r["cost_usd"] == pytest.approx(LIVE_COST / 2) for r in rows.values()), [r.get("cost_usd") for r in rows.values()]
+
+
 def test_a_tool_using_agent_runs_its_rounds_through_message_batches() -> None:
     """Three rounds per row (a sandboxed python tool call, a refused answer, its repair), each
     round one Message Batch; the tool results go back as tool_result blocks."""

@@ -108,3 +108,26 @@ def test_kill_9_while_polling_then_resume_reattaches_to_the_same_batch(project: 
         assert server.batches.batches[out_batch["id"]].status == "completed"
         rows = _every_round_once(server, out)
     assert all(r["cost_usd"] == pytest.approx(EXACT) and r["attempts"] == 2 for r in rows.values())
+
+
+def test_a_retry_that_lost_the_run_store_keeps_the_first_rounds_answers_and_records_their_cost(project: Path) -> None:
+    """Killed while reading the first round's results, then retried on a worker without the run
+    store (the journal elsewhere): the batch's answers are taken by the calls they answer, and
+    recorded then, at the batch price: nothing sent twice, no spend lost."""
+    source, out = numbers(project, ROWS), project / "out.jsonl"
+    journal = project.parent / f"{project.name}-shared" / "journal.sqlite3"
+    journal.parent.mkdir()
+    with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=1, hold=frozenset({"output"}), hold_after=1)) as server:
+        argv, env = command(project, server, "compute", *via_api(source, out, "--journal", str(journal)))
+        process = subprocess.Popen(argv, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert wait_until(lambda: server.batches.holding("output") > 0), "never read the first round's results"
+        finally:
+            _kill(process)
+        server.batches.behaviour = BatchBehaviour(polls=1)
+        server.batches.release(drop=False)
+        for stale in (project / ".runner").glob("runs.sqlite3*"):
+            stale.unlink()  # the run store: the record of which call each line answers, and their reservations
+        _resume(project, server, argv, env)
+        rows = _every_round_once(server, out)
+    assert all(r["cost_usd"] == pytest.approx(EXACT) for r in rows.values())  # the first round's calls counted once

@@ -1,0 +1,51 @@
+"""Answers of a provider batch whose record of calls was lost: kept unclaimed under the hash of
+their call, claimed (and then recorded) by that call only, pruned by age when nobody claims them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from runner.store.provider_answers import UNCLAIMED, Kept, ProviderAnswers, hashed_call_id
+from runner.store.retention import prune
+from runner.store.runstore import RunStore
+
+BODY = {"id": "chatcmpl-1", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "42"}}]}
+
+
+@pytest.fixture
+def store(store_target: str | Path) -> Iterator[RunStore]:
+    opened = RunStore(store_target)
+    yield opened
+    opened.close()
+
+
+def test_an_unclaimed_answer_is_served_once_unrecorded_to_its_call_then_as_its_own(store: RunStore) -> None:
+    answers = ProviderAnswers(store.database)
+    answers.answered_unclaimed(hashed_call_id("b-r1", "fp1"), BODY)
+    assert answers.answer("b-r2", "fp1") is None and answers.answer("b-r1", "fp2") is None  # another call's hash: not served
+    assert answers.answer("b-r1", "fp1") == Kept(BODY, recorded=False)  # claimed: its caller records it
+    assert answers.answer("b-r1", "fp1") == Kept(BODY)  # now the run's own answer: recorded already
+    assert store.database.rows("SELECT run_id FROM provider_answers") == [{"run_id": "b-r1"}]
+
+
+def test_the_calls_own_answer_wins_over_an_unclaimed_one(store: RunStore) -> None:
+    answers = ProviderAnswers(store.database)
+    answers.answered("b-r1", "fp1", BODY)
+    answers.answered_unclaimed(hashed_call_id("b-r1", "fp1"), {**BODY, "id": "chatcmpl-2"})
+    assert answers.answer("b-r1", "fp1") == Kept(BODY)
+
+
+def test_a_prune_deletes_unclaimed_answers_older_than_its_age(store: RunStore) -> None:
+    answers = ProviderAnswers(store.database)
+    answers.answered_unclaimed("c-old", BODY)
+    answers.answered_unclaimed("c-young", BODY)
+    store.database.execute("UPDATE provider_answers SET sent_at = '2020-01-01T00:00:00.000+00:00' WHERE fingerprint = 'c-old'")
+    dry = prune(store.database, timedelta(days=30), dry_run=True)
+    assert dry.rows["provider_answers"] == 1
+    prune(store.database, timedelta(days=30), dry_run=False)
+    left = store.database.rows("SELECT run_id, fingerprint FROM provider_answers")
+    assert left == [{"run_id": UNCLAIMED, "fingerprint": "c-young"}]
