@@ -179,6 +179,7 @@ def run_mode(mode: str, args: argparse.Namespace, root: Path, base_url: str) -> 
     command += ["--latency", str(args.latency), "--run-rows", str(args.run_rows), "--task", args.task]
     command += ["--tracemalloc"] if args.tracemalloc else []
     command += ["--count"] if args.count else []
+    command += ["--profile", f"{args.profile}.{mode}"] if args.profile else []
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=checkout_env())
     if done.returncode != 0:
         raise SystemExit(f"mode {mode} failed:\n{done.stderr[-3000:]}")
@@ -465,7 +466,14 @@ def child(args: argparse.Namespace) -> None:
             args.root, args.base_url, args.concurrency, args.calls, executor_kind=kind, latency=args.latency,
             task_name=args.task, data=args.input, store_url=args.store_url,
         )
-        done, seconds, cpu, before = asyncio.run(run)
+        if args.profile:  # the whole child under cProfile (slower): where its CPU goes, not how fast it is
+            import cProfile
+
+            with cProfile.Profile() as profiler:
+                done, seconds, cpu, before = asyncio.run(run)
+            profiler.dump_stats(args.profile)
+        else:
+            done, seconds, cpu, before = asyncio.run(run)
     heap = tracemalloc.get_traced_memory()[1] / 2**20 if args.tracemalloc else None
     result = {
         "rows": done, "seconds": seconds, "cpu_seconds": cpu, "rss_before_mb": before, "peak_rss_mb": rss_mb(),
@@ -495,6 +503,8 @@ def main() -> None:
     parser.add_argument("--tracemalloc", action="store_true", help="also report the Python heap peak (slower)")
     parser.add_argument("--count", action="store_true",
                         help="print SQLite statements and JSON encodes per row of 'hand' and 'engine' (one round), not timings")
+    parser.add_argument("--profile", metavar="PATH", help="run the engine modes under cProfile, stats to PATH.<mode> "
+                        "(read with python -m pstats); their timings are then not comparable")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
