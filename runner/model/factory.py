@@ -204,6 +204,9 @@ class ModelPool:
         """``fixed``: answer every agent with this model (e.g. a ``ScriptedModel`` in tests);
         ``batch``: send the calls to OpenAI-compatible endpoints through their Batch API."""
         self._models: dict[tuple[object, ...], ChatModel] = {}
+        # An agent's endpoint, decided once per factory (a batch's rows ask for it several times each):
+        # keyed by the spec's identity, which the entry keeps alive, and the overrides.
+        self._endpoints: dict[tuple[int, str | None, str | None, str | None], tuple[ModelSpec, Endpoint]] = {}
         self.fixed = fixed
         self.batch = batch
         self._on_retry = on_retry
@@ -217,10 +220,17 @@ class ModelPool:
         (so prices and records name the model the agent asked for)."""
         if self.fixed is not None:
             return Endpoint(Provider.FIXED, model_override or spec.id)
+        key = (id(spec), model_override, base_url_override, api_key)
+        known = self._endpoints.get(key)
+        if known is not None and known[0] is spec:
+            return known[1]
         endpoint = resolve_endpoint(
             spec, model_override=model_override, base_url_override=base_url_override, api_key=api_key
         )
-        return replace(endpoint, tariff="batch") if self.batch is not None and endpoint.provider.has_batch_api else endpoint
+        if self.batch is not None and endpoint.provider.has_batch_api:
+            endpoint = replace(endpoint, tariff="batch")
+        self._endpoints[key] = (spec, endpoint)
+        return endpoint
 
     def get(self, endpoint: Endpoint, spec: ModelSpec) -> ChatModel:
         if self.fixed is not None:
