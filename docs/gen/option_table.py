@@ -44,7 +44,7 @@ def section() -> list[str]:
 
 
 def _row(option: BatchOption) -> str:
-    default = "" if option.default in (None, (), False) else f"`{option.default!r}`"
+    default = "" if option.default is None or option.default is False or option.default == () else f"`{option.default!r}`"
     description = _cell(option.help.replace("<", "&lt;"))  # help is text, not HTML (``input.<name>``)
     return f"| `{option.name}` | {_cell(_kind(option))} | {default} | {FANOUT_RULES[str(option.fanout)]} | {description} |"
 

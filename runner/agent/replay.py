@@ -84,7 +84,9 @@ class ReplayCache:
         return self.inner.model_response(request, endpoint) if self.inner is not None else None
 
     def keep_response(self, request: ModelRequest, response: ModelResponse, endpoint: str) -> None:
-        if self.keep_live:
+        if not response.recorded:  # an unclaimed answer, served and now recorded: the run's own from here on
+            self.answers.claim(self.run_id, request_fingerprint(request))
+        elif self.keep_live:
             body = redact_secrets(completion_body(response), self.secrets)
             self.answers.answered(self.run_id, request_fingerprint(request), body)
         if self.inner is not None:

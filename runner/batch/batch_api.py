@@ -61,16 +61,16 @@ def check_batch_api(
     from runner.batch.batch_flavours import batch_target
 
     targets: list[BatchTarget] = []
-    callers: dict[str, tuple[AgentSpec, Endpoint]] = {}
+    callers: dict[str, tuple[AgentSpec, Endpoint, str]] = {}
     for agent in _agents(project, task):
         endpoint = resolve_endpoint(agent.model, model_override=model_override, base_url_override=base_url_override, api_key=api_key)
-        _one_header_set(task, callers, agent, endpoint)
         if endpoint.provider is Provider.LOCAL:
             raise UsageError(
                 f"task '{task.name}' cannot run with --via batch-api: its agent '{agent.name}' uses the embedded local "
                 "model, which has no Batch API. Configure an OpenAI-compatible endpoint (OPENAI_API_KEY, OPENAI_BASE_URL "
                 "or --base-url), or run it live (--via live)"
             )
+        _one_header_set(task, callers, agent, endpoint)
         profile = find_profile(project.profiles, endpoint.model_id, named=agent.model.profile)
         if profile.batch_api is None:
             raise UsageError(f"task '{task.name}' cannot run with --via batch-api: " + no_batch_api_message(
@@ -81,22 +81,29 @@ def check_batch_api(
             what = f"its agent '{agent.name}' calls {endpoint.model_id} through provider {endpoint.provider.value}"
             raise UsageError(f"task '{task.name}' cannot run with --via batch-api: {no_batch_api_message(what)}")
         targets.append(target)
+    for degraded in _degraded(_agents(project, task)):  # a budget's degrade sends these calls through the same rounds
+        endpoint = resolve_endpoint(degraded.model, model_override=model_override, base_url_override=base_url_override, api_key=api_key)
+        if endpoint.provider.has_batch_api:
+            _one_header_set(task, callers, degraded, endpoint, "/fallback_model/extra_headers")
     return targets
 
 
-def _one_header_set(task: TaskSpec, callers: dict[str, tuple[AgentSpec, Endpoint]], agent: AgentSpec, endpoint: Endpoint) -> None:
+def _one_header_set(
+    task: TaskSpec, callers: dict[str, tuple[AgentSpec, Endpoint, str]], agent: AgentSpec, endpoint: Endpoint,
+    pointer: str = "/model/extra_headers",
+) -> None:
     """Refuse (exit 2, before any call) a second agent calling ``endpoint`` with other
-    ``model.extra_headers`` than the first: headers go with each HTTP request, and the Batch API
-    carries every agent's calls to one endpoint in the same requests (one upload, one create,
-    the same polls), so one set of headers must do for all of them."""
+    ``model.extra_headers`` than the first (``pointer``: where the agent's file sets them): headers
+    go with each HTTP request, and the Batch API carries every agent's calls to one endpoint in
+    the same requests (one upload, one create, the same polls), so one set of headers must do for all of them."""
     key = endpoint_key(endpoint)
-    first = callers.setdefault(key, (agent, endpoint))
+    first = callers.setdefault(key, (agent, endpoint, pointer))
     if first[1].headers == endpoint.headers:
         return
-    other = first[0]
+    other, where = first[0], first[2]
     raise UsageError(
-        f"task '{task.name}' cannot run with --via batch-api: its agents '{other.name}' ({other.source}: /model/extra_headers) "
-        f"and '{agent.name}' ({agent.source}: /model/extra_headers) both call {key} but with different extra_headers, and a "
+        f"task '{task.name}' cannot run with --via batch-api: its agents '{other.name}' ({other.source}: {where}) "
+        f"and '{agent.name}' ({agent.source}: {pointer}) both call {key} but with different extra_headers, and a "
         "provider batch sends all their calls in the same requests; give them the same extra_headers, or run it live (--via live)"
     )
 
@@ -128,6 +135,11 @@ def _agents(project: Project, task: TaskSpec) -> list[AgentSpec]:
     names = list(task.agents_used())
     names += [judge.agent for name in list(names) if (judge := project.agents[name].judge) is not None]
     return [project.agents[name] for name in dict.fromkeys(names) if name in project.agents]
+
+
+def _degraded(agents: list[AgentSpec]) -> list[AgentSpec]:
+    """Those agents on their ``fallback_model`` (where a budget's ``degrade`` sends their calls)."""
+    return [agent.on_fallback() for agent in agents if agent.fallback_model is not None]
 
 
 async def run_batch_api(

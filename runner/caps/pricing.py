@@ -31,8 +31,9 @@ class Pricer:
 
     @property
     def priced(self) -> bool:
-        """Whether this pricer's calls have a price (at its tariff and tier)."""
-        return self.rates(self.tariff) is not None
+        """Whether this pricer's calls have a price: at its tariff and tier, and at the dearest tier
+        that may serve them, which is what a call reserves (:meth:`reprice`)."""
+        return self.rates(self.tariff) is not None and self.rates(self.tariff, self.profile.reserved_billing(self.tier)) is not None
 
     def estimate(self, request: ModelRequest, max_output_tokens: int, *, exact: bool = True) -> Estimate:
         """The worst case of ``request``: its prompt tokens, never fewer than the endpoint

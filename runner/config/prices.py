@@ -97,8 +97,14 @@ def tier_price(price: Price | None, billing: TierBilling) -> Price | None:
     return batch_price(price) if billing == "batch" else priority_price(price)
 
 
-def unpriced_message(model_id: str, agent: str) -> str:
-    """Why a money cap cannot be enforced for ``model_id``, and how to fix it."""
+def unpriced_message(model_id: str, agent: str, billing: TierBilling = "standard") -> str:
+    """Why a money cap cannot be enforced for ``model_id`` (its calls may bill at ``billing``), and how to fix it."""
+    if billing == "priority":
+        return (
+            f"money cap set but model '{model_id}' (agent '{agent}') may be served at the priority tier and its price "
+            "has no priority rates; add priority_input_per_mtok and priority_output_per_mtok to its `kind: Prices` "
+            "entry, or remove max_cost_usd"
+        )
     return (
         f"money cap set but model '{model_id}' (agent '{agent}') has no known price; add it to a "
         "`kind: Prices` document (USD per million tokens) or remove max_cost_usd"

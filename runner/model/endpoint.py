@@ -27,7 +27,7 @@ class Endpoint:
     tariff: Tariff = "live"  # batch: the calls go through the provider's Batch API (runner batch --via batch-api)
     deployment: str | None = None  # azure: the deployment the calls go to
     api_version: str | None = None  # azure: the api-version query parameter
-    headers: tuple[tuple[str, str], ...] = ()  # model.extra_headers, sorted: sent with every request to it (Batch API's too)
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # model.extra_headers, sorted: sent with every request (Batch API's too); may hold a token
 
 
 def check_base_url(url: str, where: str) -> None:

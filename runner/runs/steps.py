@@ -349,8 +349,9 @@ def preflight_prices(ctx: RunContext, agent_names: list[str]) -> None:
         capped = money_capped or agent.caps.max_cost_usd is not None or _money_budget(ctx, agent)
         for called in _as_called(ctx, agent):
             endpoint = ctx.endpoint(called)
-            if capped and endpoint.provider is not Provider.LOCAL and not ctx.pricer(endpoint, called).priced:
-                raise ConfigError(unpriced_message(endpoint.model_id, name))
+            pricer = ctx.pricer(endpoint, called) if capped and endpoint.provider is not Provider.LOCAL else None
+            if pricer is not None and not pricer.priced:
+                raise ConfigError(unpriced_message(endpoint.model_id, name, pricer.profile.reserved_billing(pricer.tier)))
     for base in ctx.services.knowledge:  # embeddings requests are paid from the same caps
         spec = ctx.project.knowledge[base].embeddings
         if money_capped and spec is not None and spec.provider is not Provider.LOCAL and find_price(ctx.project.prices, spec.model) is None:

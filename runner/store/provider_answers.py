@@ -15,10 +15,11 @@ without the disk that held the run store, the journal elsewhere), the batch's an
 collected all the same, but no reservation of theirs is left to settle, and a Message Batch's
 ``custom_id`` is a hash (:func:`hashed_call_id`) that names no call by itself. Such answers are
 kept *unclaimed*: under the hash of their call alone (run id :data:`UNCLAIMED`). A resumed call
-whose hash is one of them is served it and claims it (:meth:`ProviderAnswers.answer`: keyed by
-its run from then on, so it is pruned with the run); being recorded nowhere yet, the call is
-recorded then, at the batch price (:attr:`Kept.recorded`), so the spend is neither lost nor
-counted twice. Never-claimed ones are pruned by age.
+whose hash is one of them is served it (:meth:`ProviderAnswers.answer`); being recorded nowhere
+yet (:attr:`Kept.recorded`), the call is reserved and recorded then, at the batch price, and
+only after that claims the answer (:meth:`ProviderAnswers.claim`: keyed by its run from then on,
+so it is served as recorded and pruned with the run): the spend is never lost, and counted
+twice only if a crash falls between the record and the claim. Never-claimed ones are pruned by age.
 """
 
 from __future__ import annotations
@@ -139,25 +140,31 @@ class ProviderAnswers:
         self.answered(UNCLAIMED, call_id, body)
 
     def answer(self, run_id: str, fingerprint: str) -> Kept | None:
-        """The completion stored for this call, if it was answered; an unclaimed answer to it is
-        claimed, and comes back not :attr:`~Kept.recorded` (see the module doc)."""
-        hashed = hashed_call_id(run_id, fingerprint)
+        """The completion stored for this call, if it was answered (an unclaimed answer to it comes
+        back not :attr:`~Kept.recorded`: its caller records the call, then claims it: :meth:`claim`)."""
         row = self._db.row(
             "SELECT run_id, body_json FROM provider_answers WHERE body_json IS NOT NULL"
             " AND ((run_id = ? AND fingerprint = ?) OR (run_id = ? AND fingerprint = ?)) ORDER BY run_id DESC LIMIT 1",
-            (run_id, fingerprint, UNCLAIMED, hashed),
+            (run_id, fingerprint, UNCLAIMED, hashed_call_id(run_id, fingerprint)),
         )
         body = json.loads(row["body_json"]) if row is not None else None
         if row is None or not isinstance(body, dict):
             return None
-        if row["run_id"] != UNCLAIMED:
-            return Kept(body)
-        self._db.atomic(lambda db: self._claim(db, run_id, fingerprint, hashed, body))
-        return Kept(body, recorded=False)
+        return Kept(body, recorded=row["run_id"] != UNCLAIMED)
+
+    def claim(self, run_id: str, fingerprint: str) -> None:
+        """Make the unclaimed answer to this call the run's own (once its call is recorded: in the
+        same commit where a batch groups them; a crash between the two records it again, never
+        less), so it is served as recorded from then on and pruned with the run."""
+        self._db.atomic(lambda db: self._claim(db, run_id, fingerprint))
 
     @staticmethod
-    def _claim(db: Database, run_id: str, fingerprint: str, hashed: str, body: dict[str, Any]) -> None:
-        ProviderAnswers(db, create=False).answered(run_id, fingerprint, body)
+    def _claim(db: Database, run_id: str, fingerprint: str) -> None:
+        hashed = hashed_call_id(run_id, fingerprint)
+        row = db.row("SELECT body_json FROM provider_answers WHERE run_id = ? AND fingerprint = ?", (UNCLAIMED, hashed))
+        if row is None or row["body_json"] is None:
+            return  # claimed already (a unit run again after a dropped connection)
+        ProviderAnswers(db, create=False).answered(run_id, fingerprint, json.loads(row["body_json"]))
         db.execute("DELETE FROM provider_answers WHERE run_id = ? AND fingerprint = ?", (UNCLAIMED, hashed))
 
     def forget(self, run_id: str) -> None:

@@ -131,3 +131,17 @@ def test_agents_calling_one_endpoint_with_different_extra_headers_are_refused_be
     assert result.returncode == 2 and sent == [], result.stderr
     assert "its agents 'writer' (agents.d/all.yaml: /model/extra_headers) and 'reviewer' (agents.d/all.yaml: /model/extra_headers)" in result.stderr
     assert "give them the same extra_headers, or run it live (--via live)" in result.stderr
+
+
+def test_a_fallback_model_with_other_extra_headers_on_the_same_endpoint_is_refused_before_any_batch(tmp_path: Path) -> None:
+    """A budget's degrade sends the agent's calls to its fallback_model through the same rounds
+    (the same uploads and creates): its headers must be those of the endpoint's other agents."""
+    writer = "{id: gpt-4o-mini, max_tokens: 100}"
+    fallback = writer + "\nfallback_model: {id: gpt-4o-mini, max_tokens: 50, extra_headers: {X-Team: cheap}}"
+    root = write_project(tmp_path, {"agents.d/all.yaml": JUDGED.replace(writer, fallback, 1)})
+    source = write_rows(root / "plans.jsonl", [{"id": "solo", "plan": "Solo"}])
+    with ScriptedServer(JUDGE_SCRIPT, batch=BatchBehaviour(polls=1)) as server:
+        result = run(root, server, "price", *via_api(source, root / "out.jsonl"))
+        sent = server.requests
+    assert result.returncode == 2 and sent == [], result.stderr
+    assert "(agents.d/all.yaml: /fallback_model/extra_headers)" in result.stderr and "different extra_headers" in result.stderr

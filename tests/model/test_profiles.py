@@ -209,3 +209,23 @@ def test_every_server_refuses_what_the_api_types_do_not_allow() -> None:
     assert bad_role[0] == 400 and "messages" in bad_role[1]["error"]["message"]
     assert bad_effort[0] == 400 and bad_effort[1]["error"]["param"] == "reasoning_effort"
     assert lenient[0] == 200
+
+
+def test_a_price_without_the_rates_of_a_tier_its_calls_may_be_served_at_is_no_price_for_a_money_cap() -> None:
+    """``auto`` that may be served at priority reserves at priority rates: a price without them
+    cannot bound a call (it would reserve $0), so a money cap refuses to start on it."""
+    from dataclasses import replace
+
+    from runner.caps.budget import Estimate
+    from runner.caps.pricing import Pricer
+    from runner.config.prices import unpriced_message
+    from runner.config.profiles import merge_profiles
+
+    o_series = merge_profiles(shipped_profiles(), {"o-series": {"tier_fallback": {"auto": "priority"}}})["o-series"]
+    price = default_prices()["o4-mini"]
+    standard_only = replace(price, priority_input_per_mtok=None, priority_output_per_mtok=None)
+    assert not Pricer("o4-mini", standard_only, "live", "auto", o_series).priced
+    assert Pricer("o4-mini", standard_only, "live", "default", o_series).priced  # default is never served at priority
+    with_priority = Pricer("o4-mini", price, "live", "auto", o_series)
+    assert with_priority.priced and with_priority.reprice(Estimate(1000, 0, 0.0), "live").cost_usd > 0
+    assert "priority_input_per_mtok" in unpriced_message("o4-mini", "triage", "priority")

@@ -1,5 +1,5 @@
 """Answers of a provider batch whose record of calls was lost: kept unclaimed under the hash of
-their call, claimed (and then recorded) by that call only, pruned by age when nobody claims them."""
+their call, served to that call only and claimed once it is recorded, pruned by age when nobody claims them."""
 
 from __future__ import annotations
 
@@ -27,7 +27,10 @@ def test_an_unclaimed_answer_is_served_once_unrecorded_to_its_call_then_as_its_o
     answers = ProviderAnswers(store.database)
     answers.answered_unclaimed(hashed_call_id("b-r1", "fp1"), BODY)
     assert answers.answer("b-r2", "fp1") is None and answers.answer("b-r1", "fp2") is None  # another call's hash: not served
-    assert answers.answer("b-r1", "fp1") == Kept(BODY, recorded=False)  # claimed: its caller records it
+    assert answers.answer("b-r1", "fp1") == Kept(BODY, recorded=False)  # its caller records it, then claims it
+    assert answers.answer("b-r1", "fp1") == Kept(BODY, recorded=False)  # not claimed (the caller stopped first): again
+    answers.claim("b-r1", "fp1")
+    answers.claim("b-r1", "fp1")  # a claim run again (a dropped connection) changes nothing
     assert answers.answer("b-r1", "fp1") == Kept(BODY)  # now the run's own answer: recorded already
     assert store.database.rows("SELECT run_id FROM provider_answers") == [{"run_id": "b-r1"}]
 
