@@ -37,6 +37,7 @@ from runner.batch.provider_state import BatchPart
 from runner.errors import ModelError
 from runner.model.base import ModelRequest
 from runner.model.endpoint import Endpoint
+from runner.model.response_cap import MAX_BATCH_RESULTS_BYTES
 from runner.store.provider_answers import hashed_call_id
 
 MAX_REQUESTS = 100_000
@@ -103,7 +104,8 @@ class MessageBatchesClient:
         from runner.model.anthropic_client import make_client
         from runner.model.sdk_faults import header_secrets
 
-        self._client = make_client(endpoint.base_url, endpoint.api_key, timeout_seconds, max_retries=3, headers=dict(endpoint.headers))
+        self._client = make_client(endpoint.base_url, endpoint.api_key, timeout_seconds, max_retries=3, headers=dict(endpoint.headers),
+                                   max_response_bytes=MAX_BATCH_RESULTS_BYTES)  # a batch's results: one answer per request
         self._secrets = (endpoint.api_key, *header_secrets(dict(endpoint.headers)))  # never repeated in a fault's message
 
     def call_id(self, run_id: str, batch_id: str, fingerprint: str) -> str:

@@ -198,10 +198,13 @@ class ProviderClient:
 def _sdk_client(endpoint: Endpoint, timeout_seconds: float) -> Any:
     import openai
 
+    from runner.model.response_cap import MAX_BATCH_RESULTS_BYTES, capped_http_client
+
     try:
         return openai.AsyncOpenAI(
             base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=3, timeout=timeout_seconds,
             default_headers=dict(endpoint.headers),  # model.extra_headers (no key: config/profile_checks.py)
+            http_client=capped_http_client(MAX_BATCH_RESULTS_BYTES),  # an endless output file ends the download, not the process
         )  # fmt: skip
     except openai.OpenAIError:
         pass

@@ -26,7 +26,7 @@ from runner.errors import ModelError
 from runner.model.anthropic_wire import parse_message, request_body
 from runner.model.base import AttemptHook, ModelRequest, ModelResponse
 from runner.model.faults import Fault, RetryPolicy
-from runner.model.response_cap import capped_anthropic_http_client
+from runner.model.response_cap import MAX_RESPONSE_BYTES, capped_anthropic_http_client
 from runner.model.retrying import OnRetry, Sleep, complete_with_retries
 from runner.model.sdk_faults import classify_sdk, header_secrets
 from runner.model.wire import InvalidResponse
@@ -116,7 +116,8 @@ def classify(exc: Exception, secrets: tuple[str | None, ...]) -> Fault:
 
 
 def make_client(
-    base_url: str | None, api_key: str | None, timeout_seconds: float, *, max_retries: int, headers: Mapping[str, str] | None = None
+    base_url: str | None, api_key: str | None, timeout_seconds: float, *, max_retries: int, headers: Mapping[str, str] | None = None,
+    max_response_bytes: int = MAX_RESPONSE_BYTES,
 ) -> anthropic.AsyncAnthropic:
     """The SDK client. The key goes in ``x-api-key``, as Anthropic documents it (newer SDKs send
     ``Authorization: Bearer`` instead: omitted); ``anthropic-version`` is the SDK's. The key is
@@ -128,7 +129,7 @@ def make_client(
         return anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url or ANTHROPIC_BASE_URL, timeout=timeout_seconds, max_retries=max_retries,
             default_headers={**(headers or {}), "x-api-key": api_key, "Authorization": anthropic.Omit()},  # type: ignore[dict-item]
-            http_client=capped_anthropic_http_client(),
+            http_client=capped_anthropic_http_client(max_response_bytes),
         )
     raise ModelError("auth", "no API key: set ANTHROPIC_API_KEY, or the environment variable named by the agent's model api_key_env")
 

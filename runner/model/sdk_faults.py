@@ -35,6 +35,8 @@ def classify_sdk(exc: Exception, secrets: Iterable[str | None], sdk: Any, base_e
     secrets = tuple(secrets)
     if isinstance(exc, sdk.APITimeoutError):
         return Fault("timeout", "the request timed out")
+    if isinstance(exc, sdk.APIConnectionError) and isinstance(exc.__cause__, InvalidResponse):
+        return Fault("invalid_response", excerpt(str(exc.__cause__), secrets))  # read by our own cap (ResponseTooLarge)
     if isinstance(exc, sdk.APIConnectionError):
         cause = type(exc.__cause__).__name__ if exc.__cause__ else "no detail"
         if isinstance(exc.__cause__, _not_sent()):
