@@ -11,9 +11,10 @@ at 800 per batch, OpenAI 51 s, Anthropic 76 s; 10,000 rows at 4,000 per batch, O
 running beside it), Anthropic 181 s: linear in the rows (18-26 ms a row, the rows' runs being the
 cost, not the servers), so 120,000 rows take about 35-50 minutes per provider. 120,000 rows,
 measured 2026-12-06 (other work beside it): OpenAI 2,590 s, three batches of 50,000, 50,000 and
-20,000, billed 120,000 = done 120,000. The first Anthropic run found that a 100,000-request
-Message Batch's results (about 60 MB) passed the 16 MiB cap of a live answer: fixed
-(runner.model.response_cap.MAX_BATCH_RESULTS_BYTES).
+20,000, billed 120,000 = done 120,000; Anthropic 1,261 s, two batches of 100,000 and 20,000,
+billed 120,000 = done 120,000. (The first Anthropic run found that a 100,000-request Message
+Batch's results, about 60 MB, passed the 16 MiB cap of a live answer: fixed with
+runner.model.response_cap.MAX_BATCH_RESULTS_BYTES.)
 The row's wall-clock cap is raised to a provider batch's day (:func:`_patient`): the shipped
 task's 120 s is a live call's, and bounds a row waiting on its batch too.
 
