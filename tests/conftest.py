@@ -15,6 +15,7 @@ outlives its timeout: a hang fails CI at once, with the place, instead of at CI'
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Generator
 
 import pytest
@@ -22,6 +23,13 @@ import pytest
 from tests.support import watchdog
 from tests.support.services import check_marked
 from tests.support.tiers import slow_reason
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # Started as a background job of a non-interactive shell (`cmd &` in a script): SIGINT is
+    # ignored, and every process the tests start would inherit that, so the tests that interrupt
+    # a runner with Ctrl-C would wait on one that cannot hear it. Python's own handler here is
+    # reset to the default in each child, as in a terminal.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 pytest_plugins = ["tests.postgres"]
 _WATCHDOG_FD = pytest.StashKey[int]()
