@@ -19,7 +19,6 @@ A storage that accepts a connection and never answers would hold a run or a batc
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, Union
 from urllib.parse import unquote, urlsplit
 
+from runner.env_seconds import env_seconds
 from runner.errors import RunnerError, UsageError
 from runner.files import write_atomic
 
@@ -53,19 +53,7 @@ class RemoteTimedOut(RunnerError, TimeoutError):
 def remote_seconds() -> float:
     """``$RUNNER_REMOTE_TIMEOUT_SECONDS`` as a number of seconds (default :data:`DEFAULT_REMOTE_SECONDS`);
     :class:`UsageError` naming the variable for a value that is not a positive number."""
-    text = os.environ.get(REMOTE_SECONDS_ENV, "").strip()
-    if not text:
-        return DEFAULT_REMOTE_SECONDS
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not (0 < seconds <= MAX_REMOTE_SECONDS):  # NaN fails too
-        raise UsageError(
-            f"{REMOTE_SECONDS_ENV}={text[:40]!r} is not a number of seconds between 0 and {MAX_REMOTE_SECONDS:g}; "
-            f"write e.g. {REMOTE_SECONDS_ENV}=120, or unset it for the default ({DEFAULT_REMOTE_SECONDS:g})"
-        )
-    return seconds
+    return env_seconds(REMOTE_SECONDS_ENV, DEFAULT_REMOTE_SECONDS, MAX_REMOTE_SECONDS, example=120)
 
 
 def bounded(what: str, call: Callable[[], T], seconds: float | None = None) -> T:

@@ -6,11 +6,10 @@ PostgreSQL implementation, which builds on that interface, is not imported by it
 
 from __future__ import annotations
 
-import math
-import os
 import sqlite3
 from pathlib import Path
 
+from runner.env_seconds import env_seconds
 from runner.errors import UsageError
 from runner.store.database import DEFAULT_BUSY_SECONDS, Database, SqliteDatabase, is_postgres_url
 
@@ -40,18 +39,6 @@ def open_database(target: str | Path, *, read_only: bool = False, role: str = "r
 
 
 def store_busy_seconds() -> float:
-    """``$RUNNER_STORE_BUSY_SECONDS`` as a number of seconds (default :data:`DEFAULT_BUSY_SECONDS`);
+    """``$RUNNER_STORE_BUSY_SECONDS`` as a number of seconds (default :data:`DEFAULT_BUSY_SECONDS`; 0 allowed);
     :class:`UsageError` naming the variable for a value that is not a number of seconds."""
-    text = os.environ.get(BUSY_SECONDS_ENV, "").strip()
-    if not text:
-        return DEFAULT_BUSY_SECONDS
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not (0 <= seconds <= MAX_BUSY_SECONDS):  # NaN fails too
-        raise UsageError(
-            f"{BUSY_SECONDS_ENV}={text[:40]!r} is not a number of seconds between 0 and {MAX_BUSY_SECONDS:g}; "
-            f"write e.g. {BUSY_SECONDS_ENV}=30, or unset it for the default ({DEFAULT_BUSY_SECONDS:g})"
-        )
-    return seconds
+    return env_seconds(BUSY_SECONDS_ENV, DEFAULT_BUSY_SECONDS, MAX_BUSY_SECONDS, example=30, zero=True)
