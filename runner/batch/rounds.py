@@ -301,6 +301,7 @@ class RoundCollector:
                     if calls:
                         await self._round(calls)
                 if self._closing and not self._waiting:  # no row in flight: what is queued has nobody waiting
+                    self._seal()
                     return
         except BaseException as exc:
             for call in [*self._queue.values(), *self._flight]:
@@ -323,9 +324,20 @@ class RoundCollector:
         return version == self._version and self._sealable()
 
     def _seal(self) -> list[_Call]:
-        calls = [call for call in self._queue.values() if call.waited()]  # a call whose callers all left is not sent
+        calls = list(self._queue.values())
         self._queue.clear()
-        return calls
+        self._not_sent([call for call in calls if not call.waited()])
+        return [call for call in calls if call.waited()]
+
+    def _not_sent(self, calls: list[_Call]) -> None:
+        """Calls whose callers all left (a wall-clock cap) before their round went out are never
+        sent: their reservations, counted at the worst case when the callers left, cost nothing."""
+        for call in calls:
+            ledger_id = self.answers.ledger_id(call.run_id, call.fingerprint)
+            if ledger_id is not None:
+                reason = LineError("not_sent", "its row stopped before its provider batch was sent")
+                self._settle(ledger_id, call.endpoint.model_id, None, reason)
+                self._settled.add(call.run_id)
 
     async def _round(self, calls: list[_Call]) -> None:
         number = self.state.next_round()

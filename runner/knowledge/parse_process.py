@@ -37,6 +37,8 @@ from runner.knowledge.store import NewChunk
 
 STARTUP_SECONDS = 60.0
 """How long the parser process may take to start and say it is ready (no file is read yet)."""
+EXIT_GRACE_SECONDS = 5.0
+"""How long a parser process whose output ended may take to exit before it is killed."""
 
 
 class ParserBug(RuntimeError):
@@ -63,8 +65,8 @@ class DocumentParser:
         except TimeoutError:
             await self.close()
             raise ConversionError(f"{path.name} took longer than {seconds:g} s to read (its parser was stopped); split or simplify it") from None
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
-            code = await self.close()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError) as exc:
+            code = await self.close(grace=_grace(exc))
             raise ConversionError(f"{path.name} could not be read: its parser's process ended ({_ended(code)})") from None
         except asyncio.CancelledError:  # a run's wall-clock cap: the parse ends with the wait
             await self.close()
@@ -82,8 +84,8 @@ class DocumentParser:
             )  # fmt: skip
             try:
                 await asyncio.wait_for(_answer(self._child), STARTUP_SECONDS)
-            except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
-                code = await self.close()
+            except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+                code = await self.close(grace=_grace(exc))
                 raise ParserBug(f"runner's parser process did not start within {STARTUP_SECONDS:g} s ({_ended(code)}); "
                                 f"run '{sys.executable} -m runner.knowledge.parse_worker' to see why") from None  # fmt: skip
             except asyncio.CancelledError:
@@ -91,11 +93,17 @@ class DocumentParser:
                 raise
         return self._child
 
-    async def close(self) -> int | None:
-        """End the child process (killed if it is still reading); its exit code, if it had one."""
+    async def close(self, *, grace: float = 0.0) -> int | None:
+        """End the child process (killed if it has not ended within ``grace`` seconds); its exit
+        code, if it had one. A child whose output ended is ending by itself: give it a grace, since
+        killing it then makes ``Popen.kill`` reap it first, and asyncio's child watcher, finding
+        nothing to wait for, reports exit code 255 instead of the real one."""
         child, self._child = self._child, None
         if child is None:
             return None
+        if grace and child.returncode is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(child.wait()), grace)
         if child.returncode is None:
             with contextlib.suppress(ProcessLookupError):  # it ended on its own just now
                 child.kill()
@@ -125,6 +133,12 @@ def _chunks(answer: dict[str, Any], relative: str) -> list[NewChunk]:
     if "bug" in answer:
         raise ParserBug(f"reading a knowledge source failed in runner's parser process:\n{answer['bug']}")
     return [NewChunk(relative, seq, heading, position, text) for seq, heading, position, text in answer["chunks"]]
+
+
+def _grace(exc: Exception) -> float:
+    """A child whose output ended (or whose input pipe broke) has exited or is exiting: it gets
+    :data:`EXIT_GRACE_SECONDS`; one that timed out or wrote garbage is killed at once."""
+    return EXIT_GRACE_SECONDS if isinstance(exc, (asyncio.IncompleteReadError, ConnectionError)) else 0.0
 
 
 def _ended(code: int | None) -> str:

@@ -14,7 +14,7 @@ import pytest
 from runner.model.batch_endpoints import BatchBehaviour
 from runner.model.server import ScriptedServer
 from tests.cli.batch_api_project import batch_inputs, chat_calls, live_cost, records, row_of, run, via_api
-from tests.cli.rounds_project import ROUNDS, SCRIPT, TASK, numbers, rounds_project
+from tests.cli.rounds_project import ROUNDS, SCRIPT, TASK, USAGE, numbers, rounds_project
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -120,3 +120,22 @@ def test_a_rows_own_wall_clock_cap_holds_while_its_call_waits_on_the_provider(pr
     rows = records(out)
     assert {(r["status"], r["error_kind"]) for r in rows.values()} == {("failed", "max_wall_seconds")}
     assert all("task cap max_wall_seconds=2 reached" in r["error"] and r["cost_usd"] == 0 for r in rows.values())
+
+
+def test_a_call_whose_row_stopped_before_its_round_went_out_is_not_paid_for(project: Path) -> None:
+    """Row 1's second call waits in the queue while row 2's tool still runs (a round goes out
+    only when every row in flight waits on one); both rows reach their wall-clock cap first. The
+    queued call was never sent: its reservation is released, so each row costs its first call."""
+    (project / "tasks.d/compute.yaml").write_text(TASK.replace("caps: {max_cost_usd: 0.01}", "caps: {max_cost_usd: 0.01, max_wall_seconds: 4}"))
+    slow = {"name": "slow tool", "when": {"last_role": "user", "last_message": "^Compute 2 "},
+            "reply": {"tool_calls": [{"name": "python", "arguments": {"code": "import time; time.sleep(60)"}}], "usage": USAGE}}  # fmt: skip
+    script = {**SCRIPT, "rules": [slow, *SCRIPT["rules"]]}
+    source, out = numbers(project, 2), project / "out.jsonl"
+    with ScriptedServer(script, batch=BatchBehaviour(polls=1)) as server:
+        result = run(project, server, "compute", *via_api(source, out))
+        first_round = batch_inputs(server)
+    assert result.returncode == 1, result.stderr
+    assert len(first_round) == 1  # the second round never went out
+    rows = records(out)
+    assert {(r["status"], r["error_kind"]) for r in rows.values()} == {("failed", "max_wall_seconds")}, rows
+    assert [r["cost_usd"] for r in rows.values()] == pytest.approx([live_cost(100, 10) / 2] * 2), rows
