@@ -238,8 +238,7 @@ class ModelPool:
         key_hash = hashlib.sha256((endpoint.api_key or "").encode()).hexdigest()[:16]
         cache_key = (
             endpoint.provider, endpoint.model_id, endpoint.base_url, key_hash, spec.timeout_seconds, spec.retries, endpoint.tariff,
-            endpoint.deployment, endpoint.api_version,
-            tuple(sorted(spec.extra_headers.items())),
+            endpoint.deployment, endpoint.api_version, endpoint.headers,
         )
         if cache_key not in self._models:
             self._models[cache_key] = self._build(endpoint, spec)
@@ -261,7 +260,7 @@ class ModelPool:
             return AnthropicChatModel(
                 endpoint.model_id, base_url=endpoint.base_url, api_key=endpoint.api_key,
                 timeout_seconds=spec.timeout_seconds, max_retries=spec.retries, on_retry=self._on_retry,
-                default_headers=spec.extra_headers,  # model.extra_headers (no key: config/profile_checks.py)
+                default_headers=dict(endpoint.headers),  # model.extra_headers (no key: config/profile_checks.py)
             )  # fmt: skip
         from runner.model.openai_client import OpenAIChatModel
 
@@ -269,7 +268,7 @@ class ModelPool:
             return OpenAIChatModel(
                 endpoint.model_id, azure=(endpoint.deployment or endpoint.model_id, endpoint.api_version or ""),
                 base_url=endpoint.base_url, api_key=endpoint.api_key, timeout_seconds=spec.timeout_seconds,
-                max_retries=spec.retries, on_retry=self._on_retry, default_headers=spec.extra_headers,
+                max_retries=spec.retries, on_retry=self._on_retry, default_headers=dict(endpoint.headers),
             )  # fmt: skip
         return OpenAIChatModel(
             endpoint.model_id,
@@ -277,7 +276,7 @@ class ModelPool:
             api_key=endpoint.api_key,
             timeout_seconds=spec.timeout_seconds,
             max_retries=spec.retries,
-            default_headers=spec.extra_headers,  # model.extra_headers (no key: config/profile_checks.py)
+            default_headers=dict(endpoint.headers),  # model.extra_headers (no key: config/profile_checks.py)
             on_retry=self._on_retry,
         )
 
