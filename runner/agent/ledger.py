@@ -84,7 +84,12 @@ class CallLedger:
         caller = Spender(agent=self.template.agent, model=self.template.model)  # who spent, in a shared scope's entry
         self._held = self.budget.reserve(self.estimate, count_step=self.count_step, caller=caller)
         self.attempts += 1
-        self._ledger_id = self.recorder.call_reserved(self._entry(self.worst, "reserved"))
+        try:
+            self._ledger_id = self.recorder.call_reserved(self._entry(self.worst, "reserved"))
+        except BaseException:  # not written down (a closed store, a failed commit group): never sent, so not held
+            held, self._held = self._held, None
+            held.release()
+            raise
 
     def retry(self, kind: str, message: str, tariff: Tariff | None = None) -> None:
         """The endpoint failed this attempt with ``kind`` and the client will retry: settle it,

@@ -24,7 +24,7 @@ from runner.config.project import Project
 from runner.config.specs import TaskSpec
 from runner.core.steps import StepRecord
 from runner.errors import ConfigError, WorkspaceTampered
-from runner.local_state import state_path
+from runner.local_state import state_dir, state_path
 from runner.redact import redact
 from runner.runs.options import RunOptions
 from runner.tools.paths import open_beneath
@@ -45,6 +45,10 @@ def run_workspace(project: Project, task: TaskSpec, run_id: str, options: RunOpt
     attempt are wiped; one that reuses steps keeps it, since later steps need what earlier
     ones wrote, and then every task file is checked before it is compared or replaced.
     """
+    if not uses_workspace(project, task) and not fresh:
+        # Never made, written or wiped: where it would be, without the checks of every link on
+        # the way (about a tenth of a tool-less batch row's CPU), which guard only what writes there.
+        return options.workspace_dir.resolve() if options.workspace_dir else state_dir(project.root) / "workspaces" / run_id
     workspace = (options.workspace_dir or default_workspace(project.root, run_id)).resolve()
     if fresh and options.workspace_dir is None:
         wipe_workspace(workspace)

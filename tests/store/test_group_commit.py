@@ -183,3 +183,25 @@ def test_a_call_cancelled_while_its_reservation_waits_for_the_commit_is_released
     assert budget.spent == Usage()
     budget.reserve(Estimate(100, 50, 0.9))  # the cancelled call's 0.5 is not held any more
     store.close()
+
+
+def test_a_reservation_the_store_refuses_to_record_is_released_unsent(tmp_path: Path) -> None:
+    """The call is never sent when its reservation cannot be written down (a closed store, a
+    failed commit group), so the budget does not keep holding its worst case."""
+    from runner.agent.ledger import CallLedger
+    from runner.caps.budget import Budget, Estimate
+    from runner.config.specs import Caps
+    from runner.core.calls import ModelCallEntry
+    from runner.core.usage import Usage
+    from runner.store.recorder import RunRecorder
+    from runner.store.runstore import RunStore
+
+    store = RunStore(tmp_path / "runs.sqlite3")
+    attempt = store.start_run("r1", "t", {}, "hash", {})
+    budget = Budget(Caps(max_cost_usd=1.0), "task")
+    template = ModelCallEntry("main", "agent", "m", 1, Usage(), 0.0, "reserved")
+    ledger = CallLedger(budget, Estimate(100, 50, 0.5), RunRecorder(store, "r1", attempt, None, ()), template)
+    store.close()
+    with pytest.raises(sqlite3.ProgrammingError):  # a closed database
+        asyncio.run(ledger.open_in_group())
+    budget.reserve(Estimate(100, 50, 0.9))  # the refused call's 0.5 is not held any more
