@@ -14,7 +14,10 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator, ValidationError
 
 SCHEMA_VERSION = "runner.report/v1"
 USAGE_KEYS = (
@@ -42,16 +45,9 @@ def validate_record(record: Mapping[str, Any]) -> None:
     """Check ``record`` against the schema and its cross references.
 
     Raises :class:`ValueError` whose message lists every problem, one per line, as
-    ``/json/pointer: message``.
-
-    A record the schema subset check accepts is valid for certain; only one it does not
-    accept (invalid, or beyond the subset) is handed to jsonschema, which decides and words
-    the problems (see :mod:`runner.reports.schema_subset`: importing jsonschema costs a run
-    about 4 MiB).
+    ``/json/pointer: message`` (jsonschema's wording for the schema's problems).
     """
-    from runner.reports.schema_subset import conforms  # only where records are validated (not in a batch)
-
-    problems = [] if conforms(record, report_schema()) else _schema_problems(record)
+    problems = _schema_problems(record)
     if not problems:
         problems = _cross_reference_problems(record)
     if problems:
@@ -59,13 +55,24 @@ def validate_record(record: Mapping[str, Any]) -> None:
 
 
 def _schema_problems(record: Mapping[str, Any]) -> list[str]:
-    from jsonschema import Draft202012Validator  # imported only for a record the subset check did not accept
+    errors = record_validator().iter_errors(record)
+    return [f"{_pointer(error.absolute_path)}: {error.message}" for error in sorted(errors, key=_error_order)]
 
-    validator = Draft202012Validator(report_schema())
-    return [
-        f"{_pointer(error.absolute_path)}: {error.message}"
-        for error in sorted(validator.iter_errors(record), key=lambda e: [str(p) for p in e.absolute_path])
-    ]
+
+@cache
+def record_validator() -> Draft202012Validator:
+    """jsonschema's Draft 2020-12 validator for ``report.schema.json``, built once per process.
+
+    Without a format checker, so ``format`` is an annotation (timestamps are held to the
+    schema's ``pattern``). jsonschema is imported here, not with this module: a batch reads
+    this module for the usage rollups and never validates a record."""
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(report_schema())
+
+
+def _error_order(error: ValidationError) -> list[str]:
+    return [str(part) for part in error.absolute_path]
 
 
 def step_usage(step: Mapping[str, Any]) -> dict[str, Any]:

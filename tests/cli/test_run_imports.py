@@ -54,8 +54,8 @@ SCRIPT = {
 }
 
 NEVER_IN_A_SIMPLE_RUN = {
-    # third-party: tabular data, charts, schema validation of a known project, YAML of a cached one
-    "pandas", "numpy", "pyarrow", "matplotlib", "PIL", "jsonschema", "referencing", "yaml",
+    # third-party: tabular data, charts, YAML of a cached project
+    "pandas", "numpy", "pyarrow", "matplotlib", "PIL", "yaml",
     # runner's parts that only some tasks use
     "runner.knowledge.base", "runner.knowledge.memory", "runner.knowledge.store",
     "runner.tools.sandbox", "runner.tools.call_limits", "runner.tools.cgroups", "runner.tools.seccomp",
@@ -64,6 +64,8 @@ NEVER_IN_A_SIMPLE_RUN = {
     # ... and only some attempts: an evidence or output-schema check, a retry's wipe or tool replay
     "runner.agent.evidence", "runner.config.schema", "runner.tools.disk_quota", "runner.runs.replayed_workspace",
 }  # fmt: skip
+SCHEMA_VALIDATION = {"jsonschema", "referencing"}
+"""Loaded to check a project that is not cached, and a run's record before its report is written."""
 
 
 @pytest.fixture
@@ -112,9 +114,10 @@ def test_a_simple_run_on_a_cached_project_loads_only_what_it_uses(project: Path,
     assert "42" in warm.stdout
     assert loaded(modules, NEVER_IN_A_SIMPLE_RUN) == set()
     assert "runner.config.template_engine" not in modules  # a plain goal is not a template
-    # what it does use is there: the SDK, the store, the tool, the report (HTML built without Jinja)
-    assert {"openai", "sqlite3", "runner.tools.builtins.calculator", "runner.reports.html", "markupsafe"} <= modules
-    assert "jinja2" not in modules
+    # what it does use is there: the SDK, the store, the tool, the report (its record checked by
+    # jsonschema, report.html a Jinja template)
+    assert {"openai", "sqlite3", "runner.tools.builtins.calculator", "runner.reports.html", "jinja2"} <= modules
+    assert modules >= SCHEMA_VALIDATION
     for report_dir in (project / "reports" / "plain").iterdir():  # one per run, each complete
         assert {p.name for p in report_dir.iterdir()} >= {"report.md", "report.html", "report.json"}
 
@@ -129,6 +132,10 @@ def test_without_an_html_report_a_plain_goal_needs_no_jinja(
     assert done.returncode == 0, done.stderr
     assert "jinja2" not in modules and "markupsafe" not in modules
     assert loaded(modules, NEVER_IN_A_SIMPLE_RUN) == set()
+    if how:  # no report: no record to check
+        assert loaded(modules, SCHEMA_VALIDATION) == set()
+    else:  # report.json: the record is checked before it is written
+        assert modules >= SCHEMA_VALIDATION
 
 
 def test_a_goal_that_only_substitutes_inputs_needs_no_jinja(project: Path, server: ScriptedServer) -> None:
@@ -157,5 +164,5 @@ def test_a_batch_over_csv_or_jsonl_loads_neither_pandas_nor_jinja(project: Path,
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in (project / "out.jsonl").read_text().splitlines()]
     assert [r["output"] for r in records] == ["category: hardware"] * 2
-    assert loaded(modules, NEVER_IN_A_SIMPLE_RUN | {"jinja2"}) == set()
+    assert loaded(modules, NEVER_IN_A_SIMPLE_RUN | SCHEMA_VALIDATION | {"jinja2"}) == set()
     assert {"openai", "sqlite3", "runner.batch.engine"} <= modules

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from runner.reports.record import fill_usage_rollups, report_schema, usage_rollups, validate_record
+from runner.reports.record import fill_usage_rollups, record_validator, report_schema, usage_rollups, validate_record
 
 
 def test_schema_is_valid_draft_2020_12() -> None:
@@ -49,6 +49,13 @@ def test_every_problem_is_listed_with_its_pointer(record: dict[str, Any]) -> Non
     assert "/started_at: '2026-11-30 06:00' does not match" in message
     assert "/steps/1/usage/cost_usd: -1 is less than the minimum of 0" in message
     assert "/artifacts/0/path: '../outside.png' does not match" in message
+
+
+def test_a_nested_problem_gets_jsonschema_wording_and_the_validator_is_built_once(record: dict[str, Any]) -> None:
+    record["steps"][0]["status"] = "exploded"
+    with pytest.raises(ValueError, match=r"\(1 problem\(s\)\):\n/steps/0/status: 'exploded' is not one of \["):
+        validate_record(record)
+    assert record_validator() is record_validator()
 
 
 @pytest.mark.parametrize(
