@@ -101,12 +101,14 @@ class DocumentParser:
         child, self._child = self._child, None
         if child is None:
             return None
-        if grace and child.returncode is None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(child.wait()), grace)
-        if child.returncode is None:
-            with contextlib.suppress(ProcessLookupError):  # it ended on its own just now
-                child.kill()
+        try:
+            if grace and child.returncode is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(child.wait()), grace)
+        finally:  # killed even when the wait for its exit is cancelled (a run's wall-clock cap)
+            if child.returncode is None:
+                with contextlib.suppress(ProcessLookupError):  # it ended on its own just now
+                    child.kill()
         return await asyncio.shield(child.wait())
 
 

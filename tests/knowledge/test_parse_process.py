@@ -126,3 +126,31 @@ async def test_a_process_that_cannot_start_is_runners_bug_not_the_files(files: t
     with pytest.raises(ParserBug, match=r"^runner's parser process did not start within 60 s \(exit code 3\); run '.+ -m runner\.knowledge\.parse_worker' to see why$"):
         await parser.chunks(billing, "billing.md")
     assert children() == {}
+
+
+async def test_a_process_that_ends_its_output_but_hangs_is_killed_after_its_grace(files: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its output ended, so it gets a grace to exit with its own code; it does not, so it is killed."""
+    _, billing = files
+    slow_to_start(monkeypatch, tmp_path / "site", "import os, time\nos.close(1)\ntime.sleep(600)\n")
+    parser = DocumentParser(ChunkSettings())
+    with pytest.raises(ParserBug, match=r"\(killed by signal 9\); run '.+ -m runner\.knowledge\.parse_worker' to see why$"):
+        await parser.chunks(billing, "billing.md")
+    assert children() == {}
+
+
+async def test_cancelled_while_a_process_that_ended_its_output_gets_its_grace_it_is_killed(files: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, billing = files
+    slow_to_start(monkeypatch, tmp_path / "site", "import os, time\nos.close(1)\ntime.sleep(600)\n")
+    parser = DocumentParser(ChunkSettings())
+    reading = asyncio.create_task(parser.chunks(billing, "billing.md"))
+    while not children():
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(1)  # its output has ended: the parser waits out its grace (5 s)
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    for _ in range(500):  # killed: gone once reaped
+        if not children():
+            break
+        await asyncio.sleep(0.01)
+    assert children() == {}
