@@ -87,7 +87,7 @@ class CallLedger:
         try:
             self._ledger_id = self.recorder.call_reserved(self._entry(self.worst, "reserved"))
         except BaseException:  # not written down (a closed store, a failed commit group): never sent, so not held
-            held, self._held = self._held, None
+            held, self._held, self._ledger_id = self._held, None, None
             held.release()
             raise
 

@@ -301,7 +301,8 @@ class RoundCollector:
                     if calls:
                         await self._round(calls)
                 if self._closing and not self._waiting:  # no row in flight: what is queued has nobody waiting
-                    self._seal()
+                    self._not_sent(list(self._queue.values()))
+                    self._queue.clear()
                     return
         except BaseException as exc:
             for call in [*self._queue.values(), *self._flight]:
@@ -324,10 +325,15 @@ class RoundCollector:
         return version == self._version and self._sealable()
 
     def _seal(self) -> list[_Call]:
-        calls = list(self._queue.values())
+        waited: list[_Call] = []
+        gone: list[_Call] = []
+        for call in self._queue.values():
+            (waited if call.waited() else gone).append(call)
         self._queue.clear()
-        self._not_sent([call for call in calls if not call.waited()])
-        return [call for call in calls if call.waited()]
+        if gone:
+            self._not_sent(gone)
+            self._correct_rows()  # now: no round may follow for hours
+        return waited
 
     def _not_sent(self, calls: list[_Call]) -> None:
         """Calls whose callers all left (a wall-clock cap) before their round went out are never
@@ -336,8 +342,7 @@ class RoundCollector:
             ledger_id = self.answers.ledger_id(call.run_id, call.fingerprint)
             if ledger_id is not None:
                 reason = LineError("not_sent", "its row stopped before its provider batch was sent")
-                self._settle(ledger_id, call.endpoint.model_id, None, reason)
-                self._settled.add(call.run_id)
+                self._settle(call.run_id, ledger_id, call.endpoint.model_id, None, reason)
 
     async def _round(self, calls: list[_Call]) -> None:
         number = self.state.next_round()
@@ -420,8 +425,7 @@ class RoundCollector:
         """The calls of a batch that was never created (its process died first) were not sent:
         settle their reservations at nothing."""
         for run_id, ledger_id in self.answers.unanswered_in(self._part_key(intent)):
-            self._settle(ledger_id, intent.model, None, LineError("batch_not_created", "its provider batch was never created"))
-            self._settled.add(run_id)
+            self._settle(run_id, ledger_id, intent.model, None, LineError("batch_not_created", "its provider batch was never created"))
 
     async def _created_anyway(self, client: BatchClient, metadata: dict[str, str], intent: BatchPart) -> str | None:
         """The batch a failed upload or create may still have made, or ``None`` (the intent is
@@ -597,18 +601,19 @@ class RoundCollector:
             self.answers.failed(run_id, fingerprint, answer.kind, answer.message)
         ledger_id = self.answers.ledger_id(run_id, fingerprint)
         if ledger_id is not None:
-            self._settle(ledger_id, model, usage, answer)
-            self._settled.add(run_id)
+            self._settle(run_id, ledger_id, model, usage, answer)
         return answer
 
-    def _settle(self, ledger_id: int, model: str, usage: Usage | None, answer: Answer) -> None:
-        """Settle a call whose caller has gone: the answer's usage at the batch price, or nothing."""
+    def _settle(self, run_id: str, ledger_id: int, model: str, usage: Usage | None, answer: Answer) -> None:
+        """Settle a call of ``run_id`` whose caller has gone: the answer's usage at the batch price,
+        or nothing; the row's spend is corrected from the store (:meth:`_correct_rows`)."""
         if usage is not None:
             priced = replace(usage, cost_usd=self.prices(model).cost(usage, "batch"))
             self.store.settle_model_call(ledger_id, ModelCallEntry("", "", model, 0, priced, 0.0, "ok"))
         else:
             error = answer.message if isinstance(answer, LineError) else "no answer"
             self.store.settle_model_call(ledger_id, ModelCallEntry("", "", model, 0, Usage(), 0.0, "error", error=error))
+        self._settled.add(run_id)
 
     def _answer(self, call: _Call, answer: Answer) -> None:
         for waiter in call.waiters:

@@ -32,8 +32,12 @@ from runner.tools.paths import open_beneath
 _CHUNK = 1 << 20
 
 
-def default_workspace(root: Path, run_id: str) -> Path:
-    """Where run ``run_id`` keeps its files (tables, charts) unless told otherwise (in the state directory)."""
+def default_workspace(root: Path, run_id: str, *, checked: bool = True) -> Path:
+    """Where run ``run_id`` keeps its files (tables, charts) unless told otherwise (in the state
+    directory); ``checked=False`` skips the check of every link on the way, for a workspace that
+    is never made, written or wiped."""
+    if not checked:
+        return state_dir(root) / "workspaces" / run_id
     return state_path(root, "workspaces", run_id, holds="run workspaces", wiped=True)
 
 
@@ -45,14 +49,14 @@ def run_workspace(project: Project, task: TaskSpec, run_id: str, options: RunOpt
     attempt are wiped; one that reuses steps keeps it, since later steps need what earlier
     ones wrote, and then every task file is checked before it is compared or replaced.
     """
-    if not uses_workspace(project, task) and not fresh:
-        # Never made, written or wiped: where it would be, without the checks of every link on
-        # the way (about a tenth of a tool-less batch row's CPU), which guard only what writes there.
-        return options.workspace_dir.resolve() if options.workspace_dir else state_dir(project.root) / "workspaces" / run_id
-    workspace = (options.workspace_dir or default_workspace(project.root, run_id)).resolve()
+    used = uses_workspace(project, task)
+    # One never made, written or wiped skips the checks of every link on the way (about a tenth
+    # of a tool-less batch row's CPU): they guard only what writes there.
+    checked = used or fresh
+    workspace = (options.workspace_dir or default_workspace(project.root, run_id, checked=checked)).resolve()
     if fresh and options.workspace_dir is None:
         wipe_workspace(workspace)
-    if not uses_workspace(project, task):
+    if not used:
         return workspace
     _make_directory(workspace)
     for rel in task.workspace_files:
