@@ -12,10 +12,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment
 
 from runner.evals.results import CaseResult, EvalResult, VariantResult
 from runner.files import write_text_atomic
+from runner.reports.templating import html_environment
 
 MAX_DIFF_ROWS = 200
 
@@ -142,9 +143,7 @@ def _cell(case: CaseResult | None) -> tuple[bool | None, str]:
 
 @cache
 def _environment() -> Environment:
-    env = Environment(loader=PackageLoader("runner.evals", "templates"), autoescape=True, undefined=StrictUndefined)
-    env.filters.update(pct=_pct, usd=_usd, secs=_secs, ratio=_ratio, keys=_keys)
-    return env
+    return html_environment("runner.evals", pct=_pct, usd=_usd, secs=_secs, ratio=_ratio, keys=_keys)
 
 
 def _md(text: Any) -> str:

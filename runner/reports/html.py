@@ -26,11 +26,12 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment
 
 import runner
 from runner.reports import costs, narrative
 from runner.reports.record import SCHEMA_VERSION, fill_usage_rollups
+from runner.reports.templating import html_environment
 from runner.reports.transcript import message_text, turns
 from runner.reports.view import Chart, ReportView, build_view
 
@@ -69,20 +70,8 @@ def render_html(
 
 @cache
 def environment() -> Environment:
-    """The report's Jinja environment, one per process (Jinja keeps the compiled template).
-
-    Autoescape is on for every template it loads (they are all HTML, or CSS included into
-    HTML); ``StrictUndefined`` makes a misspelt name an error instead of an empty string.
-    """
-    env = Environment(
-        loader=PackageLoader("runner.reports", "templates"),
-        autoescape=True,
-        undefined=StrictUndefined,
-        keep_trailing_newline=True,
-    )
-    env.filters["message_text"] = message_text
-    env.filters["truncate_chars"] = _truncate_chars
-    return env
+    """The report's Jinja environment, one per process (Jinja keeps the compiled template)."""
+    return html_environment("runner.reports", message_text=message_text, truncate_chars=_truncate_chars)
 
 
 def _truncate_chars(text: str) -> str:

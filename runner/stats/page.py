@@ -8,8 +8,9 @@ import io
 from functools import cache
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment
 
+from runner.reports.templating import html_environment
 from runner.stats.compute import Stats, TrendPoint
 
 TREND_CHARTS = (("cost_per_run", "$ per run"), ("success_rate", "success rate"), ("duration_p95", "p95 seconds"),
@@ -55,9 +56,7 @@ def _data_uri(png: bytes) -> str:
 
 @cache
 def _environment() -> Environment:
-    env = Environment(loader=PackageLoader("runner.stats", "templates"), autoescape=True, undefined=StrictUndefined)
-    env.filters.update(pct=_pct, usd=_usd, secs=_secs, num=_num, ratio=_ratio)
-    return env
+    return html_environment("runner.stats", pct=_pct, usd=_usd, secs=_secs, num=_num, ratio=_ratio)
 
 
 def _pct(value: Any) -> str:
