@@ -69,7 +69,11 @@ class Kept:
 
 
 class ProviderAnswers:
-    """Calls sent through provider batches, and their answers, by run id and fingerprint."""
+    """Calls sent through provider batches, and their answers, by run id and fingerprint.
+
+    Every write sets values (an upsert, an ``UPDATE ... SET``, a ``DELETE``): applying it twice
+    leaves what applying it once does, so each is repeated on a new connection when the store's
+    drops (a row whose call was answered must not fail, and pay for its call again, over it)."""
 
     def __init__(self, db: Database, *, create: bool = True):
         """``create=False``: the table is known to exist (the batch's rounds created it)."""
@@ -82,13 +86,14 @@ class ProviderAnswers:
         self._db.execute(
             "INSERT INTO provider_answers (run_id, fingerprint, ledger_id, sent_at) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (run_id, fingerprint) DO UPDATE SET ledger_id = excluded.ledger_id, sent_at = excluded.sent_at",
-            (run_id, fingerprint, ledger_id, now_iso()),
+            (run_id, fingerprint, ledger_id, now_iso()), idempotent=True,
         )
 
     def in_part(self, keys: list[tuple[str, str]], part: str) -> None:
         """Note that these calls (run id, fingerprint) are about to go out in the provider batch ``part``."""
         self._db.executemany(
-            "UPDATE provider_answers SET batch_part = ? WHERE run_id = ? AND fingerprint = ?", [(part, *key) for key in keys]
+            "UPDATE provider_answers SET batch_part = ? WHERE run_id = ? AND fingerprint = ?", [(part, *key) for key in keys],
+            idempotent=True,
         )
 
     def calls_in(self, part: str) -> list[tuple[str, str]]:
@@ -111,7 +116,7 @@ class ProviderAnswers:
         self._db.execute(
             "INSERT INTO provider_answers (run_id, fingerprint, body_json, sent_at, answered_at) VALUES (?, ?, ?, ?, ?)"
             " ON CONFLICT (run_id, fingerprint) DO UPDATE SET body_json = excluded.body_json, answered_at = excluded.answered_at",
-            (run_id, fingerprint, json.dumps(body, ensure_ascii=False), now, now),
+            (run_id, fingerprint, json.dumps(body, ensure_ascii=False), now, now), idempotent=True,
         )
 
     def failed(self, run_id: str, fingerprint: str, kind: str, message: str) -> None:
@@ -132,7 +137,7 @@ class ProviderAnswers:
     def _set_error(self, run_id: str, fingerprint: str, kind: str | None, message: str | None) -> None:
         self._db.execute(
             "UPDATE provider_answers SET error_kind = ?, error_message = ? WHERE run_id = ? AND fingerprint = ?",
-            (kind, message, run_id, fingerprint),
+            (kind, message, run_id, fingerprint), idempotent=True,
         )
 
     def answered_unclaimed(self, call_id: str, body: dict[str, Any]) -> None:
@@ -169,7 +174,7 @@ class ProviderAnswers:
 
     def forget(self, run_id: str) -> None:
         """Drop the answers kept for a live run (an attempt that starts over keeps its own)."""
-        self._db.execute("DELETE FROM provider_answers WHERE run_id = ?", (run_id,))
+        self._db.execute("DELETE FROM provider_answers WHERE run_id = ?", (run_id,), idempotent=True)
 
     def ledger_id(self, run_id: str, fingerprint: str) -> int | None:
         """The run store id of the reservation made for this call when it was sent."""

@@ -77,4 +77,4 @@ class ProviderToolResults:
 
     def forget(self, run_id: str) -> None:
         """Drop the run's kept results (its workspace no longer matches them: its tools run again)."""
-        self._db.execute("DELETE FROM provider_tool_results WHERE run_id = ?", (run_id,))
+        self._db.execute("DELETE FROM provider_tool_results WHERE run_id = ?", (run_id,), idempotent=True)

@@ -29,6 +29,8 @@ from runner.core.usage import Usage
 from runner.errors import StoreUnavailable, UsageError
 from runner.store.cap_ledger import CapLedger
 from runner.store.postgres import RECONNECT_ENV, PostgresDatabase, Reconnect
+from runner.store.provider_answers import ProviderAnswers
+from runner.store.provider_tools import ProviderToolResults
 from runner.store.runstore import RunStore
 from tests.batch.batch_fakes import rows_of, tickets, write_csv
 from tests.postgres import terminate
@@ -291,6 +293,35 @@ def test_a_write_not_safe_to_repeat_is_not_repeated(postgres_url: str) -> None:
         with pytest.raises(StoreUnavailable, match="not repeated automatically"):
             db.execute("INSERT INTO counter VALUES (1)")
         assert db.row("SELECT COUNT(*) AS n FROM counter") == {"n": 0}
+    finally:
+        db.close()
+
+
+ANSWER = {"choices": [{"message": {"role": "assistant", "content": "hi"}}]}
+ANSWER_WRITES: dict[str, tuple[Callable[[ProviderAnswers, ProviderToolResults], Any], str, Any]] = {  # (write, query, expected)
+    "sent": (lambda a, t: a.sent("r1", "f2", 7), "SELECT ledger_id FROM provider_answers WHERE fingerprint = 'f2'", 7),
+    "in_part": (lambda a, t: a.in_part([("r1", "f1")], "p1"), "SELECT batch_part FROM provider_answers WHERE fingerprint = 'f1'", "p1"),
+    "answered": (lambda a, t: a.answered("r1", "f1", ANSWER), "SELECT COUNT(*) FROM provider_answers WHERE body_json IS NOT NULL", 1),
+    "failed": (lambda a, t: a.failed("r1", "f1", "server", "boom"), "SELECT error_kind FROM provider_answers WHERE fingerprint = 'f1'", "server"),
+    "forget": (lambda a, t: a.forget("r1"), "SELECT COUNT(*) FROM provider_answers", 0),
+    "forget tool results": (lambda a, t: t.forget("r1"), "SELECT COUNT(*) FROM provider_tool_results", 0),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("write", list(ANSWER_WRITES))
+def test_a_kept_answer_is_written_across_a_dropped_connection(postgres_url: str, write: str) -> None:
+    """A row whose call was answered must not fail over keeping the answer (its retry would pay
+    for the call again: CI's 17 requests for 16 rows): every such write is safe to repeat, and is."""
+    apply, query, expected = ANSWER_WRITES[write]
+    db = PostgresDatabase(postgres_url)
+    try:
+        answers, tools = ProviderAnswers(db), ProviderToolResults(db)
+        answers.sent("r1", "f1", 1)
+        tools.keep("r1", "k1", {"ok": True}, "w1")
+        terminate(postgres_url, db.session_pid)
+        apply(answers, tools)
+        assert db.reconnects == 1  # the write met the dropped session, and ran again on a new one
+        assert count(postgres_url, query) == expected
     finally:
         db.close()
 
