@@ -250,6 +250,7 @@ class RoundCollector:
             else:
                 self._never_sent(intent)
                 self.state.dropped(intent)
+        self._never_queued_out()
         await self.delete_unneeded_files()  # the files of batches never created, and what an earlier run left
         out = {batch.id: batch.part for batch in self.state.out}
         if out:
@@ -426,6 +427,15 @@ class RoundCollector:
         settle their reservations at nothing."""
         for run_id, ledger_id in self.answers.unanswered_in(self._part_key(intent)):
             self._settle(run_id, ledger_id, intent.model, None, LineError("batch_not_created", "its provider batch was never created"))
+
+    def _never_queued_out(self) -> None:
+        """The calls an earlier process of this batch still held in its queue when it died were
+        not sent: their reservations, left in flight at the worst case, cost nothing (a row's
+        call reserved but not yet handed to the rounds stays at its worst case: it may have been
+        a live fallback's)."""
+        for run_id, ledger_id in self.answers.never_in_a_part(f"{self.journal.batch_id}-"):
+            if self.store.release_unsent(ledger_id, "its process ended before its provider batch was made"):
+                self._settled.add(run_id)
 
     async def _created_anyway(self, client: BatchClient, metadata: dict[str, str], intent: BatchPart) -> str | None:
         """The batch a failed upload or create may still have made, or ``None`` (the intent is

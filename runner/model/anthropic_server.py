@@ -10,7 +10,9 @@ It answers as Anthropic documents, refusing what the real API refuses:
 - every request needs the ``anthropic-version`` header (else 400) and the ``x-api-key`` the
   server was given (else 401 ``authentication_error``); errors are
   ``{"type": "error", "error": {"type": ..., "message": ...}}``;
-- ``POST /v1/messages``: the body checks of :mod:`runner.model.anthropic_protocol`; the reply
+- ``POST /v1/messages``: the body checks of :mod:`runner.model.anthropic_protocol`, then (with the
+  ``anthropic`` package installed) the SDK's own request types (:mod:`runner.model.anthropic_conformance`:
+  a field of the wrong type, or one the API does not define, is a 400); the reply
   is the script's (matched on the request in Chat Completions shape), as a ``message`` with
   ``tool_use`` blocks and usage. Its prompt cache is real: a prefix marked with ``cache_control``
   of at least ``min_cache_tokens`` is written the first time (``cache_creation_input_tokens``)
@@ -39,12 +41,16 @@ import urllib.parse
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from runner.model.anthropic_conformance import messages_problem
 from runner.model.anthropic_protocol import cached_prefix, chat_body, error_body, message_from, problems
 from runner.model.batch_endpoints import BatchBehaviour
 from runner.model.script_rules import NoRuleMatched, Script
 from runner.model.server import RecordedRequest, ScriptedServer
+
+if TYPE_CHECKING:
+    from runner.core.usage import Usage
 
 MAX_BATCH_REQUESTS = 100_000
 MAX_BATCH_BYTES = 256_000_000
@@ -149,7 +155,7 @@ class AnthropicServer(ScriptedServer):
 
     def message(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], str]:
         """``(status, answer, rule)`` for one Messages request (live, or a batch's ``params``)."""
-        problem = problems(body)
+        problem = problems(body) or messages_problem(body)  # the SDK's own types, where installed
         if problem is not None:
             return 400, error_body(400, problem), "invalid-request"
         try:
@@ -164,6 +170,12 @@ class AnthropicServer(ScriptedServer):
         answer["usage"] = self._cache_usage(body, answer["usage"])
         self.bill({"model": answer["model"], "usage": answer["usage"]})
         return 200, answer, match.rule
+
+    @staticmethod
+    def parse_usage(usage: dict[str, Any]) -> Usage:
+        from runner.model.anthropic_wire import parse_usage
+
+        return parse_usage(usage)
 
     def _cache_usage(self, body: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
         prefix = cached_prefix(body)

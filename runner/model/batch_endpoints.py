@@ -20,8 +20,8 @@ error file with its status code (a partial failure). ``outcome: expired`` ends t
 ``POST .../cancel`` (``cancelling`` until the next retrieve). A batch that ends expired or
 cancelled has answered its first ``partial`` lines (billed, in the output file) and none of
 the others. An input file that is not valid JSONL of ``{custom_id, method, url, body}``
-lines with unique ids for the batch's endpoint, or with more than ``max_requests`` lines,
-fails the batch at validation (``status: failed`` with ``errors``). Deleting the input file
+lines with unique ids for the batch's endpoint, with more than ``max_requests`` lines, or of more
+than ``max_bytes`` (OpenAI: 50,000 requests and 200 MB a batch), fails the batch at validation (``status: failed`` with ``errors``). Deleting the input file
 of a batch that has not ended fails that batch when it would have ended (``input_file_deleted``):
 :attr:`BatchEndpoints.deleted_in_use` lists such deletions, which a client must never make.
 
@@ -63,6 +63,7 @@ class BatchBehaviour:
     outcome: Outcome = "completed"
     partial: int = 0  # lines answered by a batch that ends expired or cancelled
     max_requests: int | None = None  # a larger input file fails validation
+    max_bytes: int | None = None  # so does a bigger one
     hold: frozenset[str] = frozenset()  # points where requests wait for release()
     hold_after: int = 0  # hold only once this many batches exist (e.g. 1: from the second batch's upload)
     refuse_creates: int = 0  # the first N batch creates are refused (400), as a provider refuses one over a limit
@@ -298,11 +299,14 @@ class BatchEndpoints:
     # --- the state machine (under the lock) --------------------------------------------
 
     def _validate(self, batch: _Batch) -> None:
-        lines, problem = _requests(self.files[batch.input_file_id].content, batch.endpoint)
+        content = self.files[batch.input_file_id].content
+        lines, problem = _requests(content, batch.endpoint)
         batch.total = len(lines)
-        limit = self.behaviour.max_requests
+        limit, size_limit = self.behaviour.max_requests, self.behaviour.max_bytes
         if problem is None and limit is not None and len(lines) > limit:
             problem = _problem("too_many_requests", f"the input file has {len(lines)} requests, more than {limit}", None)
+        if problem is None and size_limit is not None and len(content) > size_limit:
+            problem = _problem("file_too_large", f"the input file has {len(content)} bytes, more than {size_limit}", None)
         if problem is not None:
             batch.status, batch.errors = "failed", {"object": "list", "data": [problem]}
             batch.times["failed_at"] = int(time.time())

@@ -56,6 +56,7 @@ from runner.model.script_rules import Match, NoRuleMatched, Script
 
 if TYPE_CHECKING:
     from runner.config.specs import Price
+    from runner.core.usage import Usage
 
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key", "cookie"})
 
@@ -147,7 +148,6 @@ class ScriptedServer:
         shipped prices; with ``batch``, their Batch API rates), cached and cache-write prompt
         tokens at their rates. A model without a price raises ``LookupError``."""
         from runner.config.prices import batch_price, cost_usd, default_prices, find_price
-        from runner.model.wire import parse_usage
 
         table = dict(default_prices() if prices is None else prices)
         costs = []
@@ -155,11 +155,18 @@ class ScriptedServer:
             price = find_price(table, model)
             if price is None:
                 raise LookupError(f"no price for the model {model!r} the server billed")
-            used = parse_usage(usage)
+            used = self.parse_usage(usage)
             rates = batch_price(price) if batch else price
             costs.append((model, cost_usd(rates, used.input_tokens, used.output_tokens, used.cached_input_tokens,
                                           used.cache_write_tokens)))  # fmt: skip
         return costs
+
+    @staticmethod
+    def parse_usage(usage: dict[str, Any]) -> Usage:
+        """A billed completion's usage, as this server's protocol spells it."""
+        from runner.model.wire import parse_usage
+
+        return parse_usage(usage)
 
     def billed_usd(self, prices: Mapping[str, Price] | None = None, *, batch: bool = False, since: int = 0) -> float:
         """What the completions billed cost in USD, from the ``since``-th on (:meth:`billed_costs`):

@@ -110,6 +110,18 @@ class ProviderAnswers:
         )
         return [(str(row["run_id"]), int(row["ledger_id"])) for row in rows]
 
+    def never_in_a_part(self, run_prefix: str) -> list[tuple[str, int]]:
+        """``(run id, reservation id)`` of the calls of runs whose id starts with ``run_prefix``
+        that were handed to the rounds but never noted in a provider batch (:meth:`in_part` comes
+        before the upload) and have no answer or failure: calls an earlier process still held
+        in its queue when it died, which no provider has seen."""
+        rows = self._db.rows(
+            "SELECT run_id, ledger_id FROM provider_answers WHERE substr(run_id, 1, ?) = ? AND batch_part IS NULL"
+            " AND body_json IS NULL AND error_kind IS NULL AND ledger_id IS NOT NULL",
+            (len(run_prefix), run_prefix),
+        )
+        return [(str(row["run_id"]), int(row["ledger_id"])) for row in rows]
+
     def answered(self, run_id: str, fingerprint: str, body: dict[str, Any]) -> None:
         """Keep the body of the completion that answered the call (already redacted)."""
         now = now_iso()

@@ -450,6 +450,18 @@ class RunStore:
             idempotent=True,
         )
 
+    def release_unsent(self, call_id: int, error: str) -> bool:
+        """Settle at nothing a call an earlier process reserved and left in flight (``reserved`` or
+        ``unsettled``) that is known never to have been sent; a call settled since is left alone.
+        Whether it was released."""
+        released = self._db.execute(
+            "UPDATE model_calls SET input_tokens = 0, output_tokens = 0, cached_input_tokens = 0, cost_usd = 0,"
+            " reasoning_tokens = 0, cache_write_tokens = 0, status = 'error', error = ?"
+            " WHERE id = ? AND status IN ('reserved', 'unsettled')",
+            (error, call_id), idempotent=True,
+        )  # fmt: skip
+        return released > 0
+
     def add_tool_call(self, run_id: str, attempt: int, call: ToolCallEntry) -> None:
         """Insert one tool call, once (see :meth:`add_model_call`)."""
         token = new_token()

@@ -81,6 +81,7 @@ def test_extra_headers_go_with_every_message_batches_request(tmp_path: Path) -> 
         result = runner(root, anthropic_env(server), *_via_api(source, out))
         assert result.returncode == 0, result.stderr
         sent = server.requests
+        checked_requests(server)
     assert len(server.message_batches) == 1 and all(r["status"] == "done" for r in records(out).values())
     assert sent and all(r.path.startswith("/v1/messages/batches") for r in sent)  # create, polls, results: nothing live
     assert all(r.headers.get("anthropic-beta") == "files-api-2025-04-14" for r in sent), [(r.path, r.headers) for r in sent]
@@ -108,6 +109,7 @@ def test_a_round_larger_than_the_limit_is_split_over_message_batches(project: Pa
         assert result.returncode == 0, result.stderr
         sizes = [len(b.requests) for b in sorted(server.message_batches.values(), key=lambda b: b.id)]
         assert len(server.billed) == 5
+        checked_requests(server)
     assert sizes == [2, 2, 1]
     assert all(r["status"] == "done" for r in records(out).values())
 
@@ -145,6 +147,35 @@ def test_kill_9_with_a_message_batch_out_then_the_same_command_resumes_onto_it(p
     rows = records(out)
     assert sorted(rows) == ["t1", "t2", "t3"] and all(r["status"] == "done" and r["output"] == TRIAGE for r in rows.values())
     assert all(r["cost_usd"] == pytest.approx(LIVE_COST / 2) for r in rows.values())
+
+
+def test_kill_9_while_a_split_round_goes_out_then_the_rerun_bills_each_row_once(project: Path) -> None:
+    """Five rows at two requests a Message Batch: killed once the first batch is created, the other
+    calls still queued (in no batch). The rerun collects the first batch, sends the rest, and no
+    row keeps a killed call's worst case."""
+    source, out, journal = tickets(project, 5), project / "out.jsonl", project / "journal.sqlite3"
+    argv = [sys.executable, "-m", "runner", *_via_api(source, out, "--journal", str(journal), "--batch-max-requests", "2")]
+    held = BatchBehaviour(polls=1, hold=frozenset({"created"}))
+    with AnthropicServer(SCRIPT, api_key=ANTHROPIC_KEY, batch=held, max_requests=2) as server:  # a bigger batch is a 413
+        env = anthropic_env(server)
+        process = subprocess.Popen(argv, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert _wait_until(lambda: server.holding("created") > 0), "the first batch was never created"
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=30)
+        server.release()
+        resumed = runner(project, env, *argv[3:])
+        assert resumed.returncode == 0, resumed.stderr
+        sizes = [len(b.requests) for b in sorted(server.message_batches.values(), key=lambda b: b.id)]
+        assert len(server.billed) == 5  # each row answered (and paid for) once
+        billed = server.billed_usd(batch=True)
+        checked_requests(server)
+    assert sizes == [2, 2, 1]  # the killed process's batch, re-attached, then the calls it never sent
+    rows = records(out)
+    assert len(rows) == 5 and all(r["status"] == "done" and r["output"] == TRIAGE for r in rows.values())
+    assert all(r["cost_usd"] == pytest.approx(LIVE_COST / 2) for r in rows.values())  # no worst case left counted
+    assert sum(r["cost_usd"] for r in rows.values()) == pytest.approx(billed)
 
 
 def test_a_retry_that_lost_the_run_store_but_kept_the_journal_takes_the_message_batchs_answers(project: Path) -> None:

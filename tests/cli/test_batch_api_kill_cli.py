@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,31 @@ def test_a_retry_that_lost_the_run_store_keeps_the_first_rounds_answers_and_reco
         _resume(project, server, argv, env)
         rows = _every_round_once(server, out)
     assert all(r["cost_usd"] == pytest.approx(EXACT) for r in rows.values())  # the first round's calls counted once
+
+
+def test_kill_9_while_a_split_round_goes_out_then_resume_bills_each_row_once(project: Path) -> None:
+    """Five rows at two requests a batch: killed once the round's first batch is created, its
+    other calls still queued (never in a batch). The resumed command collects the first batch,
+    sends the others, and no row keeps a killed call's worst case: each costs one call a round."""
+    rows = 5
+    source, out, journal = numbers(project, rows), project / "out.jsonl", project / "journal.sqlite3"
+    limits = BatchBehaviour(polls=1, max_requests=2)
+    with ScriptedServer(SCRIPT, batch=replace(limits, hold=frozenset({"created"}))) as server:
+        argv, env = command(project, server, "compute", *via_api(source, out, "--journal", str(journal), "--batch-max-requests", "2"))
+        process = subprocess.Popen(argv, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert wait_until(lambda: server.batches.holding("created") > 0), "the first batch was never created"
+        finally:
+            _kill(process)
+        server.batches.behaviour = limits
+        server.batches.release()
+        _resume(project, server, argv, env)
+        batches = batch_inputs(server)
+        billed = server.billed_usd(batch=True)
+        assert len(server.billed) == rows * ROUNDS and chat_calls(server) == []  # each call answered (paid) once
+    sizes = [len(lines) for lines in batches]
+    assert max(sizes) == 2 and sum(sizes) == rows * ROUNDS and len(batches) > ROUNDS  # split, and no line sent twice
+    done = records(out)
+    assert {r["status"] for r in done.values()} == {"done"} and len(done) == rows
+    assert all(r["cost_usd"] == pytest.approx(EXACT) for r in done.values())  # no worst case left from the killed process
+    assert sum(r["cost_usd"] for r in done.values()) == pytest.approx(billed)

@@ -61,7 +61,7 @@ def test_a_round_larger_than_the_limits_is_split_over_several_batches(project: P
 def test_a_round_is_split_by_the_size_of_its_input_file(project: Path) -> None:
     (project / "tasks.d/compute.yaml").write_text(TASK + "batch_api: {max_file_bytes: 2500}\n")
     source, out = numbers(project, 4), project / "out.jsonl"
-    with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=1)) as server:
+    with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=1, max_bytes=2500)) as server:  # a bigger file fails the batch
         result = run(project, server, "compute", *via_api(source, out))
         assert result.returncode == 0, result.stderr
         files = [f.content for f in server.batches.files.values() if f.purpose == "batch"]

@@ -158,6 +158,9 @@ HEADERS = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
     ({**GOOD, "prompt_cache_key": "k"}, HEADERS, 400, "invalid_request_error", "prompt_cache_key: Extra inputs are not permitted"),
     ({**GOOD, "temperature": 0.2}, HEADERS, 400, "invalid_request_error", "temperature: Extra inputs are not permitted"),
     ({**GOOD, "messages": [{"role": "assistant", "content": "hi"}]}, HEADERS, 400, "invalid_request_error", "first message"),
+    # past the hand-written checks, the SDK's own types (runner.model.anthropic_conformance)
+    ({**GOOD, "metadata": {"user_id": 5}}, HEADERS, 400, "invalid_request_error", "metadata.user_id: Input should be a valid string"),
+    ({**GOOD, "metadata": {"team": "a"}}, HEADERS, 400, "invalid_request_error", "metadata.team: Extra inputs are not permitted"),
     ({**GOOD, "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": [
         {"type": "tool_use", "id": "toolu_1", "name": "x", "input": {}}]}, {"role": "user", "content": "b"}]},
      HEADERS, 400, "invalid_request_error", "without `tool_result` blocks"),

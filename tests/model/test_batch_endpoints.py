@@ -94,13 +94,18 @@ def test_cancel_moves_the_batch_through_cancelling_to_cancelled() -> None:
         assert client.batches.retrieve(batch.id).cancelled_at is not None
 
 
+LIMITED = BatchBehaviour(max_requests=2, max_bytes=400)  # each _line is about 130 bytes
+
+
 @pytest.mark.parametrize("lines, code", [
     ([_line("a", "x"), _line("a", "y")], "duplicate_custom_id"),
     ([_line("a", "x", url="/v1/embeddings")], "mismatched_endpoint"),
     ([{"custom_id": "a"}], "missing_required_parameter"),
+    ([_line("a", "x"), _line("b", "y"), _line("c", "z")], "too_many_requests"),
+    ([_line("a", "x" * 200), _line("b", "y" * 200)], "file_too_large"),
 ])
 def test_an_invalid_input_file_fails_the_batch_at_validation(lines: list[dict], code: str) -> None:
-    with ScriptedServer(SCRIPT) as srv:
+    with ScriptedServer(SCRIPT, batch=LIMITED) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key="sk-test")
         batch = client.batches.create(input_file_id=_upload(client, lines), endpoint="/v1/chat/completions", completion_window="24h")
     assert batch.status == "failed" and batch.errors is not None and batch.errors.data

@@ -1,92 +1,22 @@
-"""Request bodies checked against the ``anthropic`` package's own request types.
-
-The SDK's types (``anthropic.types.MessageCreateParams``, the Message Batches' ``Request``)
-are generated from Anthropic's API definition. pydantic's ``TypeAdapter`` checks required
-fields and value types; TypedDicts accept unknown keys, so :func:`unknown_keys` also walks
-the body against the types and reports every key the API does not define (the real API
-answers 400 "Extra inputs are not permitted" to those).
-"""
+"""Request bodies checked against the ``anthropic`` package's own request types, as assertions
+(the loopback server refuses the same: :mod:`runner.model.anthropic_conformance`)."""
 
 from __future__ import annotations
 
-import collections.abc
-import types
-import typing
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any
 
-import typing_extensions
-from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
-from anthropic.types.messages.batch_create_params import Request
-from pydantic import TypeAdapter
+from runner.model.anthropic_conformance import batch_request_problem, messages_problem, unknown_keys
 
-_WRAPPERS = {typing.Annotated, typing.Required, typing.NotRequired, typing_extensions.Required, typing_extensions.NotRequired,
-             typing_extensions.ReadOnly}  # fmt: skip
-_SEQUENCES = {list, tuple, collections.abc.Iterable, collections.abc.Sequence}
-
-
-def _unwrap(tp: Any) -> Any:
-    while get_origin(tp) in _WRAPPERS:
-        tp = get_args(tp)[0]
-    return tp
-
-
-def _literals(tp: Any) -> set[Any]:
-    tp = _unwrap(tp)
-    return set(get_args(tp)) if get_origin(tp) is Literal else set()
-
-
-def _fits(value: Any, tp: Any) -> bool:
-    """Whether ``value`` could be a ``tp`` (a TypedDict is told by its ``type`` literal)."""
-    tp = _unwrap(tp)
-    if typing_extensions.is_typeddict(tp):
-        if not isinstance(value, dict):
-            return False
-        tag = _literals(get_type_hints(tp, include_extras=True).get("type"))
-        return not tag or value.get("type") in tag
-    origin = get_origin(tp) or tp
-    if origin in _SEQUENCES:
-        return isinstance(value, (list, tuple))
-    if origin is Literal:
-        return value in get_args(tp)
-    if isinstance(origin, type):
-        return isinstance(value, origin)
-    return True
-
-
-def unknown_keys(value: Any, tp: Any, path: str = "") -> list[str]:
-    """The JSON pointers of keys in ``value`` that ``tp`` does not define."""
-    tp = _unwrap(tp)
-    if typing_extensions.is_typeddict(tp) and isinstance(value, dict):
-        hints = get_type_hints(tp, include_extras=True)
-        found = [f"{path}/{key}" for key in value if key not in hints]
-        for key, item in value.items():
-            if key in hints:
-                found += unknown_keys(item, hints[key], f"{path}/{key}")
-        return found
-    origin = get_origin(tp)
-    if origin in (Union, types.UnionType):
-        options = [unknown_keys(value, arg, path) for arg in get_args(tp) if _fits(value, arg)]
-        return min(options, key=len) if options else []
-    if origin in _SEQUENCES and isinstance(value, (list, tuple)) and get_args(tp):
-        return [key for index, item in enumerate(value) for key in unknown_keys(item, get_args(tp)[0], f"{path}/{index}")]
-    if origin in (dict, collections.abc.Mapping) and isinstance(value, dict) and len(get_args(tp)) == 2:
-        return [key for name, item in value.items() for key in unknown_keys(item, get_args(tp)[1], f"{path}/{name}")]
-    return []
-
-
-_MESSAGES = TypeAdapter(MessageCreateParamsNonStreaming)
-_BATCH_REQUEST = TypeAdapter(Request)
+__all__ = ["check_batch_request", "check_messages_body", "unknown_keys"]
 
 
 def check_messages_body(body: dict[str, Any]) -> None:
     """Raise unless ``body`` is a valid ``POST /v1/messages`` body by the SDK's own types."""
-    _MESSAGES.validate_python(body)
-    extra = unknown_keys(body, MessageCreateParamsNonStreaming)
-    assert not extra, f"keys the Messages API does not define: {extra}"
+    problem = messages_problem(body)
+    assert problem is None, f"not a Messages body: {problem}"
 
 
 def check_batch_request(request: dict[str, Any]) -> None:
     """Raise unless ``request`` is a valid Message Batches request (``{custom_id, params}``)."""
-    _BATCH_REQUEST.validate_python(request)
-    extra = unknown_keys(request, Request)
-    assert not extra, f"keys a Message Batches request does not define: {extra}"
+    problem = batch_request_problem(request)
+    assert problem is None, f"not a Message Batches request: {problem}"
