@@ -249,6 +249,7 @@ class AnthropicServer(ScriptedServer):
             else:
                 result = {"type": outcome}
             results.append({"custom_id": request["custom_id"], "result": result})
+        results += [{**results[0], "custom_id": f"stray-{n}"} for n in range(1, self.behaviour.stray_lines + 1)]
         with self._lock:
             batch.results, batch.status, batch.ended_at = results, "ended", time.time()
 

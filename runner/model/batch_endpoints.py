@@ -69,6 +69,7 @@ class BatchBehaviour:
     refuse_creates: int = 0  # the first N batch creates are refused (400), as a provider refuses one over a limit
     fail_deletes: int = 0  # the first N file deletes fail (500)
     cancel_polls: int = 1  # retrieves a cancelled batch stays ``cancelling`` (OpenAI: up to 10 minutes)
+    stray_lines: int = 0  # a finished batch's results also answer this many requests it was not sent (``stray-N``)
 
     def __post_init__(self) -> None:
         if self.polls < 1:
@@ -348,6 +349,7 @@ class BatchEndpoints:
                 code = "batch_expired" if status == "expired" else "batch_cancelled"
                 message = f"this request could not be executed before the batch was {status}"
                 err.append(_line(line["custom_id"], None, {"code": code, "message": message}))
+        out += [{**out[0], "custom_id": f"stray-{n}"} for n in range(1, self.behaviour.stray_lines + 1) if out]
         batch.completed, batch.failed = len(out), len(err)
         if out:
             batch.output_file_id = self._file(f"{batch.id}_output.jsonl", "batch_output", _jsonl(out)).id

@@ -102,6 +102,17 @@ def test_the_triage_batch_goes_out_as_one_message_batch_at_half_price(project: P
     assert json.loads(result.stdout)["cost_usd"] == pytest.approx(5 * LIVE_COST / 2)
 
 
+def test_results_for_requests_a_message_batch_was_not_sent_are_ignored_and_named(project: Path) -> None:
+    source, out = tickets(project, 2), project / "out.jsonl"
+    with AnthropicServer(SCRIPT, api_key=ANTHROPIC_KEY, batch=BatchBehaviour(polls=1, stray_lines=1)) as server:
+        result = runner(project, anthropic_env(server), *_via_api(source, out))
+        assert result.returncode == 0, result.stderr
+        assert len(server.billed) == 2
+    assert "answered 1 request(s) it was not sent (stray-1): ignored" in result.stderr
+    rows = records(out)
+    assert len(rows) == 2 and all(r["status"] == "done" and r["cost_usd"] == pytest.approx(LIVE_COST / 2) for r in rows.values())
+
+
 def test_a_round_larger_than_the_limit_is_split_over_message_batches(project: Path) -> None:
     source, out = tickets(project, 5), project / "out.jsonl"
     with AnthropicServer(SCRIPT, api_key=ANTHROPIC_KEY, batch=BatchBehaviour(polls=1)) as server:

@@ -58,6 +58,20 @@ def test_a_round_larger_than_the_limits_is_split_over_several_batches(project: P
     assert {r["status"] for r in records(out).values()} == {"done"}
 
 
+def test_answers_to_requests_a_batch_was_not_sent_are_ignored_and_named(project: Path) -> None:
+    """A provider batch whose results also answer requests it was never sent (a provider's bug, or
+    a hostile endpoint): those lines reach no row and are never billed to one; the run says so."""
+    source, out = numbers(project, 2), project / "out.jsonl"
+    with ScriptedServer(SCRIPT, batch=BatchBehaviour(polls=1, stray_lines=2)) as server:
+        result = run(project, server, "compute", *via_api(source, out))
+        assert result.returncode == 0, result.stderr
+        billed = server.billed_usd(batch=True)
+    assert "answered 2 request(s) it was not sent (stray-1, stray-2): ignored" in result.stderr
+    rows = records(out)
+    assert {r["status"] for r in rows.values()} == {"done"} and len(rows) == 2
+    assert sum(r["cost_usd"] for r in rows.values()) == pytest.approx(billed)  # what the rows' own lines billed, once
+
+
 def test_a_round_is_split_by_the_size_of_its_input_file(project: Path) -> None:
     (project / "tasks.d/compute.yaml").write_text(TASK + "batch_api: {max_file_bytes: 2500}\n")
     source, out = numbers(project, 4), project / "out.jsonl"
