@@ -96,6 +96,8 @@ class CallLedger:
         then reserve the retry (a cap reached here stops the retries). With ``tariff`` the
         retry is billed at that price, and reserved at it."""
         self.failed(kind, message, billable=BILLABLE_FAULTS if tariff is not None else LIVE_BILLABLE_FAULTS, retried=True)
+        if tariff is not None:
+            self.template = replace(self.template, tariff=tariff)
         if tariff is not None and self.reprice is not None:
             self.estimate = self.reprice(self.estimate, tariff)
             self.worst = Usage(self.estimate.input_tokens, self.estimate.output_tokens, 0, self.estimate.cost_usd)

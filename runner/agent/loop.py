@@ -243,7 +243,7 @@ class _AgentRun:
         env = self.env
         template = ModelCallEntry(
             env.step_id, binding.agent, binding.model_id, self.model_seq + 1, Usage(), 0.0, "reserved",
-            exchange=_exchange(request),
+            exchange=_exchange(request), tariff=binding.pricer.tariff,
         )
         cached = env.call_cache.model_response(request, binding.endpoint_identity) if env.call_cache is not None else None
         if cached is not None and cached.recorded:

@@ -429,11 +429,12 @@ class RoundCollector:
             self._settle(run_id, ledger_id, intent.model, None, LineError("batch_not_created", "its provider batch was never created"))
 
     def _never_queued_out(self) -> None:
-        """The calls an earlier process of this batch still held in its queue when it died were
-        not sent: their reservations, left in flight at the worst case, cost nothing (a row's
-        call reserved but not yet handed to the rounds stays at its worst case: it may have been
-        a live fallback's)."""
-        for run_id, ledger_id in self.answers.never_in_a_part(f"{self.journal.batch_id}-"):
+        """The calls an earlier process of this batch reserved but still held when it died (on
+        their way to its queue, in it, or noted for a batch it never recorded an intent for) were
+        not sent: their reservations, left in flight at the worst case, cost nothing. Asked once
+        the intents are settled, before any row runs."""
+        parts_out = {self._part_key(part) for part in [*self.state.intents, *(batch.part for batch in self.state.out)]}
+        for run_id, ledger_id in self.answers.never_sent(f"{self.journal.batch_id}-", parts_out):
             if self.store.release_unsent(ledger_id, "its process ended before its provider batch was made"):
                 self._settled.add(run_id)
 

@@ -47,6 +47,7 @@ class ModelCallEntry:
     cached: bool = False  # answered from the result cache (runner.agent.call_cache): no endpoint call, $0
     exchange: Exchange | None = field(default=None, compare=False, repr=False)  # the full request and response
     reservation: str | None = None  # the budget reservation the attempt held (a shared cap ledger's entry id)
+    tariff: str = "live"  # how the attempt is sent: ``live``, or ``batch`` (in a provider batch: runner batch --via batch-api)
 
 
 @dataclass(frozen=True)

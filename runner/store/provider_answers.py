@@ -110,17 +110,21 @@ class ProviderAnswers:
         )
         return [(str(row["run_id"]), int(row["ledger_id"])) for row in rows]
 
-    def never_in_a_part(self, run_prefix: str) -> list[tuple[str, int]]:
-        """``(run id, reservation id)`` of the calls of runs whose id starts with ``run_prefix``
-        that were handed to the rounds but never noted in a provider batch (:meth:`in_part` comes
-        before the upload) and have no answer or failure: calls an earlier process still held
-        in its queue when it died, which no provider has seen."""
+    def never_sent(self, run_prefix: str, parts_out: set[str]) -> list[tuple[str, int]]:
+        """``(run id, reservation id)`` of the provider batch calls (tariff ``batch``) of runs whose
+        id starts with ``run_prefix`` still in flight in the run store (``reserved``, or
+        ``unsettled`` by a resumed attempt) that are in none of ``parts_out`` (the batches that
+        may still answer: created and not collected, or maybe created): calls an earlier process
+        reserved but still held when it died (on their way to its queue, in it, or noted for a
+        batch it never recorded an intent for). No provider has seen them. Ask only while no
+        process runs the batch's rows (a live one's calls are on that way too)."""
         rows = self._db.rows(
-            "SELECT run_id, ledger_id FROM provider_answers WHERE substr(run_id, 1, ?) = ? AND batch_part IS NULL"
-            " AND body_json IS NULL AND error_kind IS NULL AND ledger_id IS NOT NULL",
+            "SELECT m.run_id, m.id, p.batch_part FROM model_calls m LEFT JOIN provider_answers p"
+            " ON p.run_id = m.run_id AND p.ledger_id = m.id WHERE substr(m.run_id, 1, ?) = ? AND m.tariff = 'batch'"
+            " AND m.status IN ('reserved', 'unsettled')",
             (len(run_prefix), run_prefix),
         )
-        return [(str(row["run_id"]), int(row["ledger_id"])) for row in rows]
+        return [(str(row["run_id"]), int(row["id"])) for row in rows if row["batch_part"] not in parts_out]
 
     def answered(self, run_id: str, fingerprint: str, body: dict[str, Any]) -> None:
         """Keep the body of the completion that answered the call (already redacted)."""

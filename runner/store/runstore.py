@@ -106,7 +106,8 @@ CREATE TABLE IF NOT EXISTS model_calls (
   created_at TEXT NOT NULL,
   cached {int} NOT NULL DEFAULT 0,
   token TEXT,
-  reservation TEXT
+  reservation TEXT,
+  tariff TEXT
 );
 CREATE INDEX IF NOT EXISTS model_calls_by_run ON model_calls (run_id);
 CREATE TABLE IF NOT EXISTS tool_calls (
@@ -150,6 +151,7 @@ CREATE TABLE IF NOT EXISTS plans (
         AddedColumn("tool_calls", "token", "TEXT"),
         AddedColumn("plans", "token", "TEXT"),
         AddedColumn("model_calls", "reservation", "TEXT"),  # the cap ledger entry the call held
+        AddedColumn("model_calls", "tariff", "TEXT"),  # batch: reserved for a provider batch (NULL: live, or older)
         # the process running the attempt: a run it left 'running' when it died is settled (runner.store.abandoned)
         AddedColumn("runs", "holder_host", "TEXT"),
         AddedColumn("runs", "holder_pid", "{bigint}"),
@@ -421,14 +423,14 @@ class RunStore:
         values = (
             run_id, attempt, call.step_id, call.agent, call.model, call.seq, usage.input_tokens, usage.output_tokens,
             usage.cached_input_tokens, usage.cost_usd, call.latency_seconds, call.status, call.error, now_iso(),
-            int(call.cached), token, call.reservation,
+            int(call.cached), token, call.reservation, call.tariff,
         )  # fmt: skip
 
         def insert(db: Database) -> int:
             inserted = db.row(
                 "INSERT INTO model_calls (run_id, attempt, step_id, agent, model, seq, input_tokens, output_tokens,"
-                " cached_input_tokens, cost_usd, latency_seconds, status, error, created_at, cached, token, reservation)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                " cached_input_tokens, cost_usd, latency_seconds, status, error, created_at, cached, token, reservation, tariff)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 values,
             )
             assert inserted is not None

@@ -52,3 +52,32 @@ def test_a_prune_deletes_unclaimed_answers_older_than_its_age(store: RunStore) -
     prune(store.database, timedelta(days=30), dry_run=False)
     left = store.database.rows("SELECT run_id, fingerprint FROM provider_answers")
     assert left == [{"run_id": UNCLAIMED, "fingerprint": "c-young"}]
+
+
+def test_the_calls_a_dead_process_never_sent_are_those_in_no_batch_that_may_answer(store: RunStore) -> None:
+    """On resume, before any row runs: a provider batch call still in flight in the run store was
+    sent only if it is noted in a batch that is out (or maybe out); a live call is never judged."""
+    from runner.core.calls import ModelCallEntry
+    from runner.core.usage import Usage
+
+    answers = ProviderAnswers(store.database)
+
+    def reserved(run_id: str, tariff: str = "batch") -> int:
+        return store.add_model_call(run_id, 1, ModelCallEntry("main", "a", "m", 1, Usage(10, 10, cost_usd=0.5), 0.0, "reserved", tariff=tariff))
+
+    queued, in_out, in_lost_part, not_handed, released, settled = (reserved(f"b-r{i}") for i in range(1, 7))
+    answers.sent("b-r1", "fp", queued)  # in the queue for a later round
+    answers.sent("b-r2", "fp", in_out)
+    answers.in_part([("b-r2", "fp")], "b:1.1")  # in a batch created and not collected
+    answers.sent("b-r3", "fp", in_lost_part)
+    answers.in_part([("b-r3", "fp")], "b:1.2")  # noted for a part whose intent was never recorded
+    assert store.release_unsent(released, "never sent")  # released already: not found again
+    live = reserved("b-r5", tariff="live")  # a live fallback's call: may have been billed
+    store.settle_model_call(settled, ModelCallEntry("main", "a", "m", 1, Usage(10, 5, cost_usd=0.2), 0.1, "ok"))
+    other = reserved("c-r1")  # another batch's call
+    found = answers.never_sent("b-", {"b:1.1"})
+    assert sorted(ledger_id for _, ledger_id in found) == sorted([queued, in_lost_part, not_handed])
+    assert not {live, other, in_out, released} & {ledger_id for _, ledger_id in found}
+    assert all(store.release_unsent(ledger_id, "never sent") for _, ledger_id in found)
+    assert not store.release_unsent(settled, "never sent")  # a settled call is left alone
+    assert store.spent("b-r6").cost_usd == pytest.approx(0.2) and store.spent("b-r1").cost_usd == 0
