@@ -32,9 +32,10 @@ class Provider(StrEnum):
 
     @property
     def has_batch_api(self) -> bool:
-        """Whether the provider has a Batch API at all (a model's profile says which flavour
-        and its limits; a profile may still say ``batch_api: null``)."""
-        return self in (Provider.OPENAI, Provider.AZURE, Provider.ANTHROPIC)
+        """Whether runner sends this provider's calls through a Batch API (a model's profile says
+        which flavour and its limits, and may still say ``batch_api: null``). Azure OpenAI's batch
+        deployments are not spoken here: its calls run live, or at ``service_tier: flex``."""
+        return self in (Provider.OPENAI, Provider.ANTHROPIC)
 
     @property
     def configurable(self) -> bool:

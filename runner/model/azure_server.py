@@ -34,9 +34,10 @@ class AzureServer(ScriptedServer):
 
     def __init__(
         self, script: Script | dict[str, Any] | list[Any] | None = None, *, deployments: Mapping[str, str],
-        api_key: str = "az-test-key", host: str = "127.0.0.1", port: int = 0,
+        api_key: str = "az-test-key", host: str = "127.0.0.1", port: int = 0, strict: bool = True,
     ) -> None:
-        super().__init__(script, host=host, port=port, api_key=api_key)
+        """``strict``: refuse what the deployment's model refuses (as :class:`ScriptedServer`'s, by that model)."""
+        super().__init__(script, host=host, port=port, api_key=api_key, strict=strict)
         self.deployments = dict(deployments)
 
     @property
@@ -92,8 +93,11 @@ class _AzureHandler(_Handler):
     def _unauthorized(self) -> bool:
         return False  # checked in do_POST (the api-key header, not a bearer token)
 
+    def _as_served(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {**body, "model": self._deployment_model}
+
     def _answer(self, body: dict[str, Any], match: Any) -> None:
-        super()._answer({**body, "model": self._deployment_model}, match)
+        super()._answer(self._as_served(body), match)
 
     def _refuse(self, status: int, code: str, message: str) -> None:
         if self.command == "POST":

@@ -304,6 +304,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.owner.record(self, None, "no-route")
         self._send_json(404, {"error": {"message": f"no route DELETE {self.path}", "type": "not_found"}})
 
+    def _as_served(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` as the model that serves it is asked (an Azure deployment names its model)."""
+        return body
+
     def do_POST(self) -> None:
         owner = self.server.owner
         if self._unauthorized():
@@ -319,11 +323,11 @@ class _Handler(BaseHTTPRequestHandler):
         if body is None:
             owner.record(self, raw.decode(errors="replace"), "invalid-request")
             return self._send_json(400, {"error": {"message": "body is not a JSON object", "type": "bad_request"}})
-        refused = owner.refusal(body)
+        refused = owner.refusal(self._as_served(body))
         if refused is not None:
             owner.record(self, body, "refused")
             return self._send_json(400, refused)
-        unavailable = owner.flex_refusal(body)
+        unavailable = owner.flex_refusal(self._as_served(body))
         if unavailable is not None:
             owner.record(self, body, "flex-unavailable")
             return self._send_json(429, unavailable)

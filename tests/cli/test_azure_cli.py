@@ -43,6 +43,25 @@ def test_an_azure_deployment_runs_the_triage_task(project: Path) -> None:
     assert sent.headers["x-team"] == "triage"  # model.extra_headers
 
 
+@pytest.mark.parametrize("temperature", [None, "0.2"])
+def test_a_reasoning_model_deployment_gets_its_profiles_request(tmp_path: Path, temperature: str | None) -> None:
+    """The deployment of o4-mini is asked as o4-mini is (the server refuses what the model refuses:
+    max_tokens, a temperature); the agent's own temperature for it is a located validate error."""
+    extra = f", temperature: {temperature}" if temperature else ""
+    agent = triage_agent("{id: o4-mini, provider: azure, deployment: triage-o4, api_version: 2024-10-21, max_tokens: 200" + extra + "}")
+    root = copy_shipped(tmp_path / "project", files={"agents.d/triage.yaml": agent})
+    with AzureServer(SCRIPT, deployments={"triage-o4": "o4-mini"}, api_key=AZURE_KEY) as server:
+        result = runner(root, _env(server), "run", "triage_ticket", "-i", "subject=Crash", "-i", "body=It crashes", "--json")
+        sent = server.requests
+    if temperature:
+        assert result.returncode == 2 and "triage.yaml" in result.stderr and "does not accept temperature" in result.stderr
+        assert sent == []
+        return
+    assert result.returncode == 0, result.stderr
+    (body,) = [r.body for r in sent]
+    assert body["max_completion_tokens"] == 200 and "max_tokens" not in body and "temperature" not in body
+
+
 def test_an_azure_batch_runs_live_and_batch_api_is_refused_with_what_to_use(project: Path) -> None:
     source, out = tickets(project, 3), project / "out.jsonl"
     with AzureServer(SCRIPT, deployments={"triage-mini": "gpt-4o-mini"}, api_key=AZURE_KEY) as server:

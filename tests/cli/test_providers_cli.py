@@ -257,17 +257,21 @@ def test_reasoning_and_cache_write_tokens_reach_the_batch_journal_summary_and_re
     assert json.loads(again.stdout)["reasoning_tokens"] == 450  # as the journal keeps them
 
 
-def test_batch_api_lines_are_built_from_the_profile(tmp_path: Path) -> None:
+@pytest.mark.parametrize("model", ["o4-mini", "gpt-5-mini", "gpt-4o-mini"])
+def test_the_shipped_triage_batch_goes_out_in_batch_api_lines_built_from_each_openai_profile(tmp_path: Path, model: str) -> None:
     root = copy_shipped(tmp_path / "project")
     source, out = tickets(root, 3), root / "out.jsonl"
     with ScriptedServer(TRIAGE_SCRIPT, strict=True) as server:
-        done = triage(root, server, *via_api(source, out, "--model", "o4-mini"))
+        done = triage(root, server, *via_api(source, out, "--model", model))
         lines = uploaded_lines(server)
+        billed = len(server.billed)
     assert done.returncode == 0, done.stderr
-    assert len(lines) == 3 and {r["status"] for r in records(out).values()} == {"done"}
+    assert len(lines) == 3 and billed == 3 and {r["status"] for r in records(out).values()} == {"done"}
     for line in lines:  # the strict server answers a line it would refuse live with a 400 line
         body = line["body"]
-        assert body["max_completion_tokens"] == 200 and "max_tokens" not in body and "temperature" not in body
+        assert body["max_completion_tokens"] == 200 and "max_tokens" not in body
+        assert body["response_format"]["json_schema"]["strict"] is True
+        assert ("temperature" in body) is (model == "gpt-4o-mini")  # a reasoning model takes none
         assert conformance_error(body) is None and model_error(body) is None
 
 
