@@ -68,6 +68,12 @@ def _prune(db: Database, cutoff: str, dry_run: bool) -> Pruned:
             _delete(db, table, old)
         if unclaimed:
             db.execute(f"DELETE FROM provider_answers WHERE {_UNCLAIMED_OLD}", (UNCLAIMED, cutoff))
+        if db.dialect == "postgresql":
+            # A writer references a blob (that reference first, then the blob's INSERT ... DO NOTHING,
+            # which locks nothing) in a transaction this one cannot see yet: wait for every writer of
+            # references to commit, and hold new ones off, so the delete below sees their references.
+            # (SQLite's one writer at a time already orders them.)
+            db.execute("LOCK TABLE transcript_refs IN SHARE MODE")
         db.execute("DELETE FROM transcript_blobs WHERE NOT EXISTS"
                    " (SELECT 1 FROM transcript_refs r WHERE r.digest = transcript_blobs.digest)")  # fmt: skip
     assert running is not None and total is not None

@@ -191,7 +191,7 @@ class RunTranscript:
         now, text = self._now(), self._json(entry)
         token = uuid.uuid4().hex
 
-        def write(db: Database) -> bool:  # the reference first: a prune in between keeps the blob
+        def write(db: Database) -> bool:  # the reference first: a prune waits for it (runner.store.retention) and keeps the blob
             if unique:
                 _insert(db, "transcript_refs (run_id, digest)", [(run_id, d) for d in unique], "(run_id, digest)")
                 _insert(db, "transcript_blobs (digest, body, chars, created_at)", [(d, b, len(b), now) for d, b in unique.items()], "(digest)")

@@ -147,3 +147,40 @@ def test_ages(text: str, days: float) -> None:
 def test_bad_ages(text: str) -> None:
     with pytest.raises(ValueError, match="age"):
         parse_age(text)
+
+
+def test_prune_keeps_a_blob_a_run_references_again_while_it_deletes(postgres_url: str) -> None:
+    """PostgreSQL: a run writing its transcript references a blob that only old runs did (its
+    reference first, then the blob's INSERT ... DO NOTHING, one transaction still open) while a
+    prune deletes those runs. The prune waits for that writer before deleting orphan blobs, so the
+    new reference never points at a deleted blob (it did: the prune could not see the uncommitted
+    reference, and the writer's DO NOTHING held no lock)."""
+    import threading
+    import time
+
+    import psycopg
+
+    store = RunStore(postgres_url)
+    try:
+        model_call(recorder_for(store, "old"), 1, "q", "a")
+        store.database.execute("UPDATE runs SET status = 'completed', finished_at = ? WHERE run_id = 'old'", ("2020-01-01T00:00:00.000+00:00",))
+        (shared,) = [r["digest"] for r in store.database.rows("SELECT digest FROM transcript_refs WHERE run_id = 'old'") if r["digest"]][:1]
+        with psycopg.connect(postgres_url) as writer:  # a transaction, as RunTranscript._write's
+            writer.execute("INSERT INTO transcript_refs (run_id, digest) VALUES ('new', %s)", (shared,))
+            writer.execute("INSERT INTO transcript_blobs (digest, body, chars, created_at) VALUES (%s, 'x', 1, 'now')"
+                           " ON CONFLICT (digest) DO NOTHING", (shared,))  # fmt: skip
+            pruning = threading.Thread(target=prune, args=(store.database, timedelta(days=30)), kwargs={"dry_run": False})
+            pruning.start()
+            with psycopg.connect(postgres_url, autocommit=True) as admin:
+                for _ in range(500):  # a bound on a hang: until the prune waits on the writer (or ended without)
+                    waiting = admin.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                                            (store.database.session_pid,)).fetchone()  # fmt: skip
+                    if not pruning.is_alive() or (waiting and waiting[0] == "Lock"):
+                        break
+                    time.sleep(0.02)
+            writer.commit()
+        pruning.join(timeout=60)
+        assert not pruning.is_alive() and store.run("old") is None
+        assert store.database.row("SELECT COUNT(*) AS n FROM transcript_blobs WHERE digest = ?", (shared,)) == {"n": 1}
+    finally:
+        store.close()
