@@ -238,6 +238,40 @@ def test_a_tool_using_agent_runs_its_rounds_through_message_batches() -> None:
     assert results and all("42" in str(block["content"]) for block in results)
 
 
+@pytest.mark.parametrize("point", ["created", "output"])
+def test_kill_9_in_a_later_tool_round_then_the_rerun_sends_no_round_twice(point: str) -> None:
+    """The tool-using agent killed in its second round (its Message Batch just created, or its
+    results being read): the rerun re-attaches to that batch, answers the first round from the
+    store, and each row's call of each round is made (and paid for) once, at the batch price."""
+    from tests.cli.rounds_project import AGENT, ROUNDS, numbers, rounds_project
+    from tests.cli.rounds_project import SCRIPT as ROUNDS_SCRIPT
+
+    with rounds_project() as root:
+        agent = AGENT.replace("model: {id: gpt-4o-mini, max_tokens: 50}", "model: {id: claude-haiku-4-5, provider: anthropic, max_tokens: 50}")
+        (root / "agents.d/calc.yaml").write_text(agent)
+        source, out, journal = numbers(root, 3), root / "out.jsonl", root / "journal.sqlite3"
+        argv = [arg if arg != "triage_ticket" else "compute" for arg in _via_api(source, out, "--journal", str(journal))]
+        held = BatchBehaviour(polls=1, hold=frozenset({point}), hold_after=2)  # the second round's batch exists
+        with AnthropicServer(ROUNDS_SCRIPT, api_key=ANTHROPIC_KEY, batch=held) as server:
+            env = anthropic_env(server)
+            process = subprocess.Popen([sys.executable, "-m", "runner", *argv], cwd=root, env=env,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+            try:
+                assert _wait_until(lambda: server.holding(point) > 0), f"never reached {point} in the second round"
+            finally:
+                process.send_signal(signal.SIGKILL)
+                process.wait(timeout=30)
+            server.release()
+            resumed = runner(root, env, *argv)
+            assert resumed.returncode == 0, resumed.stderr
+            assert len(server.message_batches) == ROUNDS and len(server.billed) == 3 * ROUNDS  # no round twice
+            billed = server.billed_usd(batch=True)
+            checked_requests(server)
+        rows = records(out)
+    assert len(rows) == 3 and all(r["status"] == "done" and r["output"] == {"answer": 42} for r in rows.values())
+    assert sum(r["cost_usd"] for r in rows.values()) == pytest.approx(billed)  # nothing left at a worst case
+
+
 def test_temperature_on_claude_is_a_located_validate_error(tmp_path: Path) -> None:
     """The Messages API no longer defines temperature: refused at validate, not as a 400 on row 1."""
     from tests.cli.anthropic_project import triage_agent
