@@ -16,6 +16,7 @@ from jinja2 import Environment
 
 from runner.evals.results import CaseResult, EvalResult, VariantResult
 from runner.files import write_text_atomic
+from runner.reports.formatting import rate, seconds, usd
 from runner.reports.templating import html_environment
 
 MAX_DIFF_ROWS = 200
@@ -80,9 +81,9 @@ def render_markdown(result: EvalResult) -> str:
     lines += ["## Variants", "", "| variant | changes | pass rate | threshold | passed | cost | $/case | latency p50 | p95 | verdict |",
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for v in result.variants:
-        lines.append(f"| {_md(v.name)} | {_md(changes_text(v))} | {_pct(v.pass_rate)} | {_pct(v.threshold)} | "
-                     f"{v.passed}/{len(v.cases)} | {_usd(v.cost_usd)} | {_usd(v.cost_per_case)} | {_secs(v.latency(50))} | "
-                     f"{_secs(v.latency(95))} | **{verdict(v)}** |")
+        lines.append(f"| {_md(v.name)} | {_md(changes_text(v))} | {rate(v.pass_rate)} | {rate(v.threshold)} | "
+                     f"{v.passed}/{len(v.cases)} | {usd(v.cost_usd)} | {usd(v.cost_per_case)} | {seconds(v.latency(50))} | "
+                     f"{seconds(v.latency(95))} | **{verdict(v)}** |")
         if v.stop_reason:
             lines.append(f"|  | stopped: {_md(v.stop_reason)} |  |  |  |  |  |  |  |  |")
     lines += ["", "## Checks", "", "| check | " + " | ".join(_md(v.name) for v in result.variants) + " |",
@@ -102,8 +103,8 @@ def _baseline_markdown(result: EvalResult) -> list[str]:
     lines = ["## Against the baseline", "", f"`{result.baseline_path}`", "",
              "| variant | pass rate | was | $/case | was | p95 | was | regressions | fixes |", "|---|---:|---:|---:|---:|---:|---:|---|---|"]
     for c in result.comparisons:
-        lines.append(f"| {_md(c.variant)} | {_pct(c.pass_rate)} | {_pct(c.baseline_pass_rate)} | {_usd(c.cost_per_case)} | "
-                     f"{_usd(c.baseline_cost_per_case)} | {_secs(c.latency_p95)} | {_secs(c.baseline_latency_p95)} | "
+        lines.append(f"| {_md(c.variant)} | {rate(c.pass_rate)} | {rate(c.baseline_pass_rate)} | {usd(c.cost_per_case)} | "
+                     f"{usd(c.baseline_cost_per_case)} | {seconds(c.latency_p95)} | {seconds(c.baseline_latency_p95)} | "
                      f"{_md(_keys(c.regressions))} | {_md(_keys(c.fixes))} |")
     if not result.comparisons:
         lines.append("| (no variant of the same name in the baseline) |  |  |  |  |  |  |  |  |")
@@ -143,7 +144,7 @@ def _cell(case: CaseResult | None) -> tuple[bool | None, str]:
 
 @cache
 def _environment() -> Environment:
-    return html_environment("runner.evals", pct=_pct, usd=_usd, secs=_secs, ratio=_ratio, keys=_keys)
+    return html_environment("runner.evals", pct=rate, usd=usd, secs=seconds, ratio=_ratio, keys=_keys)
 
 
 def _md(text: Any) -> str:
@@ -153,18 +154,6 @@ def _md(text: Any) -> str:
 
 def _mark(passed: bool | None) -> str:
     return "✓" if passed else "–" if passed is None else "✗"
-
-
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{value * 100:.1f}%"
-
-
-def _usd(value: float | None) -> str:
-    return "–" if value is None else f"${value:.6f}"
-
-
-def _secs(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2f} s"
 
 
 def _ratio(value: tuple[int, int] | None) -> str:

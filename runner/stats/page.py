@@ -10,6 +10,7 @@ from typing import Any
 
 from jinja2 import Environment
 
+from runner.reports.formatting import count, rate, seconds, usd
 from runner.reports.templating import html_environment
 from runner.stats.compute import Stats, TrendPoint
 
@@ -56,23 +57,8 @@ def _data_uri(png: bytes) -> str:
 
 @cache
 def _environment() -> Environment:
-    return html_environment("runner.stats", pct=_pct, usd=_usd, secs=_secs, num=_num, ratio=_ratio)
-
-
-def _pct(value: Any) -> str:
-    return "–" if value is None else f"{value * 100:.1f}%"
-
-
-def _usd(value: Any) -> str:
-    return "–" if value is None else f"${value:.6f}"
-
-
-def _secs(value: Any) -> str:
-    return "–" if value is None else f"{value:.2f} s"
-
-
-def _num(value: Any) -> str:
-    return "–" if value is None else f"{value:,.0f}"
+    # numbers as every report writes them (runner.reports.formatting)
+    return html_environment("runner.stats", pct=rate, usd=usd, secs=seconds, num=count, ratio=_ratio)
 
 
 def _ratio(value: Any) -> str:
