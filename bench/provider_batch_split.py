@@ -10,17 +10,21 @@ Measured on 2 shared cores (seconds for both runs of the command, killed and res
 at 800 per batch, OpenAI 51 s, Anthropic 76 s; 10,000 rows at 4,000 per batch, OpenAI 259 s (tests
 running beside it), Anthropic 181 s: linear in the rows (18-26 ms a row, the rows' runs being the
 cost, not the servers), so 120,000 rows take about 35-50 minutes per provider. 120,000 rows,
-measured 2026-12-06 (other work beside it): OpenAI 2,590 s, three batches of 50,000, 50,000 and
-20,000, billed 120,000 = done 120,000; Anthropic 1,261 s, two batches of 100,000 and 20,000,
-billed 120,000 = done 120,000. (The first Anthropic run found that a 100,000-request Message
+measured 2026-12-06 at eeb9d08 (tests running beside it), the servers at the real limits:
+OpenAI 2,255 s, three batches of 50,000, 50,000 and 20,000; Anthropic 1,939 s, two batches of
+100,000 and 20,000; for each, billed 120,000 = done 120,000, and the rows' recorded cost the
+server's bill at batch prices ($1.62 and $12.00). (Before the calls a killed process held were
+settled on resume, some rows kept their worst case: a 300-row run recorded 2-3x the bill.)
+(The first Anthropic run found that a 100,000-request Message
 Batch's results, about 60 MB, passed the 16 MiB cap of a live answer: fixed with
 runner.model.response_cap.MAX_BATCH_RESULTS_BYTES.)
 The row's wall-clock cap is raised to a provider batch's day (:func:`_patient`): the shipped
 task's 120 s is a live call's, and bounds a row waiting on its batch too.
 
 Prints one JSON line per provider: batches made (and how many the limits call for), their sizes,
-calls billed, rows done in the output, seconds; exits 1 unless each provider made the batches its
-limits call for and billed each row once (one call per row: billed = done = rows). Not a test
+calls billed, rows done in the output, what the server billed and what the rows recorded (USD),
+seconds; exits 1 unless each provider made the batches its limits call for, billed each row once
+(one call per row: billed = done = rows) and the rows recorded what it billed. Not a test
 (too slow for the suite): the split at the real limits is tested in-process
 (tests/batch/test_batch_flavours.py), the CLI path at small limits (tests/cli/test_anthropic_cli.py).
 """
