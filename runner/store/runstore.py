@@ -151,7 +151,7 @@ CREATE TABLE IF NOT EXISTS plans (
         AddedColumn("tool_calls", "token", "TEXT"),
         AddedColumn("plans", "token", "TEXT"),
         AddedColumn("model_calls", "reservation", "TEXT"),  # the cap ledger entry the call held
-        AddedColumn("model_calls", "tariff", "TEXT"),  # batch: reserved for a provider batch (NULL: live, or older)
+        AddedColumn("model_calls", "tariff", "TEXT"),  # live, or batch: reserved for a provider batch (NULL: recorded before)
         # the process running the attempt: a run it left 'running' when it died is settled (runner.store.abandoned)
         AddedColumn("runs", "holder_host", "TEXT"),
         AddedColumn("runs", "holder_pid", "{bigint}"),
