@@ -250,7 +250,7 @@ class RoundCollector:
             else:
                 self._never_sent(intent)
                 self.state.dropped(intent)
-        self._never_queued_out()
+        self._settle_unsent()
         await self.delete_unneeded_files()  # the files of batches never created, and what an earlier run left
         out = {batch.id: batch.part for batch in self.state.out}
         if out:
@@ -428,7 +428,7 @@ class RoundCollector:
         for run_id, ledger_id in self.answers.unanswered_in(self._part_key(intent)):
             self._settle(run_id, ledger_id, intent.model, None, LineError("batch_not_created", "its provider batch was never created"))
 
-    def _never_queued_out(self) -> None:
+    def _settle_unsent(self) -> None:
         """The calls an earlier process of this batch reserved but still held when it died (on
         their way to its queue, in it, or noted for a batch it never recorded an intent for) were
         not sent: their reservations, left in flight at the worst case, cost nothing. Asked once

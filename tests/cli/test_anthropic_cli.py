@@ -125,6 +125,18 @@ def test_a_round_larger_than_the_limit_is_split_over_message_batches(project: Pa
     assert all(r["status"] == "done" for r in records(out).values())
 
 
+def _killed_at(point: str, server: AnthropicServer, argv: list[str], root: Path, env: dict[str, str], never: str) -> None:
+    """Run ``argv``, kill it with SIGKILL once the server holds a request at ``point`` (``never``:
+    the failure if it is not reached), then let the server go on."""
+    process = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert _wait_until(lambda: server.holding(point) > 0), never
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    server.release()
+
+
 def _wait_until(condition: object, seconds: float = 120) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -143,13 +155,7 @@ def test_kill_9_with_a_message_batch_out_then_the_same_command_resumes_onto_it(p
     with AnthropicServer(SCRIPT, api_key=ANTHROPIC_KEY, batch=BatchBehaviour(polls=1, hold=frozenset({point}))) as server:
         env = anthropic_env(server)
         argv = [sys.executable, "-m", "runner", *_via_api(source, out, "--journal", str(journal))]
-        process = subprocess.Popen(argv, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            assert _wait_until(lambda: server.holding(point) > 0), f"never reached {point}"
-        finally:
-            process.send_signal(signal.SIGKILL)
-            process.wait(timeout=30)
-        server.release()
+        _killed_at(point, server, argv, project, env, f"never reached {point}")
         resumed = runner(project, env, *_via_api(source, out, "--journal", str(journal)))
         assert resumed.returncode == 0, resumed.stderr
         assert len(server.message_batches) == 1  # the same batch, re-attached: none created twice
@@ -169,13 +175,7 @@ def test_kill_9_while_a_split_round_goes_out_then_the_rerun_bills_each_row_once(
     held = BatchBehaviour(polls=1, hold=frozenset({"created"}))
     with AnthropicServer(SCRIPT, api_key=ANTHROPIC_KEY, batch=held, max_requests=2) as server:  # a bigger batch is a 413
         env = anthropic_env(server)
-        process = subprocess.Popen(argv, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            assert _wait_until(lambda: server.holding("created") > 0), "the first batch was never created"
-        finally:
-            process.send_signal(signal.SIGKILL)
-            process.wait(timeout=30)
-        server.release()
+        _killed_at("created", server, argv, project, env, "the first batch was never created")
         resumed = runner(project, env, *argv[3:])
         assert resumed.returncode == 0, resumed.stderr
         sizes = [len(b.requests) for b in sorted(server.message_batches.values(), key=lambda b: b.id)]
@@ -199,13 +199,7 @@ def test_a_retry_that_lost_the_run_store_but_kept_the_journal_takes_the_message_
     with AnthropicServer(SCRIPT, api_key=ANTHROPIC_KEY, batch=BatchBehaviour(polls=1, hold=frozenset({"output"}))) as server:
         env = anthropic_env(server)
         argv = [sys.executable, "-m", "runner", *_via_api(source, out, "--journal", str(journal))]
-        process = subprocess.Popen(argv, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            assert _wait_until(lambda: server.holding("output") > 0), "the batch's results were never read"
-        finally:
-            process.send_signal(signal.SIGKILL)
-            process.wait(timeout=30)
-        server.release()
+        _killed_at("output", server, argv, project, env, "the batch's results were never read")
         for stale in (project / ".runner").glob("runs.sqlite3*"):
             stale.unlink()  # the run store, and with it the record of which call each line answers
         resumed = runner(project, env, *_via_api(source, out, "--journal", str(journal)))
@@ -254,14 +248,7 @@ def test_kill_9_in_a_later_tool_round_then_the_rerun_sends_no_round_twice(point:
         held = BatchBehaviour(polls=1, hold=frozenset({point}), hold_after=2)  # the second round's batch exists
         with AnthropicServer(ROUNDS_SCRIPT, api_key=ANTHROPIC_KEY, batch=held) as server:
             env = anthropic_env(server)
-            process = subprocess.Popen([sys.executable, "-m", "runner", *argv], cwd=root, env=env,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-            try:
-                assert _wait_until(lambda: server.holding(point) > 0), f"never reached {point} in the second round"
-            finally:
-                process.send_signal(signal.SIGKILL)
-                process.wait(timeout=30)
-            server.release()
+            _killed_at(point, server, [sys.executable, "-m", "runner", *argv], root, env, f"never reached {point} in the second round")
             resumed = runner(root, env, *argv)
             assert resumed.returncode == 0, resumed.stderr
             assert len(server.message_batches) == ROUNDS and len(server.billed) == 3 * ROUNDS  # no round twice

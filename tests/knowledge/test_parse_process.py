@@ -128,10 +128,13 @@ async def test_a_process_that_cannot_start_is_runners_bug_not_the_files(files: t
     assert children() == {}
 
 
+ENDS_ITS_OUTPUT_THEN_HANGS = "import os, time\nos.close(1)\ntime.sleep(600)\n"  # a parser child whose output ended
+
+
 async def test_a_process_that_ends_its_output_but_hangs_is_killed_after_its_grace(files: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Its output ended, so it gets a grace to exit with its own code; it does not, so it is killed."""
     _, billing = files
-    slow_to_start(monkeypatch, tmp_path / "site", "import os, time\nos.close(1)\ntime.sleep(600)\n")
+    slow_to_start(monkeypatch, tmp_path / "site", ENDS_ITS_OUTPUT_THEN_HANGS)
     parser = DocumentParser(ChunkSettings())
     with pytest.raises(ParserBug, match=r"\(killed by signal 9\); run '.+ -m runner\.knowledge\.parse_worker' to see why$"):
         await parser.chunks(billing, "billing.md")
@@ -140,7 +143,7 @@ async def test_a_process_that_ends_its_output_but_hangs_is_killed_after_its_grac
 
 async def test_cancelled_while_a_process_that_ended_its_output_gets_its_grace_it_is_killed(files: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _, billing = files
-    slow_to_start(monkeypatch, tmp_path / "site", "import os, time\nos.close(1)\ntime.sleep(600)\n")
+    slow_to_start(monkeypatch, tmp_path / "site", ENDS_ITS_OUTPUT_THEN_HANGS)
     parser = DocumentParser(ChunkSettings())
     reading = asyncio.create_task(parser.chunks(billing, "billing.md"))
     while not children():
