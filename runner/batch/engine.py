@@ -176,7 +176,7 @@ def closing_figures(journal: BatchJournal, max_attempts: int, select: Collection
     error kind of a final failure), and rows outside ``select`` not done."""
     reasons: dict[str, int] = {}
     outside = 0
-    for row in journal.records():
+    for row in journal.records(unfinished_only=True):
         if select is not None and row.number not in select:
             outside += row.status != "done"
             continue

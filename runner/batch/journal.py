@@ -53,6 +53,7 @@ SCHEMA_VERSION = "2"
 INTERRUPTED = "interrupted"
 TODO = "(status = 'pending' OR (status = 'failed' AND retryable = 1 AND attempts < ?))"
 """The rows a batch runs: pending, or failed-retryable with attempts left (``?`` = max_attempts)."""
+UNFINISHED = "status <> 'done'"
 COLUMNS = (
     "row_number, id, status, attempts, retryable, inputs, output, error, error_kind, run_id,"
     " input_tokens, output_tokens, cached_input_tokens, cost_usd, model_calls, tool_calls, reasoning_tokens,"
@@ -272,9 +273,10 @@ class BatchJournal(ABC):
         """
         yield from self._pages(TODO, (max_attempts,), page_rows)
 
-    def records(self, *, page_rows: int = 1000) -> Iterator[JournalRow]:
-        """Every row, in input order."""
-        yield from self._pages("1 = 1", (), page_rows)
+    def records(self, *, unfinished_only: bool = False, page_rows: int = 1000) -> Iterator[JournalRow]:
+        """Every row, in input order; with ``unfinished_only``, every row not ``done`` (a batch
+        that finished reads none of them)."""
+        yield from self._pages(UNFINISHED if unfinished_only else "1 = 1", (), page_rows)
 
     @abstractmethod
     def counts(self) -> dict[str, int]:

@@ -53,6 +53,17 @@ def test_result_and_done_mark_are_recorded_once(make_batch) -> None:
     assert [r.number for r in journal.todo(max_attempts=2)] == [2]
 
 
+def test_unfinished_records_are_every_row_not_done_in_input_order(make_batch) -> None:
+    source, journal = make_batch(tickets(5))
+    journal.ingest(rows_of(source))
+    for number, status in ((1, "done"), (2, "failed"), (4, "done")):
+        journal.mark_running(number, f"run-{number}")
+        journal.record(number, RowOutcome(status, error=None if status == "done" else "boom", error_kind="bad_request"))
+    unfinished = [(r.number, r.status) for r in journal.records(unfinished_only=True, page_rows=2)]
+    assert unfinished == [(2, "failed"), (3, "pending"), (5, "pending")]
+    assert [r.number for r in journal.records(page_rows=2)] == [1, 2, 3, 4, 5]
+
+
 def test_reasoning_and_cache_write_tokens_are_kept_summed_and_corrected(make_batch) -> None:
     source, journal = make_batch(tickets(2))
     journal.ingest(rows_of(source))
