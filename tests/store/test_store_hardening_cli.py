@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -77,18 +78,26 @@ def test_a_runs_table_of_another_shape_is_refused_untouched(tmp_path: Path) -> N
     assert path.read_bytes() == before
 
 
-@pytest.fixture
-def recorded(tmp_path: Path) -> Cli:
+@pytest.fixture(scope="module")
+def recorded_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project whose store holds two real runs, ``old-run`` and ``new-run``, made once per module."""
     from tests.support.project import copy_project
 
     from .test_transcripts_cli import REPO
 
-    project = copy_project(REPO / "tests" / "runs" / "project", tmp_path / "project")
+    project = copy_project(REPO / "tests" / "runs" / "project", tmp_path_factory.mktemp("recorded") / "project")
     cli = Cli(project, project / ".runner" / "runs.sqlite3")
     with ScriptedServer(SCRIPT) as server:
         cli.run(server, 1, "old-run")
         cli.run(server, 2, "new-run")
-    return cli
+    return project
+
+
+@pytest.fixture
+def recorded(recorded_once: Path, tmp_path: Path) -> Cli:
+    """The test's own copy of :func:`recorded_once` (no process has the store open: the copy is whole)."""
+    project = Path(shutil.copytree(recorded_once, tmp_path / "project", symlinks=True))
+    return Cli(project, project / ".runner" / "runs.sqlite3")
 
 
 def test_reading_commands_work_on_a_store_they_cannot_write(recorded: Cli) -> None:
