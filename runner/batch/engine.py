@@ -178,7 +178,7 @@ def closing_figures(journal: BatchJournal, max_attempts: int, select: Collection
     outside = 0
     for row in journal.records(unfinished_only=True):
         if select is not None and row.number not in select:
-            outside += row.status != "done"
+            outside += 1
             continue
         if row.status == "failed" and not (row.retryable and row.attempts < max_attempts):
             reason = ATTEMPTS_USED_UP if row.retryable else row.error_kind or "failed"
@@ -220,7 +220,7 @@ class _Batch:
 
     def _once_more(self) -> Iterator[JournalRow]:
         """``--retry-failed``: failed rows the journal would not run again (attempts used up, or a final failure)."""
-        failed = [row.number for row in self.journal.records() if row.status == "failed"
+        failed = [row.number for row in self.journal.records(unfinished_only=True) if row.status == "failed"
                   and not (row.retryable and row.attempts < self.max_attempts)]  # fmt: skip
         for number in failed:
             row = self.journal.row(number)
